@@ -1,0 +1,3 @@
+//! xvs-benches: criterion micro-benchmarks, the AF_XDP packet generator and
+//! the end-to-end comparison against kube-proxy's iptables and nftables
+//! modes.

@@ -1,0 +1,87 @@
+//! xvs configuration: the schema of `/etc/xvs/xvs.toml`, its defaults and
+//! validation, and the model types the control and data planes share.
+//!
+//! The only ways to a [`Config`] are [`parse_str`] and [`load`]: both either
+//! return a configuration that passed every rule or every problem found, each
+//! located as `FILE:LINE:COLUMN: FIELD: MESSAGE`. Nothing here does I/O but
+//! [`load`]'s one read of the file.
+
+mod error;
+mod names;
+mod raw;
+mod service;
+mod settings;
+mod validate;
+
+use std::path::Path;
+
+pub use error::{Diagnostic, Invalid, LoadError};
+pub use names::{
+    ArmMode, ForwardMethod, PollMode, Protocol, Scheduler, SchedulerFlag, Steering, UnknownName,
+    XdpAttachMode, ZeroCopy,
+};
+pub use service::{
+    is_contiguous_netmask, is_prime, is_unicast, Backend, BackendField, Persistence, RuleViolation,
+    SchedulerFlags, Service, ServiceField, ServiceKey, DEFAULT_MAGLEV_TABLE_SIZE,
+    DEFAULT_PERSISTENCE_TIMEOUT, DEFAULT_WEIGHT, MAX_MAGLEV_TABLE_SIZE, MAX_TIMEOUT_SECS,
+    MAX_WEIGHT,
+};
+pub use settings::{
+    Admin, AdminTcp, Config, Conntrack, Interfaces, Kubernetes, PortRange, Snat, SnatPortSlice,
+    Timeouts, DEFAULT_ADMIN_SOCKET, DEFAULT_CONFIG_PATH, DEFAULT_CONNTRACK_CAPACITY,
+    DEFAULT_SERVICE_PROXY_NAME, DEFAULT_SNAT_PORTS, MAX_CONNTRACK_CAPACITY,
+};
+
+/// Parses and validates a configuration; `file` names it in diagnostics.
+pub fn parse_str(file: &str, text: &str) -> Result<Config, Invalid> {
+    validate::parse(file, text)
+}
+
+/// Reads and validates the configuration file at `path`.
+pub fn load(path: &Path) -> Result<Config, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(parse_str(&path.display().to_string(), &text)?)
+}
+
+impl Config {
+    /// A one-line summary for operators: topology, workers, services.
+    pub fn summary(&self) -> String {
+        let i = &self.interfaces;
+        let arms = match &i.backend {
+            Some(b) => format!("two-arm {} -> {}", i.client, b),
+            None => format!("one-arm on {}", i.client),
+        };
+        let workers: Vec<String> = i
+            .queues
+            .iter()
+            .zip(&i.cores)
+            .map(|(q, c)| format!("q{q}@cpu{c}"))
+            .collect();
+        let tcp = self
+            .services
+            .iter()
+            .filter(|s| s.key.protocol == Protocol::Tcp)
+            .count();
+        let backends: usize = self.services.iter().map(|s| s.backends.len()).sum();
+        let kube = if self.kubernetes.enabled {
+            format!("kubernetes on ({})", self.kubernetes.service_proxy_name)
+        } else {
+            "kubernetes off".to_owned()
+        };
+        format!(
+            "{arms}, {} worker{} [{}], poll {}, steering {}, {} SNAT address{}, {} services ({tcp} tcp, {} udp), {backends} backends, {kube}",
+            workers.len(),
+            if workers.len() == 1 { "" } else { "s" },
+            workers.join(" "),
+            i.poll,
+            i.steering,
+            self.snat.addresses.len(),
+            if self.snat.addresses.len() == 1 { "" } else { "es" },
+            self.services.len(),
+            self.services.len() - tcp,
+        )
+    }
+}

@@ -1,0 +1,475 @@
+//! The service model shared by the control and data planes: a virtual
+//! service (VIP, protocol, port), its scheduler and flags, persistence,
+//! source ACL, and its backends.
+//!
+//! The rules that make a service valid live here, in [`Service::check`], so
+//! every source (the config file, runtime edits, Kubernetes) enforces the
+//! same ones; a source maps the [`ServiceField`] of each [`RuleViolation`]
+//! to its own notion of a position (a file line, an option, an object).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::Ipv4Addr;
+
+use ipnet::Ipv4Net;
+
+use crate::names::{ForwardMethod, Protocol, Scheduler, SchedulerFlag};
+
+/// Default Maglev lookup table size per service (as Cilium): prime.
+pub const DEFAULT_MAGLEV_TABLE_SIZE: u32 = 16_381;
+/// Largest accepted Maglev table size (prime). Larger tables cost memory per
+/// service and gain nothing at the backend counts a gateway carries.
+pub const MAX_MAGLEV_TABLE_SIZE: u32 = 131_071;
+/// Largest backend weight (ipvsadm's limit).
+pub const MAX_WEIGHT: u32 = 65_535;
+/// Default backend weight.
+pub const DEFAULT_WEIGHT: u32 = 1;
+/// Default persistence timeout in seconds (ipvsadm `-p` without a value).
+pub const DEFAULT_PERSISTENCE_TIMEOUT: u32 = 300;
+/// Longest accepted timeout of any kind, in seconds (fits a u32 count of
+/// milliseconds with room for arithmetic: 2^31 ms).
+pub const MAX_TIMEOUT_SECS: u32 = 2_147_483;
+
+/// What identifies a virtual service: IPVS's (protocol, address, port).
+/// Port 0 means every port and is allowed only on a persistent service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ServiceKey {
+    /// Virtual IP.
+    pub vip: Ipv4Addr,
+    /// Transport protocol.
+    pub protocol: Protocol,
+    /// Virtual port (0 = all ports).
+    pub port: u16,
+}
+
+impl fmt::Display for ServiceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}:{}", self.protocol, self.vip, self.port)
+    }
+}
+
+/// Client persistence (IPVS `-p`/`-M`, Kubernetes sessionAffinity
+/// ClientIP): clients whose address matches under `netmask` stick to one
+/// backend for `timeout_secs` after their last connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Persistence {
+    /// Seconds a client's template outlives its last connection.
+    pub timeout_secs: u32,
+    /// Netmask applied to the client address (contiguous).
+    pub netmask: Ipv4Addr,
+}
+
+impl Default for Persistence {
+    fn default() -> Self {
+        Persistence {
+            timeout_secs: DEFAULT_PERSISTENCE_TIMEOUT,
+            netmask: Ipv4Addr::BROADCAST,
+        }
+    }
+}
+
+/// Flags of the hashing schedulers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct SchedulerFlags {
+    /// See [`SchedulerFlag::Fallback`].
+    pub fallback: bool,
+    /// See [`SchedulerFlag::Port`].
+    pub port: bool,
+}
+
+impl SchedulerFlags {
+    /// Whether no flag is set.
+    pub const fn is_empty(self) -> bool {
+        !self.fallback && !self.port
+    }
+
+    /// Sets one flag; returns whether it was already set.
+    pub fn set(&mut self, flag: SchedulerFlag) -> bool {
+        let slot = match flag {
+            SchedulerFlag::Fallback => &mut self.fallback,
+            SchedulerFlag::Port => &mut self.port,
+        };
+        std::mem::replace(slot, true)
+    }
+}
+
+/// One real server behind a virtual service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Backend {
+    /// Real server address.
+    pub address: Ipv4Addr,
+    /// Real server port; 0 only on a port-0 service, where each flow keeps
+    /// the port the client asked for.
+    pub port: u16,
+    /// Weight, 0..=65535; 0 quiesces the backend (no new flows, existing
+    /// flows continue).
+    pub weight: u32,
+    /// Forwarding method.
+    pub forward: ForwardMethod,
+}
+
+/// A virtual service and its backends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Service {
+    /// What identifies it.
+    pub key: ServiceKey,
+    /// Optional operator-facing name.
+    pub name: Option<String>,
+    /// Scheduling algorithm.
+    pub scheduler: Scheduler,
+    /// Flags of the hashing schedulers.
+    pub flags: SchedulerFlags,
+    /// Client persistence, if any.
+    pub persistence: Option<Persistence>,
+    /// Clients allowed to use the service; empty = everyone.
+    pub source_ranges: Vec<Ipv4Net>,
+    /// Maglev table size if set explicitly (mh only); see
+    /// [`Service::maglev_table_size`].
+    pub maglev_table_size: Option<u32>,
+    /// Real servers.
+    pub backends: Vec<Backend>,
+}
+
+impl Service {
+    /// A service with the defaults (wlc, no persistence, no backends).
+    pub fn new(key: ServiceKey) -> Self {
+        Service {
+            key,
+            name: None,
+            scheduler: Scheduler::DEFAULT,
+            flags: SchedulerFlags::default(),
+            persistence: None,
+            source_ranges: Vec::new(),
+            maglev_table_size: None,
+            backends: Vec::new(),
+        }
+    }
+
+    /// The Maglev table size this service uses (the default unless set).
+    pub fn maglev_table_size(&self) -> u32 {
+        self.maglev_table_size.unwrap_or(DEFAULT_MAGLEV_TABLE_SIZE)
+    }
+
+    /// Checks every rule of a valid service; returns each violation found,
+    /// in field order (empty = valid).
+    pub fn check(&self) -> Vec<RuleViolation> {
+        let mut out = Vec::new();
+        let mut violation = |field, message: String| out.push(RuleViolation { field, message });
+
+        if self.key.port == 0 && self.persistence.is_none() {
+            violation(
+                ServiceField::Port,
+                "port 0 (all ports) is allowed only on a persistent service".into(),
+            );
+        }
+        if !self.flags.is_empty() && !self.scheduler.takes_hash_flags() {
+            violation(
+                ServiceField::Flags,
+                format!(
+                    "scheduler {} takes no flags (fallback and port apply to dh, sh and mh)",
+                    self.scheduler
+                ),
+            );
+        }
+        if let Some(p) = &self.persistence {
+            if !(1..=MAX_TIMEOUT_SECS).contains(&p.timeout_secs) {
+                violation(
+                    ServiceField::PersistenceTimeout,
+                    format!(
+                        "{} is out of range (expected 1..={MAX_TIMEOUT_SECS} seconds)",
+                        p.timeout_secs
+                    ),
+                );
+            }
+            if !is_contiguous_netmask(p.netmask) {
+                violation(
+                    ServiceField::PersistenceNetmask,
+                    format!(
+                        "{} is not a contiguous netmask (e.g. 255.255.255.0)",
+                        p.netmask
+                    ),
+                );
+            }
+        }
+        self.check_maglev(&mut violation);
+        self.check_backends(&mut violation);
+        out
+    }
+
+    fn check_maglev(&self, violation: &mut impl FnMut(ServiceField, String)) {
+        if self.maglev_table_size.is_some() && self.scheduler != Scheduler::Mh {
+            violation(
+                ServiceField::MaglevTableSize,
+                format!(
+                    "only the mh scheduler uses a Maglev table (scheduler is {})",
+                    self.scheduler
+                ),
+            );
+            return;
+        }
+        if self.scheduler != Scheduler::Mh {
+            return;
+        }
+        let m = self.maglev_table_size();
+        if !(2..=MAX_MAGLEV_TABLE_SIZE).contains(&m) {
+            violation(
+                ServiceField::MaglevTableSize,
+                format!("{m} is out of range (expected a prime up to {MAX_MAGLEV_TABLE_SIZE})"),
+            );
+        } else if !is_prime(m) {
+            violation(
+                ServiceField::MaglevTableSize,
+                format!(
+                    "{m} is not prime (nearest primes: {} and {})",
+                    prev_prime(m),
+                    next_prime(m)
+                ),
+            );
+        } else if self.backends.len() as u64 >= u64::from(m) {
+            violation(
+                ServiceField::MaglevTableSize,
+                format!(
+                    "{m} must be larger than the number of backends ({})",
+                    self.backends.len()
+                ),
+            );
+        }
+    }
+
+    fn check_backends(&self, violation: &mut impl FnMut(ServiceField, String)) {
+        let mut seen: HashMap<(Ipv4Addr, u16), usize> = HashMap::new();
+        for (index, b) in self.backends.iter().enumerate() {
+            let at = |field| ServiceField::Backend { index, field };
+            if b.weight > MAX_WEIGHT {
+                violation(
+                    at(BackendField::Weight),
+                    format!("{} is out of range (expected 0..={MAX_WEIGHT})", b.weight),
+                );
+            }
+            if !is_unicast(b.address) {
+                violation(
+                    at(BackendField::Address),
+                    format!("{} is not a unicast address", b.address),
+                );
+            }
+            if self.key.port == 0 && b.port != 0 {
+                violation(
+                    at(BackendField::Port),
+                    "must be omitted on a port-0 service (each flow keeps the port the client asked for)"
+                        .into(),
+                );
+            } else if self.key.port != 0 && b.port == 0 {
+                violation(
+                    at(BackendField::Port),
+                    "port 0 is allowed only on a port-0 service".into(),
+                );
+            }
+            if let Some(first) = seen.insert((b.address, b.port), index) {
+                seen.insert((b.address, b.port), first);
+                violation(
+                    at(BackendField::Address),
+                    format!(
+                        "duplicate backend {}:{} (first in backends[{first}])",
+                        b.address, b.port
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// A field of a service, for locating a rule violation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceField {
+    /// `vip`.
+    Vip,
+    /// `port`.
+    Port,
+    /// `scheduler`.
+    Scheduler,
+    /// `flags`.
+    Flags,
+    /// `persistence.timeout`.
+    PersistenceTimeout,
+    /// `persistence.netmask`.
+    PersistenceNetmask,
+    /// `maglev_table_size`.
+    MaglevTableSize,
+    /// A field of one backend.
+    Backend {
+        /// Index in `backends`.
+        index: usize,
+        /// The field.
+        field: BackendField,
+    },
+}
+
+/// A field of a backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendField {
+    /// `address`.
+    Address,
+    /// `port`.
+    Port,
+    /// `weight`.
+    Weight,
+}
+
+impl fmt::Display for ServiceField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServiceField::Vip => f.write_str("vip"),
+            ServiceField::Port => f.write_str("port"),
+            ServiceField::Scheduler => f.write_str("scheduler"),
+            ServiceField::Flags => f.write_str("flags"),
+            ServiceField::PersistenceTimeout => f.write_str("persistence.timeout"),
+            ServiceField::PersistenceNetmask => f.write_str("persistence.netmask"),
+            ServiceField::MaglevTableSize => f.write_str("maglev_table_size"),
+            ServiceField::Backend { index, field } => {
+                let name = match field {
+                    BackendField::Address => "address",
+                    BackendField::Port => "port",
+                    BackendField::Weight => "weight",
+                };
+                write!(f, "backends[{index}].{name}")
+            }
+        }
+    }
+}
+
+/// One broken rule of a service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleViolation {
+    /// The field at fault.
+    pub field: ServiceField,
+    /// What is wrong and what is allowed.
+    pub message: String,
+}
+
+impl fmt::Display for RuleViolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Whether `mask` is a run of ones followed by zeros.
+pub fn is_contiguous_netmask(mask: Ipv4Addr) -> bool {
+    let m = u32::from(mask);
+    m.leading_ones() + m.trailing_zeros() == 32
+}
+
+/// Whether `addr` can be a VIP, SNAT address or backend: not unspecified,
+/// broadcast, multicast, loopback or in 0.0.0.0/8.
+pub fn is_unicast(addr: Ipv4Addr) -> bool {
+    !(addr.is_unspecified()
+        || addr.is_broadcast()
+        || addr.is_multicast()
+        || addr.is_loopback()
+        || addr.octets()[0] == 0)
+}
+
+/// Deterministic primality by trial division (inputs are table sizes,
+/// ≤ a few million: at most ~1,000 divisions).
+pub fn is_prime(n: u32) -> bool {
+    if n < 2 {
+        return false;
+    }
+    if n < 4 {
+        return true;
+    }
+    if n % 2 == 0 {
+        return false;
+    }
+    let n = u64::from(n);
+    let mut d = 3u64;
+    while d * d <= n {
+        if n % d == 0 {
+            return false;
+        }
+        d += 2;
+    }
+    true
+}
+
+fn next_prime(n: u32) -> u32 {
+    (n.saturating_add(1)..=u32::MAX)
+        .find(|&k| is_prime(k))
+        .unwrap_or(n)
+}
+
+fn prev_prime(n: u32) -> u32 {
+    (2..n).rev().find(|&k| is_prime(k)).unwrap_or(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(port: u16) -> ServiceKey {
+        ServiceKey {
+            vip: Ipv4Addr::new(198, 19, 0, 1),
+            protocol: Protocol::Tcp,
+            port,
+        }
+    }
+
+    fn backend(last: u8, weight: u32) -> Backend {
+        Backend {
+            address: Ipv4Addr::new(198, 18, 1, last),
+            port: 8080,
+            weight,
+            forward: ForwardMethod::Masq,
+        }
+    }
+
+    #[test]
+    fn primes() {
+        assert!(is_prime(16_381));
+        assert!(is_prime(65_537));
+        assert!(is_prime(131_071));
+        assert!(is_prime(655_373));
+        assert!(!is_prime(65_536));
+        assert!(!is_prime(1));
+        assert_eq!(next_prime(16_382), 16_411);
+        assert_eq!(prev_prime(16_382), 16_381);
+    }
+
+    #[test]
+    fn netmasks() {
+        assert!(is_contiguous_netmask(Ipv4Addr::new(255, 255, 255, 0)));
+        assert!(is_contiguous_netmask(Ipv4Addr::new(0, 0, 0, 0)));
+        assert!(is_contiguous_netmask(Ipv4Addr::BROADCAST));
+        assert!(!is_contiguous_netmask(Ipv4Addr::new(255, 0, 255, 0)));
+    }
+
+    #[test]
+    fn valid_service_has_no_violation() {
+        let mut s = Service::new(key(80));
+        s.backends = vec![backend(1, 1), backend(2, 0), backend(3, 65_535)];
+        assert_eq!(s.check(), vec![]);
+        s.scheduler = Scheduler::Mh;
+        s.flags.fallback = true;
+        assert_eq!(s.check(), vec![]);
+    }
+
+    #[test]
+    fn every_violation_names_its_field() {
+        let mut s = Service::new(key(0));
+        s.flags.port = true;
+        s.maglev_table_size = Some(16_381);
+        s.backends = vec![backend(1, 70_000), backend(1, 1)];
+        let got: Vec<String> = s.check().iter().map(ToString::to_string).collect();
+        assert_eq!(
+            got,
+            vec![
+                "port: port 0 (all ports) is allowed only on a persistent service",
+                "flags: scheduler wlc takes no flags (fallback and port apply to dh, sh and mh)",
+                "maglev_table_size: only the mh scheduler uses a Maglev table (scheduler is wlc)",
+                "backends[0].weight: 70000 is out of range (expected 0..=65535)",
+                "backends[0].port: must be omitted on a port-0 service (each flow keeps the port the client asked for)",
+                "backends[1].port: must be omitted on a port-0 service (each flow keeps the port the client asked for)",
+                "backends[1].address: duplicate backend 198.18.1.1:8080 (first in backends[0])",
+            ]
+        );
+    }
+}

@@ -1,0 +1,305 @@
+//! The validated configuration of one xvs instance: interfaces and workers,
+//! SNAT, conntrack sizing and timeouts, the admin API, the Kubernetes source,
+//! and the static services.
+//!
+//! Invariant: a [`Config`] is only ever built by validation
+//! ([`crate::parse_str`]) or from [`Default`] parts, so a worker count, a
+//! port slice or a timeout read from it is already known to be consistent
+//! (as many cores as queues, slices disjoint and inside the range, timeouts
+//! in range).
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+use crate::names::{ArmMode, PollMode, Steering, XdpAttachMode, ZeroCopy};
+use crate::service::Service;
+
+/// Default path of the config file.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/xvs/xvs.toml";
+/// Default path of the admin API's unix socket.
+pub const DEFAULT_ADMIN_SOCKET: &str = "/run/xvs/xvs.sock";
+/// Default `service.kubernetes.io/service-proxy-name` label value.
+pub const DEFAULT_SERVICE_PROXY_NAME: &str = "xvs";
+/// Default conntrack capacity (flows, all workers together).
+pub const DEFAULT_CONNTRACK_CAPACITY: u32 = 1 << 20;
+/// Largest conntrack capacity accepted (flows, all workers together).
+pub const MAX_CONNTRACK_CAPACITY: u32 = 1 << 28;
+/// Default SNAT port range (the ephemeral range most kernels leave free is
+/// different; this one avoids well-known ports).
+pub const DEFAULT_SNAT_PORTS: PortRange = PortRange {
+    first: 1024,
+    last: 65_535,
+};
+
+/// A validated configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Interfaces, queues and workers.
+    pub interfaces: Interfaces,
+    /// Source NAT towards backends.
+    pub snat: Snat,
+    /// Connection tracking.
+    pub conntrack: Conntrack,
+    /// Admin API.
+    pub admin: Admin,
+    /// Kubernetes source.
+    pub kubernetes: Kubernetes,
+    /// Services from the file.
+    pub services: Vec<Service>,
+}
+
+impl Config {
+    /// Number of data-plane workers (one per queue).
+    pub fn workers(&self) -> usize {
+        self.interfaces.queues.len()
+    }
+}
+
+/// Interfaces the data plane binds, and its workers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interfaces {
+    /// One-arm or two-arm.
+    pub mode: ArmMode,
+    /// Client-facing interface (in one-arm mode, also backend-facing).
+    pub client: String,
+    /// Backend-facing interface (two-arm mode only).
+    pub backend: Option<String>,
+    /// RX queues, one worker each.
+    pub queues: Vec<u32>,
+    /// CPU core of each worker (`cores[i]` runs the worker of `queues[i]`).
+    pub cores: Vec<usize>,
+    /// How workers wait for packets.
+    pub poll: PollMode,
+    /// Which packets the XDP program hands to xvs.
+    pub steering: Steering,
+    /// How the XDP program is attached.
+    pub xdp_mode: XdpAttachMode,
+    /// Zero-copy policy of the AF_XDP sockets.
+    pub zero_copy: ZeroCopy,
+}
+
+/// An inclusive range of ports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PortRange {
+    /// First port.
+    pub first: u16,
+    /// Last port (inclusive).
+    pub last: u16,
+}
+
+impl PortRange {
+    /// Number of ports in the range.
+    pub const fn len(self) -> u32 {
+        self.last as u32 - self.first as u32 + 1
+    }
+
+    /// Whether two ranges share a port.
+    pub const fn overlaps(self, other: PortRange) -> bool {
+        self.first <= other.last && other.first <= self.last
+    }
+
+    /// Whether `other` lies inside `self`.
+    pub const fn contains_range(self, other: PortRange) -> bool {
+        self.first <= other.first && other.last <= self.last
+    }
+
+    /// Splits the range into `n` disjoint, contiguous slices of nearly
+    /// equal size (the first `len % n` get one port more). `n` must be at
+    /// least 1 and at most `len`.
+    pub fn split(self, n: usize) -> Vec<SnatPortSlice> {
+        let n = n.max(1) as u32;
+        let (base, extra) = (self.len() / n, self.len() % n);
+        let mut next = u32::from(self.first);
+        (0..n)
+            .map(|i| {
+                let size = base + u32::from(i < extra);
+                let slice = SnatPortSlice {
+                    first: next as u16,
+                    last: (next + size - 1) as u16,
+                };
+                next += size;
+                slice
+            })
+            .collect()
+    }
+}
+
+impl std::fmt::Display for PortRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.first, self.last)
+    }
+}
+
+/// The SNAT ports one worker allocates from: disjoint from every other
+/// worker's, so the owner of a reply is computable from its port.
+pub type SnatPortSlice = PortRange;
+
+/// Source NAT towards backends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snat {
+    /// Addresses the gateway uses as source towards backends.
+    pub addresses: Vec<Ipv4Addr>,
+    /// The whole port range.
+    pub ports: PortRange,
+    /// Each worker's slice, in queue order (disjoint, inside `ports`).
+    pub worker_ports: Vec<SnatPortSlice>,
+}
+
+/// Connection tracking sizing and timeouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conntrack {
+    /// Flows, all workers together (each worker gets an equal share).
+    pub capacity: u32,
+    /// Per-state timeouts.
+    pub timeouts: Timeouts,
+}
+
+impl Default for Conntrack {
+    fn default() -> Self {
+        Conntrack {
+            capacity: DEFAULT_CONNTRACK_CAPACITY,
+            timeouts: Timeouts::default(),
+        }
+    }
+}
+
+/// Per-state timeouts in seconds; defaults are IPVS's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// TCP ESTABLISHED.
+    pub established: u32,
+    /// TCP SYN_SENT.
+    pub syn_sent: u32,
+    /// TCP SYN_RECV.
+    pub syn_recv: u32,
+    /// TCP FIN_WAIT.
+    pub fin_wait: u32,
+    /// TCP TIME_WAIT.
+    pub time_wait: u32,
+    /// TCP CLOSE.
+    pub close: u32,
+    /// TCP CLOSE_WAIT.
+    pub close_wait: u32,
+    /// TCP LAST_ACK.
+    pub last_ack: u32,
+    /// TCP SYNACK.
+    pub synack: u32,
+    /// UDP.
+    pub udp: u32,
+    /// ICMP.
+    pub icmp: u32,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            established: 900,
+            syn_sent: 120,
+            syn_recv: 60,
+            fin_wait: 120,
+            time_wait: 120,
+            close: 10,
+            close_wait: 60,
+            last_ack: 30,
+            synack: 120,
+            udp: 300,
+            icmp: 60,
+        }
+    }
+}
+
+/// Admin API endpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admin {
+    /// Unix socket path (mode 0600).
+    pub socket: PathBuf,
+    /// Optional TCP listener; always with a bearer token.
+    pub tcp: Option<AdminTcp>,
+}
+
+impl Default for Admin {
+    fn default() -> Self {
+        Admin {
+            socket: PathBuf::from(DEFAULT_ADMIN_SOCKET),
+            tcp: None,
+        }
+    }
+}
+
+/// The admin API's TCP listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminTcp {
+    /// Address to listen on.
+    pub address: SocketAddr,
+    /// File holding the bearer token clients must present.
+    pub token_file: PathBuf,
+}
+
+/// The Kubernetes source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kubernetes {
+    /// Whether to watch Services and EndpointSlices.
+    pub enabled: bool,
+    /// Kubeconfig path; in-cluster configuration when absent.
+    pub kubeconfig: Option<PathBuf>,
+    /// Only Services labelled `service.kubernetes.io/service-proxy-name`
+    /// with this value are served.
+    pub service_proxy_name: String,
+}
+
+impl Default for Kubernetes {
+    fn default() -> Self {
+        Kubernetes {
+            enabled: false,
+            kubeconfig: None,
+            service_proxy_name: DEFAULT_SERVICE_PROXY_NAME.to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_is_disjoint_and_covers_the_range() {
+        let r = PortRange {
+            first: 1024,
+            last: 65_535,
+        };
+        for n in 1..=7 {
+            let slices = r.split(n);
+            assert_eq!(slices.len(), n);
+            assert_eq!(slices[0].first, r.first);
+            assert_eq!(slices[n - 1].last, r.last);
+            for w in slices.windows(2) {
+                assert_eq!(u32::from(w[0].last) + 1, u32::from(w[1].first));
+            }
+            let total: u32 = slices.iter().map(|s| s.len()).sum();
+            assert_eq!(total, r.len());
+            let sizes: Vec<u32> = slices.iter().map(|s| s.len()).collect();
+            assert!(sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 1);
+        }
+    }
+
+    #[test]
+    fn overlap() {
+        let a = PortRange {
+            first: 10,
+            last: 20,
+        };
+        assert!(a.overlaps(PortRange {
+            first: 20,
+            last: 30
+        }));
+        assert!(!a.overlaps(PortRange {
+            first: 21,
+            last: 30
+        }));
+        assert!(a.contains_range(PortRange {
+            first: 10,
+            last: 20
+        }));
+        assert!(!a.contains_range(PortRange { first: 9, last: 20 }));
+    }
+}

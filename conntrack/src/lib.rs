@@ -1,0 +1,6 @@
+//! xvs-conntrack: the per-queue connection tracking table (sans-IO: `now` is
+//! an argument, one table per worker, no locks).
+//!
+//! The timeouts it applies are [`xvs_config::Timeouts`] (IPVS's defaults).
+
+pub use xvs_config::Timeouts;

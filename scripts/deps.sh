@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that building and testing xvs need, and only
+# those that are missing. Idempotent: a second run installs nothing and does
+# not touch the network.
+set -euo pipefail
+
+# Build: clang/llvm compile the XDP steering program and libxdp/libbpf (via
+# xsk-rs); libelf, zlib, libpcap headers, m4 and pkg-config are what
+# libxdp/libbpf's build needs; libbpf-dev gives the BPF program its headers.
+# Tests: iproute2 (netns, veth), ethtool (offloads off on veths), iptables and
+# nftables (the baselines of the end-to-end bench), systemd (systemd-analyze
+# verify of the unit file).
+packages=(
+  clang llvm libelf-dev zlib1g-dev libpcap-dev libbpf-dev m4 pkg-config
+  gcc make iproute2 ethtool iptables nftables systemd
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "deps: missing packages: ${missing[*]}; run 'make deps' as root" >&2
+  exit 1
+fi
+
+echo "deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
