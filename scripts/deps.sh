@@ -12,7 +12,7 @@ set -euo pipefail
 # verify of the unit file).
 packages=(
   clang llvm libelf-dev zlib1g-dev libpcap-dev libbpf-dev m4 pkg-config
-  gcc make iproute2 ethtool iptables nftables systemd
+  gcc g++ make iproute2 ethtool iptables nftables systemd
 )
 
 missing=()

@@ -89,7 +89,7 @@ pub struct PortRange {
 
 impl PortRange {
     /// Number of ports in the range.
-    pub const fn len(self) -> u32 {
+    pub const fn size(self) -> u32 {
         self.last as u32 - self.first as u32 + 1
     }
 
@@ -108,7 +108,7 @@ impl PortRange {
     /// least 1 and at most `len`.
     pub fn split(self, n: usize) -> Vec<SnatPortSlice> {
         let n = n.max(1) as u32;
-        let (base, extra) = (self.len() / n, self.len() % n);
+        let (base, extra) = (self.size() / n, self.size() % n);
         let mut next = u32::from(self.first);
         (0..n)
             .map(|i| {
@@ -275,9 +275,9 @@ mod tests {
             for w in slices.windows(2) {
                 assert_eq!(u32::from(w[0].last) + 1, u32::from(w[1].first));
             }
-            let total: u32 = slices.iter().map(|s| s.len()).sum();
-            assert_eq!(total, r.len());
-            let sizes: Vec<u32> = slices.iter().map(|s| s.len()).collect();
+            let total: u32 = slices.iter().map(|s| s.size()).sum();
+            assert_eq!(total, r.size());
+            let sizes: Vec<u32> = slices.iter().map(|s| s.size()).collect();
             assert!(sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 1);
         }
     }

@@ -1,6 +1,8 @@
 //! `xvsadm`: the ipvsadm-style administration CLI of xvs.
 
-use clap::Parser;
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser};
 
 /// xvsadm: inspect and edit the virtual services of a running xvs, with
 /// ipvsadm's options and output formats.
@@ -8,6 +10,9 @@ use clap::Parser;
 #[command(name = "xvsadm", version, about, long_about = None)]
 struct Cli {}
 
-fn main() {
+fn main() -> ExitCode {
     Cli::parse();
+    let _ = Cli::command().print_help();
+    eprintln!("xvsadm: no command given");
+    ExitCode::from(2)
 }

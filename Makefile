@@ -1,0 +1,59 @@
+# xvs — the README's commands: `make demo` (the main job) and `make test`.
+SHELL := /bin/bash
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+CARGO ?= cargo
+
+# Privileged tests (netns, AF_XDP) must not skip silently when they can run.
+ifeq ($(shell id -u),0)
+export XVS_REQUIRE_PRIVILEGED := 1
+endif
+
+.PHONY: all deps build test lint unit fuzz-build fuzz bench demo clean
+
+all: build
+
+## deps: install the Debian packages the build and tests need (only missing ones)
+deps:
+	@bash scripts/deps.sh
+
+## build: debug build of the whole workspace
+build: deps
+	$(CARGO) build --workspace --all-targets
+
+## test: formatting, clippy, every test, and the fuzz targets build
+test: deps lint fuzz-build unit
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+unit:
+	$(CARGO) test --workspace
+
+# The fuzz crates live outside the workspace; building them on stable proves
+# they compile (cargo-fuzz adds the sanitizer flags when fuzzing for real).
+FUZZ_CRATES := config/fuzz
+fuzz-build:
+	@for c in $(FUZZ_CRATES); do \
+	  echo "building fuzz targets in $$c"; \
+	  $(CARGO) build --manifest-path $$c/Cargo.toml --target-dir target/fuzz || exit 1; \
+	done
+
+## fuzz: run each fuzz target for FUZZ_SECONDS (needs nightly and cargo-fuzz)
+FUZZ_SECONDS ?= 60
+fuzz:
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	cd config && $(CARGO) +nightly fuzz run parse_config -- -max_total_time=$(FUZZ_SECONDS)
+
+## bench: criterion micro-benchmarks (release profile)
+bench: deps
+	$(CARGO) bench --workspace
+
+## demo: the main job on a built-in network-namespace topology
+demo: deps
+	@echo "make demo: the demo runs xvs's AF_XDP data plane on a network-namespace" >&2
+	@echo "topology; this build has no data plane yet, so there is nothing to run." >&2
+	@exit 1
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,445 @@
+//! Rules of the settings sections: interfaces, SNAT, conntrack, admin API
+//! and the Kubernetes source.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::PathBuf;
+
+use super::{every, Checker, MAX_CORE, MAX_IFNAME, MAX_QUEUE};
+use crate::names::{ArmMode, PollMode, Steering, XdpAttachMode, ZeroCopy};
+use crate::raw::{RawAdmin, RawConntrack, RawInterfaces, RawKubernetes, RawSnat, RawTimeouts, Sp};
+use crate::service::Service;
+use crate::settings::{
+    Admin, AdminTcp, Conntrack, Interfaces, Kubernetes, PortRange, Snat, Timeouts,
+    DEFAULT_ADMIN_SOCKET, DEFAULT_SERVICE_PROXY_NAME, DEFAULT_SNAT_PORTS, MAX_CONNTRACK_CAPACITY,
+};
+
+impl Checker<'_> {
+    fn ifname(&mut self, v: &Sp<String>, field: &str) -> Option<String> {
+        let name = v.get_ref();
+        let ok = !name.is_empty()
+            && name.len() <= MAX_IFNAME
+            && name != "."
+            && name != ".."
+            && !name
+                .contains(|c: char| c == '/' || c == ':' || c.is_whitespace() || c.is_control());
+        if ok {
+            Some(name.clone())
+        } else {
+            self.report(
+                &v.span(),
+                field,
+                format!("\"{name}\" is not an interface name (1 to {MAX_IFNAME} characters, no '/', ':' or spaces)"),
+            );
+            None
+        }
+    }
+
+    pub(super) fn interfaces(&mut self, raw: Sp<RawInterfaces>) -> Option<Interfaces> {
+        let table = raw.span();
+        let raw = raw.into_inner();
+        let mode = raw.mode.unwrap_or(ArmMode::OneArm);
+        let client = self.ifname(&raw.client, "interfaces.client");
+        let backend = match (mode, &raw.backend) {
+            (ArmMode::OneArm, Some(b)) => {
+                self.report(
+                    &b.span(),
+                    "interfaces.backend",
+                    "only allowed in two-arm mode (interfaces.mode is one-arm)",
+                );
+                None
+            }
+            (ArmMode::OneArm, None) => Some(None),
+            (ArmMode::TwoArm, None) => {
+                self.report(
+                    &table,
+                    "interfaces.backend",
+                    "required in two-arm mode (the backend-facing interface)",
+                );
+                None
+            }
+            (ArmMode::TwoArm, Some(b)) => {
+                let name = self.ifname(b, "interfaces.backend")?;
+                if Some(&name) == client.as_ref() {
+                    self.report(
+                        &b.span(),
+                        "interfaces.backend",
+                        format!("must differ from interfaces.client (both are \"{name}\")"),
+                    );
+                    None
+                } else {
+                    Some(Some(name))
+                }
+            }
+        };
+
+        let queues = match &raw.queues {
+            None => Some(vec![0]),
+            Some(list) => self.unique_ints(list, "interfaces.queues", "queue", MAX_QUEUE, ""),
+        };
+        let cores = match (&raw.cores, &queues) {
+            (None, Some(q)) => Some((0..q.len()).collect()),
+            (None, None) => None,
+            (Some(list), _) => {
+                let cores: Vec<usize> = self.unique_ints(
+                    list,
+                    "interfaces.cores",
+                    "core",
+                    MAX_CORE,
+                    " (each worker needs a core of its own)",
+                )?;
+                match &queues {
+                    Some(q) if q.len() != cores.len() => {
+                        self.report(
+                            &list.span(),
+                            "interfaces.cores",
+                            format!(
+                                "{} cores for {} queues (one core per queue, in the same order)",
+                                cores.len(),
+                                q.len()
+                            ),
+                        );
+                        None
+                    }
+                    _ => Some(cores),
+                }
+            }
+        };
+        Some(Interfaces {
+            mode,
+            client: client?,
+            backend: backend?,
+            queues: queues?,
+            cores: cores?,
+            poll: raw.poll.unwrap_or(PollMode::Adaptive),
+            steering: raw.steering.unwrap_or(Steering::Vip),
+            xdp_mode: raw.xdp_mode.unwrap_or(XdpAttachMode::Auto),
+            zero_copy: raw.zero_copy.unwrap_or(ZeroCopy::Auto),
+        })
+    }
+
+    /// A non-empty list of distinct integers in `0..=max`.
+    fn unique_ints<T: TryFrom<i64>>(
+        &mut self,
+        list: &Sp<Vec<Sp<i64>>>,
+        field: &str,
+        what: &str,
+        max: i64,
+        why_unique: &str,
+    ) -> Option<Vec<T>> {
+        if list.get_ref().is_empty() {
+            self.report(
+                &list.span(),
+                field,
+                format!("must list at least one {what}"),
+            );
+            return None;
+        }
+        let mut seen = HashSet::new();
+        let values = list.get_ref().iter().enumerate().map(|(i, v)| {
+            let path = format!("{field}[{i}]");
+            let value = self.int_in::<i64>(v, &path, 0..max + 1, &format!("0..={max}"))?;
+            if !seen.insert(value) {
+                self.report(
+                    &v.span(),
+                    path,
+                    format!("{what} {value} listed twice{why_unique}"),
+                );
+                return None;
+            }
+            T::try_from(value).ok()
+        });
+        every(values)
+    }
+
+    fn port_range(&mut self, v: &Sp<String>, field: &str) -> Option<PortRange> {
+        let text = v.get_ref();
+        let parsed = text.split_once('-').and_then(|(a, b)| {
+            Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?))
+        });
+        let msg = match parsed {
+            None => format!(
+                "\"{text}\" is not a port range (expected \"FIRST-LAST\", e.g. \"1024-65535\")"
+            ),
+            Some((0, _)) => format!("\"{text}\": port 0 cannot be allocated (ports start at 1)"),
+            Some((first, last)) if first > last => {
+                format!("\"{text}\": first port {first} is above last port {last}")
+            }
+            Some((first, last)) => return Some(PortRange { first, last }),
+        };
+        self.report(&v.span(), field, msg);
+        None
+    }
+
+    /// SNAT settings, and the span of each address (for the VIP check).
+    pub(super) fn snat(
+        &mut self,
+        raw: Sp<RawSnat>,
+        workers: Option<usize>,
+    ) -> Option<(Snat, Vec<Range<usize>>)> {
+        let raw = raw.into_inner();
+        let mut seen = HashSet::new();
+        let mut addresses = every(raw.addresses.get_ref().iter().enumerate().map(|(i, a)| {
+            let field = format!("snat.addresses[{i}]");
+            let addr = self.unicast(a, &field)?;
+            if !seen.insert(addr) {
+                self.report(&a.span(), field, format!("{addr} listed twice"));
+                return None;
+            }
+            Some((addr, a.span()))
+        }));
+        if raw.addresses.get_ref().is_empty() {
+            self.report(
+                &raw.addresses.span(),
+                "snat.addresses",
+                "must list at least one address",
+            );
+            addresses = None;
+        }
+
+        let ports = match &raw.ports {
+            None => Some(DEFAULT_SNAT_PORTS),
+            Some(p) => self.port_range(p, "snat.ports"),
+        };
+        let (ports, workers) = (ports?, workers?);
+        let worker_ports = match &raw.worker_ports {
+            None => {
+                if ports.size() < workers as u32 {
+                    let span = raw.ports.as_ref().map_or(0..0, |p| p.span());
+                    self.report(
+                        &span,
+                        "snat.ports",
+                        format!(
+                            "{ports} has {} ports for {workers} workers (each worker needs a slice of its own)",
+                            ports.size()
+                        ),
+                    );
+                    None
+                } else {
+                    Some(ports.split(workers))
+                }
+            }
+            Some(list) => self.worker_ports(list, ports, workers),
+        };
+        let (addresses, spans) = addresses?.into_iter().unzip();
+        Some((
+            Snat {
+                addresses,
+                ports,
+                worker_ports: worker_ports?,
+            },
+            spans,
+        ))
+    }
+
+    fn worker_ports(
+        &mut self,
+        list: &Sp<Vec<Sp<String>>>,
+        ports: PortRange,
+        workers: usize,
+    ) -> Option<Vec<PortRange>> {
+        if list.get_ref().len() != workers {
+            self.report(
+                &list.span(),
+                "snat.worker_ports",
+                format!(
+                    "{} slices for {workers} workers (one slice per queue, in the same order)",
+                    list.get_ref().len()
+                ),
+            );
+            return None;
+        }
+        let mut accepted: Vec<PortRange> = Vec::new();
+        every(list.get_ref().iter().enumerate().map(|(i, v)| {
+            let field = format!("snat.worker_ports[{i}]");
+            let slice = self.port_range(v, &field)?;
+            if !ports.contains_range(slice) {
+                self.report(&v.span(), field, format!("{slice} is outside snat.ports ({ports})"));
+                return None;
+            }
+            if let Some(j) = accepted.iter().position(|o| o.overlaps(slice)) {
+                let other = accepted[j];
+                self.report(
+                    &v.span(),
+                    field,
+                    format!("{slice} overlaps snat.worker_ports[{j}] ({other}): each worker needs ports of its own"),
+                );
+                return None;
+            }
+            accepted.push(slice);
+            Some(slice)
+        }))
+    }
+
+    pub(super) fn conntrack(
+        &mut self,
+        raw: RawConntrack,
+        workers: Option<usize>,
+    ) -> Option<Conntrack> {
+        let capacity = match &raw.capacity {
+            None => Some(Conntrack::default().capacity),
+            Some(v) => {
+                let cap: Option<u32> = self.int_in(
+                    v,
+                    "conntrack.capacity",
+                    1..i64::from(MAX_CONNTRACK_CAPACITY) + 1,
+                    &format!("1..={MAX_CONNTRACK_CAPACITY} flows"),
+                );
+                match (cap, workers) {
+                    (Some(c), Some(w)) if (c as usize) < w => {
+                        self.report(
+                            &v.span(),
+                            "conntrack.capacity",
+                            format!("{c} is below one flow per worker ({w} workers)"),
+                        );
+                        None
+                    }
+                    _ => cap,
+                }
+            }
+        };
+        let timeouts = self.timeouts(&raw.timeouts);
+        Some(Conntrack {
+            capacity: capacity?,
+            timeouts: timeouts?,
+        })
+    }
+
+    fn timeouts(&mut self, raw: &RawTimeouts) -> Option<Timeouts> {
+        let mut t = Timeouts::default();
+        let mut ok = true;
+        let fields: [(&str, &Option<Sp<i64>>, &mut u32); 11] = [
+            ("established", &raw.established, &mut t.established),
+            ("syn_sent", &raw.syn_sent, &mut t.syn_sent),
+            ("syn_recv", &raw.syn_recv, &mut t.syn_recv),
+            ("fin_wait", &raw.fin_wait, &mut t.fin_wait),
+            ("time_wait", &raw.time_wait, &mut t.time_wait),
+            ("close", &raw.close, &mut t.close),
+            ("close_wait", &raw.close_wait, &mut t.close_wait),
+            ("last_ack", &raw.last_ack, &mut t.last_ack),
+            ("synack", &raw.synack, &mut t.synack),
+            ("udp", &raw.udp, &mut t.udp),
+            ("icmp", &raw.icmp, &mut t.icmp),
+        ];
+        for (name, value, slot) in fields {
+            if let Some(v) = value {
+                let field = format!("conntrack.timeouts.{name}");
+                match self.timeout_secs(v, &field) {
+                    Some(secs) => *slot = secs,
+                    None => ok = false,
+                }
+            }
+        }
+        ok.then_some(t)
+    }
+
+    pub(super) fn admin(&mut self, raw: RawAdmin) -> Option<Admin> {
+        let socket = match &raw.socket {
+            None => Some(PathBuf::from(DEFAULT_ADMIN_SOCKET)),
+            Some(s) => self.absolute_path(s, "admin.socket"),
+        };
+        let token_file = match &raw.token_file {
+            None => Some(None),
+            Some(t) => self.absolute_path(t, "admin.token_file").map(Some),
+        };
+        let tcp = match &raw.tcp {
+            None => Some(None),
+            Some(t) => match t.get_ref().parse::<SocketAddr>() {
+                Err(_) => {
+                    self.report(
+                        &t.span(),
+                        "admin.tcp",
+                        format!(
+                            "\"{}\" is not an address:port (e.g. \"127.0.0.1:9180\")",
+                            t.get_ref()
+                        ),
+                    );
+                    None
+                }
+                Ok(address) => match &token_file {
+                    Some(Some(token_file)) => Some(Some(AdminTcp {
+                        address,
+                        token_file: token_file.clone(),
+                    })),
+                    Some(None) => {
+                        self.report(
+                            &t.span(),
+                            "admin.token_file",
+                            "required when admin.tcp is set (the API never listens on TCP without a bearer token)",
+                        );
+                        None
+                    }
+                    None => None,
+                },
+            },
+        };
+        token_file?;
+        Some(Admin {
+            socket: socket?,
+            tcp: tcp?,
+        })
+    }
+
+    pub(super) fn kubernetes(&mut self, raw: RawKubernetes) -> Option<Kubernetes> {
+        let kubeconfig = match &raw.kubeconfig {
+            None => Some(None),
+            Some(k) if k.get_ref().is_empty() => {
+                self.report(
+                    &k.span(),
+                    "kubernetes.kubeconfig",
+                    "must not be empty (omit it for in-cluster configuration)",
+                );
+                None
+            }
+            Some(k) => Some(Some(PathBuf::from(k.get_ref()))),
+        };
+        let service_proxy_name = match &raw.service_proxy_name {
+            None => Some(DEFAULT_SERVICE_PROXY_NAME.to_owned()),
+            Some(n) if is_label_value(n.get_ref()) => Some(n.get_ref().clone()),
+            Some(n) => {
+                self.report(
+                    &n.span(),
+                    "kubernetes.service_proxy_name",
+                    format!(
+                        "\"{}\" is not a label value (1 to 63 of A-Z a-z 0-9 - _ ., starting and ending alphanumeric)",
+                        n.get_ref()
+                    ),
+                );
+                None
+            }
+        };
+        Some(Kubernetes {
+            enabled: raw.enabled.unwrap_or(false),
+            kubeconfig: kubeconfig?,
+            service_proxy_name: service_proxy_name?,
+        })
+    }
+
+    /// The services, each with its header span, or `None` if any is invalid.
+    pub(super) fn snat_not_vip(
+        &mut self,
+        snat: &(Snat, Vec<Range<usize>>),
+        services: &[(Service, Range<usize>)],
+    ) {
+        for (k, (addr, span)) in snat.0.addresses.iter().zip(&snat.1).enumerate() {
+            if let Some(i) = services.iter().position(|(s, _)| s.key.vip == *addr) {
+                self.report(
+                    span,
+                    format!("snat.addresses[{k}]"),
+                    format!("{addr} is also the VIP of services[{i}] (a SNAT address must not be a VIP)"),
+                );
+            }
+        }
+    }
+}
+
+/// A Kubernetes label value, non-empty.
+fn is_label_value(s: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_alphanumeric();
+    (1..=63).contains(&s.len())
+        && s.starts_with(alnum)
+        && s.ends_with(alnum)
+        && s.chars()
+            .all(|c| alnum(c) || c == '-' || c == '_' || c == '.')
+}

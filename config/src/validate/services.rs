@@ -1,0 +1,220 @@
+//! Rules of the services list: each service through [`Service::check`],
+//! located in the file, and duplicates across services.
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::ops::Range;
+
+use ipnet::Ipv4Net;
+
+use super::{every, Checker};
+use crate::names::{ForwardMethod, Protocol, Scheduler};
+use crate::raw::{RawBackend, RawService, Sp};
+use crate::service::{
+    Backend, BackendField, Persistence, SchedulerFlags, Service, ServiceField, ServiceKey,
+    DEFAULT_WEIGHT, MAX_MAGLEV_TABLE_SIZE, MAX_WEIGHT,
+};
+
+impl Checker<'_> {
+    pub(super) fn services(
+        &mut self,
+        raw: Vec<Sp<RawService>>,
+    ) -> Option<Vec<(Service, Range<usize>)>> {
+        let mut first: HashMap<ServiceKey, (usize, Range<usize>)> = HashMap::new();
+        every(raw.iter().enumerate().map(|(i, s)| {
+            let service = self.service(i, s)?;
+            if let Some((j, at)) = first.get(&service.key) {
+                let (line, _) = self.locator.position(at);
+                self.report(
+                    &s.span(),
+                    format!("services[{i}]"),
+                    format!(
+                        "duplicate service {} (first defined by services[{j}] at line {line})",
+                        service.key
+                    ),
+                );
+                return None;
+            }
+            first.insert(service.key, (i, s.span()));
+            Some((service, s.span()))
+        }))
+    }
+
+    fn service(&mut self, i: usize, raw: &Sp<RawService>) -> Option<Service> {
+        let header = raw.span();
+        let r = raw.get_ref();
+        let at = format!("services[{i}]");
+        let vip = self.unicast(&r.vip, &format!("{at}.vip"));
+        let port: Option<u16> = self.int_in(&r.port, &format!("{at}.port"), 0..65_536, "0..=65535");
+        let persistence = match &r.persistence {
+            None => Some(None),
+            Some(p) => {
+                let p = p.get_ref();
+                let mut out = Persistence::default();
+                let timeout = match &p.timeout {
+                    None => Some(out.timeout_secs),
+                    Some(t) => self.timeout_secs(t, &format!("{at}.persistence.timeout")),
+                };
+                let netmask = match &p.netmask {
+                    None => Some(out.netmask),
+                    Some(m) => self.ipv4(m, &format!("{at}.persistence.netmask")),
+                };
+                out.timeout_secs = timeout?;
+                out.netmask = netmask?;
+                Some(Some(out))
+            }
+        };
+        let mut flags = SchedulerFlags::default();
+        let mut flags_ok = true;
+        if let Some(list) = &r.flags {
+            for (k, f) in list.get_ref().iter().enumerate() {
+                if flags.set(*f.get_ref()) {
+                    self.report(
+                        &f.span(),
+                        format!("{at}.flags[{k}]"),
+                        format!("flag {} listed twice", f.get_ref()),
+                    );
+                    flags_ok = false;
+                }
+            }
+        }
+        let source_ranges = every(r.source_ranges.iter().enumerate().map(|(k, cidr)| {
+            let net = parse_cidr(cidr.get_ref());
+            if net.is_none() {
+                self.report(
+                    &cidr.span(),
+                    format!("{at}.source_ranges[{k}]"),
+                    format!(
+                        "\"{}\" is not an IPv4 CIDR (e.g. \"198.18.0.0/24\")",
+                        cidr.get_ref()
+                    ),
+                );
+            }
+            net
+        }));
+        let maglev_table_size = match &r.maglev_table_size {
+            None => Some(None),
+            Some(m) => self
+                .int_in(
+                    m,
+                    &format!("{at}.maglev_table_size"),
+                    2..i64::from(MAX_MAGLEV_TABLE_SIZE) + 1,
+                    &format!("a prime up to {MAX_MAGLEV_TABLE_SIZE}"),
+                )
+                .map(Some),
+        };
+        let backends = every(
+            r.backends
+                .iter()
+                .enumerate()
+                .map(|(k, b)| self.backend(&format!("{at}.backends[{k}]"), b.get_ref(), port)),
+        );
+
+        let service = Service {
+            key: ServiceKey {
+                vip: vip?,
+                protocol: r.protocol.unwrap_or(Protocol::Tcp),
+                port: port?,
+            },
+            name: r.name.clone(),
+            scheduler: r
+                .scheduler
+                .as_ref()
+                .map_or(Scheduler::DEFAULT, |s| *s.get_ref()),
+            flags,
+            persistence: persistence?,
+            source_ranges: source_ranges?,
+            maglev_table_size: maglev_table_size?,
+            backends: backends?,
+        };
+        if !flags_ok {
+            return None;
+        }
+        let violations = service.check();
+        for v in &violations {
+            let span = service_field_span(r, &header, v.field);
+            self.report(&span, format!("{at}.{}", v.field), v.message.clone());
+        }
+        violations.is_empty().then_some(service)
+    }
+
+    fn backend(
+        &mut self,
+        at: &str,
+        raw: &RawBackend,
+        service_port: Option<u16>,
+    ) -> Option<Backend> {
+        let address = self.ipv4(&raw.address, &format!("{at}.address"));
+        let port = match &raw.port {
+            None => service_port,
+            Some(p) => self.int_in(p, &format!("{at}.port"), 0..65_536, "0..=65535"),
+        };
+        let weight = match &raw.weight {
+            None => Some(DEFAULT_WEIGHT),
+            Some(w) => self.int_in(
+                w,
+                &format!("{at}.weight"),
+                0..i64::from(MAX_WEIGHT) + 1,
+                &format!("0..={MAX_WEIGHT}"),
+            ),
+        };
+        Some(Backend {
+            address: address?,
+            port: port?,
+            weight: weight?,
+            forward: raw.forward.unwrap_or(ForwardMethod::Masq),
+        })
+    }
+}
+
+/// The span that best locates a rule violation of a service: the field
+/// itself when written, else the table that would hold it.
+fn service_field_span(r: &RawService, header: &Range<usize>, field: ServiceField) -> Range<usize> {
+    let or_header = |s: Option<Range<usize>>| s.unwrap_or_else(|| header.clone());
+    match field {
+        ServiceField::Vip => r.vip.span(),
+        ServiceField::Port => r.port.span(),
+        ServiceField::Scheduler => or_header(r.scheduler.as_ref().map(|s| s.span())),
+        ServiceField::Flags => or_header(r.flags.as_ref().map(|s| s.span())),
+        ServiceField::PersistenceTimeout | ServiceField::PersistenceNetmask => {
+            let p = r.persistence.as_ref();
+            let inner = p.and_then(|p| {
+                let p = p.get_ref();
+                match field {
+                    ServiceField::PersistenceTimeout => p.timeout.as_ref().map(|t| t.span()),
+                    _ => p.netmask.as_ref().map(|t| t.span()),
+                }
+            });
+            or_header(inner.or_else(|| p.map(|p| p.span())))
+        }
+        ServiceField::MaglevTableSize => or_header(
+            r.maglev_table_size
+                .as_ref()
+                .map(|m| m.span())
+                .or_else(|| r.scheduler.as_ref().map(|s| s.span())),
+        ),
+        ServiceField::Backend { index, field } => match r.backends.get(index) {
+            None => header.clone(),
+            Some(b) => {
+                let raw = b.get_ref();
+                let inner = match field {
+                    BackendField::Address => Some(raw.address.span()),
+                    BackendField::Port => raw.port.as_ref().map(|p| p.span()),
+                    BackendField::Weight => raw.weight.as_ref().map(|w| w.span()),
+                };
+                inner.unwrap_or_else(|| b.span())
+            }
+        },
+    }
+}
+
+/// `A.B.C.D/N` or a bare address (as /32); host bits are cleared, as
+/// Kubernetes does for loadBalancerSourceRanges.
+fn parse_cidr(text: &str) -> Option<Ipv4Net> {
+    if let Ok(net) = text.parse::<Ipv4Net>() {
+        return Some(net.trunc());
+    }
+    text.parse::<Ipv4Addr>()
+        .ok()
+        .and_then(|a| Ipv4Net::new(a, 32).ok())
+}

@@ -1,0 +1,587 @@
+//! Every validation rule of the config file, fed a bad file, with the exact
+//! message and position it must produce.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use xvs_config::parse_str;
+
+/// Four lines every test document starts with: the two required sections.
+const BASE: &str = "[interfaces]\nclient = \"eth0\"\n[snat]\naddresses = [\"198.18.2.1\"]\n";
+
+/// The diagnostics of an invalid document, rendered.
+fn errors(text: &str) -> Vec<String> {
+    match parse_str("xvs.toml", text) {
+        Ok(c) => panic!("expected an invalid config, got {c:?}"),
+        Err(e) => e.diagnostics.iter().map(ToString::to_string).collect(),
+    }
+}
+
+/// The single diagnostic of `BASE` followed by `rest`.
+fn error(rest: &str) -> String {
+    let all = errors(&format!("{BASE}{rest}"));
+    assert_eq!(all.len(), 1, "expected one diagnostic, got {all:#?}");
+    all.into_iter().next().unwrap()
+}
+
+fn with_interfaces(interfaces: &str, rest: &str) -> String {
+    let all = errors(&format!(
+        "[interfaces]\n{interfaces}\n[snat]\naddresses = [\"198.18.2.1\"]\n{rest}"
+    ));
+    assert_eq!(all.len(), 1, "expected one diagnostic, got {all:#?}");
+    all.into_iter().next().unwrap()
+}
+
+// ---- shape: syntax, unknown keys, types, keywords, required fields ----
+
+#[test]
+fn syntax_error_is_located() {
+    assert_eq!(
+        errors("[[services]\nvip = 1\n"),
+        ["xvs.toml:1:12: unclosed array table, expected `]`"]
+    );
+    assert_eq!(
+        errors(&format!("{BASE}[admin]\nsocket = /run/x\n")),
+        ["xvs.toml:6:10: string values must be quoted, expected literal string"]
+    );
+}
+
+#[test]
+fn duplicate_key_is_a_syntax_error() {
+    assert_eq!(
+        errors("[interfaces]\nclient = \"a\"\nclient = \"b\"\n"),
+        ["xvs.toml:3:1: duplicate key"]
+    );
+}
+
+#[test]
+fn unknown_top_level_section() {
+    assert_eq!(
+        error("[service]\nvip = \"198.19.0.1\"\n"),
+        "xvs.toml:5:2: service: unknown field \"service\" (expected one of interfaces, snat, conntrack, admin, kubernetes, services)"
+    );
+}
+
+#[test]
+fn unknown_key_in_a_service() {
+    assert_eq!(
+        error("[[services]]\nvip = \"198.19.0.1\"\nport = 80\nschedular = \"rr\"\n"),
+        "xvs.toml:8:1: services[0].schedular: unknown field \"schedular\" (expected one of name, vip, protocol, port, scheduler, flags, persistence, source_ranges, maglev_table_size, backends)"
+    );
+}
+
+#[test]
+fn missing_required_field() {
+    assert_eq!(
+        error("[[services]]\nport = 80\n"),
+        "xvs.toml:5:1: services[0].vip: required field is missing"
+    );
+    assert_eq!(
+        error("[[services]]\nvip = \"198.19.0.1\"\nport = 80\nbackends = [{ port = 80 }]\n"),
+        "xvs.toml:8:13: services[0].backends[0].address: required field is missing"
+    );
+}
+
+#[test]
+fn wrong_type() {
+    assert_eq!(
+        error("[[services]]\nvip = \"198.19.0.1\"\nport = \"80\"\n"),
+        "xvs.toml:7:8: services[0].port: expected an integer, found string \"80\""
+    );
+    assert_eq!(
+        error("[kubernetes]\nenabled = \"yes\"\n"),
+        "xvs.toml:6:11: kubernetes.enabled: expected true or false, found string \"yes\""
+    );
+}
+
+/// The example of the issue that defined the format, to the column.
+#[test]
+fn unknown_scheduler_example() {
+    let text = format!(
+        "{BASE}{}{}[[services]]\nvip = \"198.19.0.3\"\nport = 80\nscheduler = \"lcx\"\n",
+        "[[services]]\nvip = \"198.19.0.1\"\nport = 80\n",
+        "[[services]]\nvip = \"198.19.0.2\"\nport = 80\n",
+    );
+    assert_eq!(
+        errors(&text),
+        ["xvs.toml:14:13: services[2].scheduler: unknown scheduler \"lcx\" (expected one of rr, wrr, lc, wlc, sed, nq, dh, sh, mh, random, twos)"]
+    );
+}
+
+#[test]
+fn unknown_keywords_list_what_is_allowed() {
+    let cases = [
+        ("mode = \"three-arm\"", "xvs.toml:3:8: interfaces.mode: unknown interface mode \"three-arm\" (expected one of one-arm, two-arm)"),
+        ("poll = \"spin\"", "xvs.toml:3:8: interfaces.poll: unknown poll mode \"spin\" (expected one of busy, adaptive)"),
+        ("steering = \"some\"", "xvs.toml:3:12: interfaces.steering: unknown steering \"some\" (expected one of vip, all)"),
+        ("xdp_mode = \"skb\"", "xvs.toml:3:12: interfaces.xdp_mode: unknown XDP attach mode \"skb\" (expected one of native, generic, auto)"),
+        ("zero_copy = \"yes\"", "xvs.toml:3:13: interfaces.zero_copy: unknown zero-copy mode \"yes\" (expected one of auto, on, off)"),
+    ];
+    for (line, want) in cases {
+        assert_eq!(
+            with_interfaces(&format!("client = \"eth0\"\n{line}"), ""),
+            want
+        );
+    }
+    assert_eq!(
+        error("[[services]]\nvip = \"198.19.0.1\"\nport = 80\nprotocol = \"sctp\"\n"),
+        "xvs.toml:8:12: services[0].protocol: unknown protocol \"sctp\" (expected one of tcp, udp)"
+    );
+    assert_eq!(
+        error("[[services]]\nvip = \"198.19.0.1\"\nport = 80\nscheduler = \"sh\"\nflags = [\"port\", \"sticky\"]\n"),
+        "xvs.toml:9:9: services[0].flags[1]: unknown scheduler flag \"sticky\" (expected one of fallback, port)"
+    );
+    assert_eq!(
+        error("[[services]]\nvip = \"198.19.0.1\"\nport = 80\n[[services.backends]]\naddress = \"198.18.1.1\"\nforward = \"route\"\n"),
+        "xvs.toml:10:11: services[0].backends[0].forward: unknown forward method \"route\" (expected one of masq)"
+    );
+}
+
+// ---- required sections ----
+
+#[test]
+fn interfaces_and_snat_are_required() {
+    assert_eq!(
+        errors("[snat]\naddresses = [\"198.18.2.1\"]\n"),
+        ["xvs.toml:1:1: interfaces: required section is missing (e.g. [interfaces] client = \"eth0\")"]
+    );
+    assert_eq!(
+        errors("[interfaces]\nclient = \"eth0\"\n"),
+        ["xvs.toml:1:1: snat: required section is missing (full NAT needs a source address, e.g. [snat] addresses = [\"198.18.2.1\"])"]
+    );
+}
+
+// ---- interfaces ----
+
+#[test]
+fn interface_names() {
+    assert_eq!(
+        with_interfaces("client = \"\"", ""),
+        "xvs.toml:2:10: interfaces.client: \"\" is not an interface name (1 to 15 characters, no '/', ':' or spaces)"
+    );
+    assert_eq!(
+        with_interfaces("client = \"a-very-long-interface\"", ""),
+        "xvs.toml:2:10: interfaces.client: \"a-very-long-interface\" is not an interface name (1 to 15 characters, no '/', ':' or spaces)"
+    );
+    assert_eq!(
+        with_interfaces("client = \"eth 0\"", ""),
+        "xvs.toml:2:10: interfaces.client: \"eth 0\" is not an interface name (1 to 15 characters, no '/', ':' or spaces)"
+    );
+}
+
+#[test]
+fn arm_modes() {
+    assert_eq!(
+        with_interfaces("mode = \"two-arm\"\nclient = \"eth0\"", ""),
+        "xvs.toml:1:1: interfaces.backend: required in two-arm mode (the backend-facing interface)"
+    );
+    assert_eq!(
+        with_interfaces("client = \"eth0\"\nbackend = \"eth1\"", ""),
+        "xvs.toml:3:11: interfaces.backend: only allowed in two-arm mode (interfaces.mode is one-arm)"
+    );
+    assert_eq!(
+        with_interfaces(
+            "mode = \"two-arm\"\nclient = \"eth0\"\nbackend = \"eth0\"",
+            ""
+        ),
+        "xvs.toml:4:11: interfaces.backend: must differ from interfaces.client (both are \"eth0\")"
+    );
+}
+
+#[test]
+fn queues() {
+    assert_eq!(
+        with_interfaces("client = \"eth0\"\nqueues = []", ""),
+        "xvs.toml:3:10: interfaces.queues: must list at least one queue"
+    );
+    assert_eq!(
+        with_interfaces(
+            "client = \"eth0\"\nqueues = [0, 1, 1]\ncores = [0, 1, 2]",
+            ""
+        ),
+        "xvs.toml:3:17: interfaces.queues[2]: queue 1 listed twice"
+    );
+    assert_eq!(
+        with_interfaces("client = \"eth0\"\nqueues = [-1]", ""),
+        "xvs.toml:3:11: interfaces.queues[0]: -1 is out of range (expected 0..=65535)"
+    );
+}
+
+#[test]
+fn as_many_cores_as_queues() {
+    assert_eq!(
+        with_interfaces("client = \"eth0\"\nqueues = [0, 1]\ncores = [2]", ""),
+        "xvs.toml:4:9: interfaces.cores: 1 cores for 2 queues (one core per queue, in the same order)"
+    );
+    assert_eq!(
+        with_interfaces("client = \"eth0\"\nqueues = [0, 1]\ncores = [2, 2]", ""),
+        "xvs.toml:4:13: interfaces.cores[1]: core 2 listed twice (each worker needs a core of its own)"
+    );
+    assert_eq!(
+        with_interfaces("client = \"eth0\"\ncores = [1024]", ""),
+        "xvs.toml:3:10: interfaces.cores[0]: 1024 is out of range (expected 0..=1023)"
+    );
+}
+
+// ---- snat ----
+
+fn with_snat(snat: &str, rest: &str) -> Vec<String> {
+    errors(&format!(
+        "[interfaces]\nclient = \"eth0\"\nqueues = [0, 1]\n[snat]\n{snat}\n{rest}"
+    ))
+}
+
+#[test]
+fn snat_addresses() {
+    assert_eq!(
+        with_snat("addresses = []", ""),
+        ["xvs.toml:5:13: snat.addresses: must list at least one address"]
+    );
+    assert_eq!(
+        with_snat("addresses = [\"198.18.2.300\"]", ""),
+        ["xvs.toml:5:14: snat.addresses[0]: \"198.18.2.300\" is not an IPv4 address"]
+    );
+    assert_eq!(
+        with_snat("addresses = [\"127.0.0.1\"]", ""),
+        ["xvs.toml:5:14: snat.addresses[0]: 127.0.0.1 is not a unicast address (not 0.0.0.0/8, loopback, multicast or broadcast)"]
+    );
+    assert_eq!(
+        with_snat("addresses = [\"198.18.2.1\", \"198.18.2.1\"]", ""),
+        ["xvs.toml:5:28: snat.addresses[1]: 198.18.2.1 listed twice"]
+    );
+}
+
+#[test]
+fn snat_address_must_not_be_a_vip() {
+    assert_eq!(
+        with_snat(
+            "addresses = [\"198.19.0.1\"]",
+            "[[services]]\nvip = \"198.19.0.1\"\nport = 80\n"
+        ),
+        ["xvs.toml:5:14: snat.addresses[0]: 198.19.0.1 is also the VIP of services[0] (a SNAT address must not be a VIP)"]
+    );
+}
+
+#[test]
+fn snat_port_range() {
+    let a = "addresses = [\"198.18.2.1\"]\n";
+    assert_eq!(
+        with_snat(&format!("{a}ports = \"1024:2048\""), ""),
+        ["xvs.toml:6:9: snat.ports: \"1024:2048\" is not a port range (expected \"FIRST-LAST\", e.g. \"1024-65535\")"]
+    );
+    assert_eq!(
+        with_snat(&format!("{a}ports = \"0-2048\""), ""),
+        ["xvs.toml:6:9: snat.ports: \"0-2048\": port 0 cannot be allocated (ports start at 1)"]
+    );
+    assert_eq!(
+        with_snat(&format!("{a}ports = \"5000-4000\""), ""),
+        ["xvs.toml:6:9: snat.ports: \"5000-4000\": first port 5000 is above last port 4000"]
+    );
+    assert_eq!(
+        with_snat(&format!("{a}ports = \"5000-5000\""), ""),
+        ["xvs.toml:6:9: snat.ports: 5000-5000 has 1 ports for 2 workers (each worker needs a slice of its own)"]
+    );
+}
+
+#[test]
+fn snat_worker_slices_do_not_overlap() {
+    let a = "addresses = [\"198.18.2.1\"]\nports = \"1024-4095\"\n";
+    assert_eq!(
+        with_snat(&format!("{a}worker_ports = [\"1024-2047\"]"), ""),
+        ["xvs.toml:7:16: snat.worker_ports: 1 slices for 2 workers (one slice per queue, in the same order)"]
+    );
+    assert_eq!(
+        with_snat(&format!("{a}worker_ports = [\"1024-2047\", \"2000-4095\"]"), ""),
+        ["xvs.toml:7:30: snat.worker_ports[1]: 2000-4095 overlaps snat.worker_ports[0] (1024-2047): each worker needs ports of its own"]
+    );
+    assert_eq!(
+        with_snat(
+            &format!("{a}worker_ports = [\"1024-2047\", \"2048-5000\"]"),
+            ""
+        ),
+        ["xvs.toml:7:30: snat.worker_ports[1]: 2048-5000 is outside snat.ports (1024-4095)"]
+    );
+    let ok = parse_str(
+        "xvs.toml",
+        &format!("[interfaces]\nclient = \"eth0\"\nqueues = [0, 1]\n[snat]\n{a}worker_ports = [\"3000-4095\", \"1024-2999\"]\n"),
+    )
+    .unwrap();
+    assert_eq!(ok.snat.worker_ports[0].first, 3000);
+    assert_eq!(ok.snat.worker_ports[1].last, 2999);
+}
+
+// ---- conntrack ----
+
+#[test]
+fn conntrack_capacity() {
+    assert_eq!(
+        error("[conntrack]\ncapacity = 0\n"),
+        "xvs.toml:6:12: conntrack.capacity: 0 is out of range (expected 1..=268435456 flows)"
+    );
+    assert_eq!(
+        with_snat(
+            "addresses = [\"198.18.2.1\"]",
+            "[conntrack]\ncapacity = 1\n"
+        ),
+        ["xvs.toml:7:12: conntrack.capacity: 1 is below one flow per worker (2 workers)"]
+    );
+}
+
+#[test]
+fn every_timeout_is_range_checked() {
+    let names = [
+        "established",
+        "syn_sent",
+        "syn_recv",
+        "fin_wait",
+        "time_wait",
+        "close",
+        "close_wait",
+        "last_ack",
+        "synack",
+        "udp",
+        "icmp",
+    ];
+    for name in names {
+        let pad = name.len() + 4;
+        assert_eq!(
+            error(&format!("[conntrack.timeouts]\n{name} = 0\n")),
+            format!("xvs.toml:6:{pad}: conntrack.timeouts.{name}: 0 is out of range (expected 1..=2147483 seconds)")
+        );
+    }
+    assert_eq!(
+        error("[conntrack.timeouts]\nestablished = 2147484\n"),
+        "xvs.toml:6:15: conntrack.timeouts.established: 2147484 is out of range (expected 1..=2147483 seconds)"
+    );
+}
+
+// ---- admin and kubernetes ----
+
+#[test]
+fn admin_api() {
+    assert_eq!(
+        error("[admin]\nsocket = \"xvs.sock\"\n"),
+        "xvs.toml:6:10: admin.socket: \"xvs.sock\" is not an absolute path"
+    );
+    assert_eq!(
+        error("[admin]\ntcp = \"localhost\"\ntoken_file = \"/etc/xvs/token\"\n"),
+        "xvs.toml:6:7: admin.tcp: \"localhost\" is not an address:port (e.g. \"127.0.0.1:9180\")"
+    );
+    assert_eq!(
+        error("[admin]\ntcp = \"127.0.0.1:9180\"\n"),
+        "xvs.toml:6:7: admin.token_file: required when admin.tcp is set (the API never listens on TCP without a bearer token)"
+    );
+    assert_eq!(
+        error("[admin]\ntcp = \"127.0.0.1:9180\"\ntoken_file = \"token\"\n"),
+        "xvs.toml:7:14: admin.token_file: \"token\" is not an absolute path"
+    );
+}
+
+#[test]
+fn kubernetes_source() {
+    assert_eq!(
+        error("[kubernetes]\nservice_proxy_name = \"-xvs\"\n"),
+        "xvs.toml:6:22: kubernetes.service_proxy_name: \"-xvs\" is not a label value (1 to 63 of A-Z a-z 0-9 - _ ., starting and ending alphanumeric)"
+    );
+    assert_eq!(
+        error("[kubernetes]\nkubeconfig = \"\"\n"),
+        "xvs.toml:6:14: kubernetes.kubeconfig: must not be empty (omit it for in-cluster configuration)"
+    );
+}
+
+// ---- services ----
+
+fn service(body: &str) -> String {
+    error(&format!("[[services]]\nvip = \"198.19.0.1\"\n{body}\n"))
+}
+
+#[test]
+fn vip() {
+    assert_eq!(
+        error("[[services]]\nvip = \"198.19.0\"\nport = 80\n"),
+        "xvs.toml:6:7: services[0].vip: \"198.19.0\" is not an IPv4 address"
+    );
+    assert_eq!(
+        error("[[services]]\nvip = \"224.0.0.1\"\nport = 80\n"),
+        "xvs.toml:6:7: services[0].vip: 224.0.0.1 is not a unicast address (not 0.0.0.0/8, loopback, multicast or broadcast)"
+    );
+}
+
+#[test]
+fn service_port() {
+    assert_eq!(
+        service("port = 65536"),
+        "xvs.toml:7:8: services[0].port: 65536 is out of range (expected 0..=65535)"
+    );
+    assert_eq!(
+        service("port = 0"),
+        "xvs.toml:7:8: services[0].port: port 0 (all ports) is allowed only on a persistent service"
+    );
+    parse_str(
+        "xvs.toml",
+        &format!("{BASE}[[services]]\nvip = \"198.19.0.1\"\nport = 0\npersistence = {{}}\n"),
+    )
+    .unwrap();
+}
+
+#[test]
+fn duplicate_service() {
+    let text = format!(
+        "{BASE}[[services]]\nvip = \"198.19.0.1\"\nport = 80\n\n[[services]]\nvip = \"198.19.0.1\"\nport = 80\nprotocol = \"tcp\"\n"
+    );
+    assert_eq!(
+        errors(&text),
+        ["xvs.toml:9:1: services[1]: duplicate service tcp 198.19.0.1:80 (first defined by services[0] at line 5)"]
+    );
+    // The same address and port over UDP is another service.
+    let text = text.replace("protocol = \"tcp\"", "protocol = \"udp\"");
+    assert_eq!(parse_str("xvs.toml", &text).unwrap().services.len(), 2);
+}
+
+#[test]
+fn scheduler_flags() {
+    assert_eq!(
+        service("port = 80\nscheduler = \"rr\"\nflags = [\"port\"]"),
+        "xvs.toml:9:9: services[0].flags: scheduler rr takes no flags (fallback and port apply to dh, sh and mh)"
+    );
+    assert_eq!(
+        service("port = 80\nflags = [\"port\"]"),
+        "xvs.toml:8:9: services[0].flags: scheduler wlc takes no flags (fallback and port apply to dh, sh and mh)"
+    );
+    assert_eq!(
+        service("port = 80\nscheduler = \"sh\"\nflags = [\"port\", \"port\"]"),
+        "xvs.toml:9:18: services[0].flags[1]: flag port listed twice"
+    );
+}
+
+#[test]
+fn persistence() {
+    assert_eq!(
+        service("port = 80\npersistence = { timeout = 0 }"),
+        "xvs.toml:8:27: services[0].persistence.timeout: 0 is out of range (expected 1..=2147483 seconds)"
+    );
+    assert_eq!(
+        service("port = 80\npersistence = { netmask = \"255.0.255.0\" }"),
+        "xvs.toml:8:27: services[0].persistence.netmask: 255.0.255.0 is not a contiguous netmask (e.g. 255.255.255.0)"
+    );
+    assert_eq!(
+        service("port = 80\npersistence = { netmask = \"/24\" }"),
+        "xvs.toml:8:27: services[0].persistence.netmask: \"/24\" is not an IPv4 address"
+    );
+    assert_eq!(
+        service("port = 80\npersistence = { timeout = 300, affinity = 1 }"),
+        "xvs.toml:8:32: services[0].persistence.affinity: unknown field \"affinity\" (expected timeout or netmask)"
+    );
+}
+
+#[test]
+fn source_ranges() {
+    assert_eq!(
+        service("port = 80\nsource_ranges = [\"198.18.0.0/24\", \"198.18.0.0/33\"]"),
+        "xvs.toml:8:35: services[0].source_ranges[1]: \"198.18.0.0/33\" is not an IPv4 CIDR (e.g. \"198.18.0.0/24\")"
+    );
+}
+
+#[test]
+fn maglev_table_size() {
+    assert_eq!(
+        service("port = 80\nscheduler = \"wlc\"\nmaglev_table_size = 16381"),
+        "xvs.toml:9:21: services[0].maglev_table_size: only the mh scheduler uses a Maglev table (scheduler is wlc)"
+    );
+    assert_eq!(
+        service("port = 80\nscheduler = \"mh\"\nmaglev_table_size = 65536"),
+        "xvs.toml:9:21: services[0].maglev_table_size: 65536 is not prime (nearest primes: 65521 and 65537)"
+    );
+    assert_eq!(
+        service("port = 80\nscheduler = \"mh\"\nmaglev_table_size = 131072"),
+        "xvs.toml:9:21: services[0].maglev_table_size: 131072 is out of range (expected a prime up to 131071)"
+    );
+    assert_eq!(
+        service(
+            "port = 80\nscheduler = \"mh\"\nmaglev_table_size = 3\nbackends = [\n{ address = \"198.18.1.1\" },\n{ address = \"198.18.1.2\" },\n{ address = \"198.18.1.3\" }]"
+        ),
+        "xvs.toml:9:21: services[0].maglev_table_size: 3 must be larger than the number of backends (3)"
+    );
+}
+
+#[test]
+fn backend_address() {
+    assert_eq!(
+        service("port = 80\nbackends = [{ address = \"198.18.1\" }]"),
+        "xvs.toml:8:25: services[0].backends[0].address: \"198.18.1\" is not an IPv4 address"
+    );
+    assert_eq!(
+        service("port = 80\nbackends = [{ address = \"0.1.2.3\" }]"),
+        "xvs.toml:8:25: services[0].backends[0].address: 0.1.2.3 is not a unicast address"
+    );
+    assert_eq!(
+        service("port = 80\nbackends = [\n{ address = \"198.18.1.1\", port = 8080 },\n{ address = \"198.18.1.1\", port = 8080 }]"),
+        "xvs.toml:10:13: services[0].backends[1].address: duplicate backend 198.18.1.1:8080 (first in backends[0])"
+    );
+}
+
+#[test]
+fn backend_port() {
+    assert_eq!(
+        service("port = 80\nbackends = [{ address = \"198.18.1.1\", port = 70000 }]"),
+        "xvs.toml:8:46: services[0].backends[0].port: 70000 is out of range (expected 0..=65535)"
+    );
+    assert_eq!(
+        service("port = 80\nbackends = [{ address = \"198.18.1.1\", port = 0 }]"),
+        "xvs.toml:8:46: services[0].backends[0].port: port 0 is allowed only on a port-0 service"
+    );
+    assert_eq!(
+        service("port = 0\npersistence = {}\nbackends = [{ address = \"198.18.1.1\", port = 80 }]"),
+        "xvs.toml:9:46: services[0].backends[0].port: must be omitted on a port-0 service (each flow keeps the port the client asked for)"
+    );
+}
+
+#[test]
+fn backend_weight() {
+    assert_eq!(
+        service("port = 80\nbackends = [{ address = \"198.18.1.1\", weight = 65536 }]"),
+        "xvs.toml:8:48: services[0].backends[0].weight: 65536 is out of range (expected 0..=65535)"
+    );
+    assert_eq!(
+        service("port = 80\n[[services.backends]]\naddress = \"198.18.1.1\"\nweight = -1"),
+        "xvs.toml:10:10: services[0].backends[0].weight: -1 is out of range (expected 0..=65535)"
+    );
+}
+
+// ---- reporting ----
+
+#[test]
+fn every_semantic_problem_is_reported_in_file_order() {
+    let text = "[interfaces]\nclient = \"eth0\"\nqueues = [0, 0]\n[snat]\naddresses = [\"255.255.255.255\"]\n[admin]\nsocket = \"rel\"\n[[services]]\nvip = \"198.19.0.1\"\nport = 0\n";
+    assert_eq!(
+        errors(text),
+        [
+            "xvs.toml:3:14: interfaces.queues[1]: queue 0 listed twice",
+            "xvs.toml:5:14: snat.addresses[0]: 255.255.255.255 is not a unicast address (not 0.0.0.0/8, loopback, multicast or broadcast)",
+            "xvs.toml:7:10: admin.socket: \"rel\" is not an absolute path",
+            "xvs.toml:10:8: services[0].port: port 0 (all ports) is allowed only on a persistent service",
+        ]
+    );
+}
+
+#[test]
+fn load_names_the_file() {
+    let dir = std::env::temp_dir().join(format!("xvs-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.toml");
+    std::fs::write(&path, "[interfaces]\nclient = 1\n").unwrap();
+    let err = xvs_config::load(&path).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        format!(
+            "{}:2:10: interfaces.client: expected a string, found integer 1",
+            path.display()
+        )
+    );
+    let missing = dir.join("missing.toml");
+    let err = xvs_config::load(&missing).unwrap_err().to_string();
+    assert!(
+        err.starts_with(&format!("{}: cannot read: ", missing.display())),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
