@@ -3,4 +3,7 @@
 //!
 //! The timeouts it applies are [`xvs_config::Timeouts`] (IPVS's defaults).
 
+mod key;
+
+pub use key::{FlowKey, L4Proto};
 pub use xvs_config::Timeouts;

@@ -1,7 +1,9 @@
 //! xvs-dataplane: the AF_XDP poll-mode data plane — packet parsing and NAT
-//! rewrite, schedulers, the service table, per-queue workers.
+//! rewrite ([`wire`]), schedulers, the service table, per-queue workers.
 //!
 //! It consumes the shared service model of [`xvs_config`] and never depends
 //! on tokio, kube or a serde format.
+
+pub mod wire;
 
 pub use xvs_config::{Backend, Service, ServiceKey};

@@ -1,0 +1,116 @@
+//! The 5-tuple that identifies one direction of a flow.
+//!
+//! Invariant: the key of the reply direction of a flow is exactly
+//! [`FlowKey::reversed`] of the key its packets carry the other way, for
+//! every protocol (ICMP echo puts its identifier in the source port of the
+//! request and the destination port of the reply so that this holds).
+
+use std::fmt;
+use std::net::Ipv4Addr;
+
+/// Transport protocol of a tracked flow (IP protocol numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum L4Proto {
+    /// ICMP (1).
+    Icmp = 1,
+    /// TCP (6).
+    Tcp = 6,
+    /// UDP (17).
+    Udp = 17,
+}
+
+impl L4Proto {
+    /// The IP protocol number.
+    pub const fn number(self) -> u8 {
+        self as u8
+    }
+
+    /// The protocol with this IP protocol number, if tracked.
+    pub const fn from_number(n: u8) -> Option<L4Proto> {
+        match n {
+            1 => Some(L4Proto::Icmp),
+            6 => Some(L4Proto::Tcp),
+            17 => Some(L4Proto::Udp),
+            _ => None,
+        }
+    }
+
+    /// Lower-case name, as conntrack(8) prints it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            L4Proto::Icmp => "icmp",
+            L4Proto::Tcp => "tcp",
+            L4Proto::Udp => "udp",
+        }
+    }
+}
+
+/// One direction of a flow: addresses, ports and protocol as on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FlowKey {
+    /// Source address.
+    pub src: Ipv4Addr,
+    /// Destination address.
+    pub dst: Ipv4Addr,
+    /// Source port (ICMP echo request: the identifier; reply: 0).
+    pub src_port: u16,
+    /// Destination port (ICMP echo request: 0; reply: the identifier).
+    pub dst_port: u16,
+    /// Protocol.
+    pub proto: L4Proto,
+}
+
+impl FlowKey {
+    /// The key of the opposite direction.
+    pub const fn reversed(self) -> FlowKey {
+        FlowKey {
+            src: self.dst,
+            dst: self.src,
+            src_port: self.dst_port,
+            dst_port: self.src_port,
+            proto: self.proto,
+        }
+    }
+}
+
+impl fmt::Display for FlowKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {}:{} -> {}:{}",
+            self.proto.name(),
+            self.src,
+            self.src_port,
+            self.dst,
+            self.dst_port
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reversed_twice_is_identity() {
+        let k = FlowKey {
+            src: Ipv4Addr::new(198, 18, 0, 1),
+            dst: Ipv4Addr::new(198, 19, 0, 1),
+            src_port: 40_000,
+            dst_port: 80,
+            proto: L4Proto::Tcp,
+        };
+        assert_eq!(k.reversed().reversed(), k);
+        assert_eq!(k.reversed().src_port, 80);
+        assert_eq!(k.to_string(), "tcp 198.18.0.1:40000 -> 198.19.0.1:80");
+    }
+
+    #[test]
+    fn protocol_numbers() {
+        for p in [L4Proto::Icmp, L4Proto::Tcp, L4Proto::Udp] {
+            assert_eq!(L4Proto::from_number(p.number()), Some(p));
+        }
+        assert_eq!(L4Proto::from_number(132), None);
+    }
+}

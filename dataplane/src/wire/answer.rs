@@ -1,0 +1,231 @@
+//! Answers xvs builds in place of the frame that asked: ARP replies for the
+//! addresses it owns, ICMP echo replies for VIPs, and kube-proxy's REJECT
+//! for "no service / no endpoints" (a TCP RST for TCP, ICMP port
+//! unreachable for UDP).
+//!
+//! Each function turns the received frame, in its own buffer, into the
+//! answer and returns how many bytes to transmit: `Ok(Some(len))`. Where
+//! the RFCs forbid an answer (a RST for a RST; an ICMP error about a
+//! broadcast, multicast or later-fragment packet) it returns `Ok(None)` and
+//! leaves the frame alone; the caller drops it with its own reason. Short
+//! answers are zero-padded to the Ethernet minimum when the buffer allows.
+//!
+//! No-panic contract: lengths are checked against the buffer before any
+//! write; a buffer too small for the answer gives
+//! [`DropReason::AnswerNoRoom`].
+
+use std::net::Ipv4Addr;
+
+use smoltcp::wire::{EthernetAddress, Icmpv4Packet, IpAddress, Ipv4Packet, TcpPacket};
+
+use super::checksum::{get16, put16, put_addr, Delta};
+use super::classify::{Arp, ArpOp, Fragment, Ipv4, TcpFlags, ARP_LEN, ETH_HEADER_LEN, L4};
+use super::DropReason;
+use xvs_config::is_unicast;
+
+/// Shortest Ethernet frame without FCS.
+pub const ETH_MIN_FRAME: usize = 60;
+/// TTL of packets xvs originates.
+pub const ANSWER_TTL: u8 = 64;
+const TCP_HEADER_LEN: usize = 20;
+const ICMP_HEADER_LEN: usize = 8;
+const IP_HEADER_LEN: usize = 20;
+
+/// Zero-pads an answer of `len` bytes to the Ethernet minimum if the
+/// buffer is long enough; returns the length to transmit.
+fn pad(buf: &mut [u8], len: usize) -> usize {
+    if len < ETH_MIN_FRAME && buf.len() >= ETH_MIN_FRAME {
+        buf[len..ETH_MIN_FRAME].fill(0);
+        ETH_MIN_FRAME
+    } else {
+        len
+    }
+}
+
+/// Swaps the Ethernet source and destination. `buf.len() >= 14`.
+fn swap_macs(buf: &mut [u8]) {
+    let mut dst = [0u8; 6];
+    dst.copy_from_slice(&buf[0..6]);
+    buf.copy_within(6..12, 0);
+    buf[6..12].copy_from_slice(&dst);
+}
+
+/// Turns an ARP request for an address xvs owns into the reply "it is at
+/// `our_mac`". Replies (and requests for other addresses, which the caller
+/// filters) get `Ok(None)`.
+pub fn arp_reply(
+    buf: &mut [u8],
+    arp: &Arp,
+    our_mac: EthernetAddress,
+) -> Result<Option<usize>, DropReason> {
+    if arp.op != ArpOp::Request {
+        return Ok(None);
+    }
+    let len = ETH_HEADER_LEN + ARP_LEN;
+    if buf.len() < len {
+        return Err(DropReason::AnswerNoRoom);
+    }
+    buf[0..6].copy_from_slice(&arp.sender_mac.0);
+    buf[6..12].copy_from_slice(&our_mac.0);
+    let a = ETH_HEADER_LEN;
+    put16(buf, a + 6, 2); // operation: reply
+    buf[a + 8..a + 14].copy_from_slice(&our_mac.0);
+    put_addr(buf, a + 14, arp.target_ip);
+    buf[a + 18..a + 24].copy_from_slice(&arp.sender_mac.0);
+    put_addr(buf, a + 24, arp.sender_ip);
+    Ok(Some(pad(buf, len)))
+}
+
+/// Turns an ICMP echo request into its reply: addresses and MACs swapped,
+/// type 0, TTL [`ANSWER_TTL`], data echoed. Only whole (unfragmented)
+/// requests are answered.
+pub fn icmp_echo_reply(buf: &mut [u8], ip: &Ipv4) -> Result<Option<usize>, DropReason> {
+    if !matches!(ip.l4, L4::IcmpEcho { request: true, .. }) || ip.fragment != Fragment::Whole {
+        return Ok(None);
+    }
+    if buf.len() < ip.end() {
+        return Err(DropReason::Ipv4Truncated);
+    }
+    swap_macs(buf);
+    let at = ETH_HEADER_LEN;
+    // Swapping the addresses leaves the header sum unchanged; the TTL does not.
+    let mut ipd = Delta::ZERO;
+    let ttl_proto = get16(buf, at + 8);
+    let new = u16::from(ANSWER_TTL) << 8 | (ttl_proto & 0xff);
+    ipd.word(ttl_proto, new);
+    put16(buf, at + 8, new);
+    put_addr(buf, at + 12, ip.dst);
+    put_addr(buf, at + 16, ip.src);
+    let c = get16(buf, at + 10);
+    put16(buf, at + 10, ipd.apply(c));
+    let icmp = ip.l4_offset();
+    let type_code = get16(buf, icmp);
+    let mut d = Delta::ZERO;
+    d.word(type_code, type_code & 0x00ff);
+    put16(buf, icmp, type_code & 0x00ff);
+    let c = get16(buf, icmp + 2);
+    put16(buf, icmp + 2, d.apply(c));
+    Ok(Some(pad(buf, ip.end())))
+}
+
+/// Writes a fresh 20-byte IPv4 header at offset 14 and fills its checksum.
+fn write_ip_header(
+    buf: &mut [u8],
+    total_len: u16,
+    tos: u8,
+    dont_frag: bool,
+    proto: u8,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+) {
+    let h = &mut buf[ETH_HEADER_LEN..ETH_HEADER_LEN + IP_HEADER_LEN];
+    h[0] = 0x45;
+    h[1] = tos;
+    h[2..4].copy_from_slice(&total_len.to_be_bytes());
+    h[4..6].fill(0); // identification
+    h[6..8].copy_from_slice(&(if dont_frag { 0x4000u16 } else { 0 }).to_be_bytes());
+    h[8] = ANSWER_TTL;
+    h[9] = proto;
+    h[12..16].copy_from_slice(&src.octets());
+    h[16..20].copy_from_slice(&dst.octets());
+    Ipv4Packet::new_unchecked(h).fill_checksum();
+}
+
+/// Turns a TCP segment into the RST that refuses it (RFC 793, "Reset
+/// Generation"): if it carried an ACK, `seq = SEG.ACK` and no ACK;
+/// otherwise `seq = 0, ack = SEG.SEQ + SEG.LEN` (SYN and FIN count one)
+/// with ACK set. A RST is never answered.
+pub fn tcp_reset(buf: &mut [u8], ip: &Ipv4) -> Result<Option<usize>, DropReason> {
+    let L4::Tcp {
+        src_port,
+        dst_port,
+        flags,
+    } = ip.l4
+    else {
+        return Ok(None);
+    };
+    if flags.rst() || ip.fragment == Fragment::Later {
+        return Ok(None);
+    }
+    let len = ETH_HEADER_LEN + IP_HEADER_LEN + TCP_HEADER_LEN;
+    if buf.len() < len || buf.len() < ip.end() {
+        return Err(DropReason::AnswerNoRoom);
+    }
+    let l4 = ip.l4_offset();
+    let seg = TcpPacket::new_unchecked(&buf[l4..ip.end()]);
+    let payload =
+        usize::from(ip.total_len) - usize::from(ip.header_len) - usize::from(seg.header_len());
+    let (seq_in, ack_in) = (seg.seq_number().0 as u32, seg.ack_number().0 as u32);
+    let seg_len = (payload + usize::from(flags.syn()) + usize::from(flags.fin())) as u32;
+    let (seq, ack, out_flags) = if flags.ack() {
+        (ack_in, 0u32, TcpFlags::RST)
+    } else {
+        (
+            0,
+            seq_in.wrapping_add(seg_len),
+            TcpFlags::RST | TcpFlags::ACK,
+        )
+    };
+
+    swap_macs(buf);
+    write_ip_header(
+        buf,
+        (IP_HEADER_LEN + TCP_HEADER_LEN) as u16,
+        0,
+        true,
+        6,
+        ip.dst,
+        ip.src,
+    );
+    let t = &mut buf[ETH_HEADER_LEN + IP_HEADER_LEN..len];
+    t[0..2].copy_from_slice(&dst_port.to_be_bytes());
+    t[2..4].copy_from_slice(&src_port.to_be_bytes());
+    t[4..8].copy_from_slice(&seq.to_be_bytes());
+    t[8..12].copy_from_slice(&ack.to_be_bytes());
+    t[12] = 5 << 4; // data offset: 5 words, no options
+    t[13] = out_flags;
+    t[14..20].fill(0); // window, checksum, urgent pointer
+    TcpPacket::new_unchecked(t).fill_checksum(&IpAddress::Ipv4(ip.dst), &IpAddress::Ipv4(ip.src));
+    Ok(Some(pad(buf, len)))
+}
+
+/// Turns a TCP or UDP packet into an ICMP port unreachable (type 3, code
+/// 3) from its destination, quoting its IPv4 header and first 8 payload
+/// bytes (RFC 792). Suppressed (RFC 1812 4.3.2.7) for later fragments and
+/// for packets from or to a non-unicast address.
+pub fn icmp_port_unreachable(buf: &mut [u8], ip: &Ipv4) -> Result<Option<usize>, DropReason> {
+    if !matches!(ip.l4, L4::Tcp { .. } | L4::Udp { .. })
+        || ip.fragment == Fragment::Later
+        || !is_unicast(ip.src)
+        || !is_unicast(ip.dst)
+    {
+        return Ok(None);
+    }
+    let quote = usize::from(ip.header_len) + 8;
+    let icmp = ETH_HEADER_LEN + IP_HEADER_LEN;
+    let len = icmp + ICMP_HEADER_LEN + quote;
+    if buf.len() < len || buf.len() < ETH_HEADER_LEN + quote {
+        return Err(DropReason::AnswerNoRoom);
+    }
+    buf.copy_within(
+        ETH_HEADER_LEN..ETH_HEADER_LEN + quote,
+        icmp + ICMP_HEADER_LEN,
+    );
+    swap_macs(buf);
+    // Precedence "internetwork control", as Linux sends ICMP errors.
+    write_ip_header(
+        buf,
+        (len - ETH_HEADER_LEN) as u16,
+        0xc0,
+        false,
+        1,
+        ip.dst,
+        ip.src,
+    );
+    let m = &mut buf[icmp..len];
+    m[0] = 3; // destination unreachable
+    m[1] = 3; // port unreachable
+    m[2..8].fill(0); // checksum, unused
+    Icmpv4Packet::new_unchecked(m).fill_checksum();
+    Ok(Some(pad(buf, len)))
+}

@@ -1,0 +1,161 @@
+//! Incremental Internet checksum update (RFC 1624, eqn. 3:
+//! `HC' = ~(~HC + ~m + m')`).
+//!
+//! Written by hand because it is five lines and sits on the per-packet path:
+//! smoltcp only recomputes checksums over whole buffers, which would read
+//! every payload byte of every forwarded packet. Full computation
+//! (`smoltcp::wire::checksum`) is the oracle in the tests and is used for
+//! the packets xvs builds itself.
+//!
+//! Invariant: a [`Delta`] is the one's-complement sum of `~old + new` over
+//! every 16-bit word that changed; applying it to a checksum that was valid
+//! before the change yields one that is valid after it. Words must sit at
+//! even offsets from the start of the checksummed data (all header fields
+//! xvs rewrites do).
+
+use std::net::Ipv4Addr;
+
+/// Accumulated change of checksummed 16-bit words.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Delta(u32);
+
+impl Delta {
+    /// No change.
+    pub const ZERO: Delta = Delta(0);
+
+    /// Records that a 16-bit word changed from `old` to `new`.
+    #[inline(always)]
+    pub fn word(&mut self, old: u16, new: u16) {
+        self.0 += u32::from(!old) + u32::from(new);
+        self.fold_once();
+    }
+
+    /// Records that a 32-bit field (two words) changed.
+    #[inline(always)]
+    pub fn dword(&mut self, old: u32, new: u32) {
+        self.word((old >> 16) as u16, (new >> 16) as u16);
+        self.word(old as u16, new as u16);
+    }
+
+    /// Records that an IPv4 address changed.
+    #[inline(always)]
+    pub fn addr(&mut self, old: Ipv4Addr, new: Ipv4Addr) {
+        self.dword(u32::from(old), u32::from(new));
+    }
+
+    /// Adds another delta (changes that cover the same checksum).
+    #[inline(always)]
+    pub fn add(&mut self, other: Delta) {
+        self.0 += other.0;
+        self.fold_once();
+    }
+
+    /// Keeps the accumulator below 2^17 so it can never overflow.
+    #[inline(always)]
+    fn fold_once(&mut self) {
+        self.0 = (self.0 & 0xffff) + (self.0 >> 16);
+    }
+
+    /// The checksum `hc` after the recorded changes.
+    #[inline(always)]
+    pub fn apply(self, hc: u16) -> u16 {
+        let mut sum = u32::from(!hc) + self.0;
+        sum = (sum & 0xffff) + (sum >> 16);
+        sum = (sum & 0xffff) + (sum >> 16);
+        !(sum as u16)
+    }
+
+    /// As [`Delta::apply`] for a UDP checksum: 0 means "no checksum" and
+    /// stays 0; a computed 0 is sent as 0xffff (RFC 768).
+    #[inline(always)]
+    pub fn apply_udp(self, hc: u16) -> u16 {
+        if hc == 0 {
+            return 0;
+        }
+        match self.apply(hc) {
+            0 => 0xffff,
+            c => c,
+        }
+    }
+}
+
+/// Reads the big-endian u16 at `at`. Callers have checked the length.
+#[inline(always)]
+pub(crate) fn get16(buf: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([buf[at], buf[at + 1]])
+}
+
+/// Writes the big-endian u16 at `at`. Callers have checked the length.
+#[inline(always)]
+pub(crate) fn put16(buf: &mut [u8], at: usize, v: u16) {
+    buf[at..at + 2].copy_from_slice(&v.to_be_bytes());
+}
+
+/// Reads the IPv4 address at `at`. Callers have checked the length.
+#[inline(always)]
+pub(crate) fn get_addr(buf: &[u8], at: usize) -> Ipv4Addr {
+    Ipv4Addr::new(buf[at], buf[at + 1], buf[at + 2], buf[at + 3])
+}
+
+/// Writes the IPv4 address at `at`. Callers have checked the length.
+#[inline(always)]
+pub(crate) fn put_addr(buf: &mut [u8], at: usize, a: Ipv4Addr) {
+    buf[at..at + 4].copy_from_slice(&a.octets());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smoltcp::wire::checksum;
+
+    /// A buffer with its checksum at `at` made valid by full computation.
+    fn fill(buf: &mut [u8], at: usize) {
+        put16(buf, at, 0);
+        let c = !checksum::data(buf);
+        put16(buf, at, c);
+    }
+
+    #[test]
+    fn rfc1624_example() {
+        // RFC 1624 section 4: HC = 0xDD2F, m = 0x5555 -> m' = 0x3285,
+        // HC' = 0x0000 by eqn. 3 (eqn. 2 would give the -0 0xFFFF).
+        let mut d = Delta::ZERO;
+        d.word(0x5555, 0x3285);
+        assert_eq!(d.apply(0xDD2F), 0x0000);
+    }
+
+    #[test]
+    fn matches_full_recomputation() {
+        let mut buf: Vec<u8> = (0..40u8).map(|i| i.wrapping_mul(37)).collect();
+        fill(&mut buf, 10);
+        let mut d = Delta::ZERO;
+        for (at, new) in [(0usize, 0xffffu16), (2, 0), (12, 0x1234), (38, 0xfedc)] {
+            d.word(get16(&buf, at), new);
+            put16(&mut buf, at, new);
+        }
+        let hc = get16(&buf, 10);
+        put16(&mut buf, 10, d.apply(hc));
+        assert_eq!(checksum::data(&buf), 0xffff);
+    }
+
+    #[test]
+    fn udp_zero_stays_zero_and_computed_zero_becomes_ffff() {
+        let mut d = Delta::ZERO;
+        d.word(1, 2);
+        assert_eq!(d.apply_udp(0), 0);
+        // A change that makes the checksum exactly 0 (+0) must be sent as 0xffff.
+        let mut d = Delta::ZERO;
+        d.word(0x5555, 0x3285);
+        assert_eq!(d.apply_udp(0xDD2F), 0xffff);
+    }
+
+    #[test]
+    fn many_words_do_not_overflow() {
+        let mut d = Delta::ZERO;
+        for _ in 0..100_000 {
+            d.word(0, 0xffff);
+        }
+        // 0 -> ffff is +0xffff +0xffff = a multiple of 0xffff: no change mod 2^16-1.
+        assert_eq!(d.apply(0x1234), 0x1234);
+    }
+}

@@ -1,0 +1,448 @@
+//! Classification of a received Ethernet frame: what it is, where its
+//! headers are, and the fields the data plane decides on.
+//!
+//! No-panic contract: [`classify`] accepts any byte slice. Every length is
+//! checked before the field is read (through smoltcp's packet types, whose
+//! accessors are panic-free once the length is known good); a frame that
+//! fails a check yields the [`DropReason`] of the first failed check.
+//!
+//! Checks, in order: Ethernet length and EtherType; for IPv4 the length,
+//! version, IHL (options are skipped by their length, not rejected), total
+//! length against the frame (Ethernet padding after it is ignored), header
+//! checksum; then the L4 header. L4 checksums are not verified: a corrupt
+//! segment stays corrupt through the incremental rewrite and the endpoint
+//! discards it, as with any router.
+//!
+//! Fragments: the first fragment carries the L4 header and is classified
+//! like a whole packet (with [`Fragment::First`]); later fragments carry
+//! none and come back as [`L4::None`] with [`Fragment::Later`] (identified
+//! by source, destination, protocol and IP ID) for the data plane's
+//! fragment policy.
+
+use std::net::Ipv4Addr;
+
+use smoltcp::wire::{
+    ArpPacket, EthernetAddress, EthernetFrame, EthernetProtocol, Icmpv4Packet, IpProtocol,
+    Ipv4Packet, TcpPacket, UdpPacket,
+};
+use xvs_conntrack::{FlowKey, L4Proto};
+
+use super::DropReason;
+
+/// Length of an Ethernet header (no VLAN tag).
+pub const ETH_HEADER_LEN: usize = 14;
+/// Length of an IPv4 header without options.
+pub const IPV4_MIN_HEADER_LEN: usize = 20;
+/// Length of an ARP packet for Ethernet/IPv4.
+pub const ARP_LEN: usize = 28;
+const TCP_MIN_HEADER_LEN: usize = 20;
+const UDP_HEADER_LEN: usize = 8;
+const ICMP_HEADER_LEN: usize = 8;
+
+const ICMP_ECHO_REPLY: u8 = 0;
+const ICMP_DST_UNREACHABLE: u8 = 3;
+const ICMP_ECHO_REQUEST: u8 = 8;
+const ICMP_TIME_EXCEEDED: u8 = 11;
+
+/// What a frame is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Frame {
+    /// ARP for Ethernet/IPv4.
+    Arp(Arp),
+    /// IPv4.
+    Ipv4(Ipv4),
+}
+
+/// An ARP request or reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arp {
+    /// Request or reply.
+    pub op: ArpOp,
+    /// Sender hardware address.
+    pub sender_mac: EthernetAddress,
+    /// Sender protocol address.
+    pub sender_ip: Ipv4Addr,
+    /// Target protocol address.
+    pub target_ip: Ipv4Addr,
+}
+
+/// ARP operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArpOp {
+    /// Who has `target_ip`?
+    Request,
+    /// `sender_ip` is at `sender_mac`.
+    Reply,
+}
+
+/// An IPv4 packet's fields and layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv4 {
+    /// IPv4 header length in bytes (20..=60).
+    pub header_len: u8,
+    /// IPv4 total length (header + payload).
+    pub total_len: u16,
+    /// Source address.
+    pub src: Ipv4Addr,
+    /// Destination address.
+    pub dst: Ipv4Addr,
+    /// Time to live.
+    pub ttl: u8,
+    /// IP identification.
+    pub ident: u16,
+    /// IP protocol number.
+    pub protocol: u8,
+    /// Whether and which fragment this is.
+    pub fragment: Fragment,
+    /// The L4 header.
+    pub l4: L4,
+}
+
+/// Fragment status of an IPv4 packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fragment {
+    /// Not fragmented.
+    Whole,
+    /// Offset 0 with more fragments: carries the L4 header.
+    First,
+    /// Offset > 0: no L4 header.
+    Later,
+}
+
+/// The L4 header of an IPv4 packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum L4 {
+    /// TCP.
+    Tcp {
+        /// Source port.
+        src_port: u16,
+        /// Destination port.
+        dst_port: u16,
+        /// Flags.
+        flags: TcpFlags,
+    },
+    /// UDP.
+    Udp {
+        /// Source port.
+        src_port: u16,
+        /// Destination port.
+        dst_port: u16,
+    },
+    /// ICMP echo request or reply.
+    IcmpEcho {
+        /// Request (type 8) or reply (type 0).
+        request: bool,
+        /// Identifier.
+        ident: u16,
+    },
+    /// ICMP destination unreachable or time exceeded, quoting a TCP or UDP
+    /// packet.
+    IcmpError(IcmpError),
+    /// A later fragment: no L4 header.
+    None,
+}
+
+/// TCP flags byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TcpFlags(pub u8);
+
+impl TcpFlags {
+    /// FIN.
+    pub const FIN: u8 = 0x01;
+    /// SYN.
+    pub const SYN: u8 = 0x02;
+    /// RST.
+    pub const RST: u8 = 0x04;
+    /// ACK.
+    pub const ACK: u8 = 0x10;
+
+    /// FIN set.
+    pub const fn fin(self) -> bool {
+        self.0 & Self::FIN != 0
+    }
+    /// SYN set.
+    pub const fn syn(self) -> bool {
+        self.0 & Self::SYN != 0
+    }
+    /// RST set.
+    pub const fn rst(self) -> bool {
+        self.0 & Self::RST != 0
+    }
+    /// ACK set.
+    pub const fn ack(self) -> bool {
+        self.0 & Self::ACK != 0
+    }
+}
+
+/// An ICMP error and the packet it quotes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IcmpError {
+    /// ICMP type (3 destination unreachable, 11 time exceeded).
+    pub icmp_type: u8,
+    /// ICMP code (type 3 code 4: fragmentation needed).
+    pub code: u8,
+    /// The quoted (embedded) packet.
+    pub inner: Inner,
+}
+
+impl IcmpError {
+    /// Whether this is "fragmentation needed" (PMTU discovery).
+    pub const fn is_frag_needed(&self) -> bool {
+        self.icmp_type == ICMP_DST_UNREACHABLE && self.code == 4
+    }
+}
+
+/// The IPv4 + TCP/UDP header quoted inside an ICMP error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inner {
+    /// Offset of the quoted IPv4 header in the frame.
+    pub offset: usize,
+    /// Its header length in bytes.
+    pub header_len: u8,
+    /// Bytes of the quoted L4 header present (at least 8).
+    pub l4_quoted: usize,
+    /// Its protocol.
+    pub proto: L4Proto,
+    /// Quoted source address.
+    pub src: Ipv4Addr,
+    /// Quoted destination address.
+    pub dst: Ipv4Addr,
+    /// Quoted source port.
+    pub src_port: u16,
+    /// Quoted destination port.
+    pub dst_port: u16,
+}
+
+impl Inner {
+    /// The key of the quoted packet, in the direction it was sent.
+    pub const fn key(&self) -> FlowKey {
+        FlowKey {
+            src: self.src,
+            dst: self.dst,
+            src_port: self.src_port,
+            dst_port: self.dst_port,
+            proto: self.proto,
+        }
+    }
+}
+
+impl Ipv4 {
+    /// Offset of the L4 header in the frame.
+    pub const fn l4_offset(&self) -> usize {
+        ETH_HEADER_LEN + self.header_len as usize
+    }
+
+    /// Offset just past the IPv4 packet in the frame (Ethernet padding
+    /// excluded).
+    pub const fn end(&self) -> usize {
+        ETH_HEADER_LEN + self.total_len as usize
+    }
+
+    /// The conntrack key this packet is looked up with, in the direction it
+    /// travels. For an ICMP error that is the reverse of the quoted packet's
+    /// key: the error travels back along the quoted packet's flow.
+    pub const fn flow_key(&self) -> Option<FlowKey> {
+        let (proto, src_port, dst_port) = match self.l4 {
+            L4::Tcp {
+                src_port, dst_port, ..
+            } => (L4Proto::Tcp, src_port, dst_port),
+            L4::Udp { src_port, dst_port } => (L4Proto::Udp, src_port, dst_port),
+            L4::IcmpEcho {
+                request: true,
+                ident,
+            } => (L4Proto::Icmp, ident, 0),
+            L4::IcmpEcho {
+                request: false,
+                ident,
+            } => (L4Proto::Icmp, 0, ident),
+            L4::IcmpError(e) => return Some(e.inner.key().reversed()),
+            L4::None => return None,
+        };
+        Some(FlowKey {
+            src: self.src,
+            dst: self.dst,
+            src_port,
+            dst_port,
+            proto,
+        })
+    }
+}
+
+/// Classifies a received frame, or says why it must be dropped.
+pub fn classify(frame: &[u8]) -> Result<Frame, DropReason> {
+    if frame.len() < ETH_HEADER_LEN {
+        return Err(DropReason::EthTruncated);
+    }
+    let eth = EthernetFrame::new_unchecked(frame);
+    match eth.ethertype() {
+        EthernetProtocol::Ipv4 => classify_ipv4(frame).map(Frame::Ipv4),
+        EthernetProtocol::Arp => classify_arp(&frame[ETH_HEADER_LEN..]).map(Frame::Arp),
+        _ => Err(DropReason::UnsupportedEthertype),
+    }
+}
+
+fn classify_arp(payload: &[u8]) -> Result<Arp, DropReason> {
+    if payload.len() < ARP_LEN {
+        return Err(DropReason::ArpMalformed);
+    }
+    let arp = ArpPacket::new_unchecked(payload);
+    // Ethernet (1), IPv4 (0x0800), 6-byte and 4-byte addresses.
+    if payload[..6] != [0, 1, 0x08, 0x00, 6, 4] {
+        return Err(DropReason::ArpMalformed);
+    }
+    let op = match u16::from(arp.operation()) {
+        1 => ArpOp::Request,
+        2 => ArpOp::Reply,
+        _ => return Err(DropReason::ArpUnsupportedOp),
+    };
+    let ip = |b: &[u8]| Ipv4Addr::new(b[0], b[1], b[2], b[3]);
+    Ok(Arp {
+        op,
+        sender_mac: EthernetAddress::from_bytes(arp.source_hardware_addr()),
+        sender_ip: ip(arp.source_protocol_addr()),
+        target_ip: ip(arp.target_protocol_addr()),
+    })
+}
+
+fn classify_ipv4(frame: &[u8]) -> Result<Ipv4, DropReason> {
+    let avail = &frame[ETH_HEADER_LEN..];
+    if avail.len() < IPV4_MIN_HEADER_LEN {
+        return Err(DropReason::Ipv4Truncated);
+    }
+    let ip = Ipv4Packet::new_unchecked(avail);
+    if ip.version() != 4 {
+        return Err(DropReason::Ipv4BadVersion);
+    }
+    let header_len = usize::from(ip.header_len());
+    if header_len < IPV4_MIN_HEADER_LEN || header_len > avail.len() {
+        return Err(DropReason::Ipv4BadHeaderLen);
+    }
+    let total_len = usize::from(ip.total_len());
+    if total_len < header_len || total_len > avail.len() {
+        return Err(DropReason::Ipv4BadTotalLen);
+    }
+    if !header_checksum_ok(&avail[..header_len]) {
+        return Err(DropReason::Ipv4BadChecksum);
+    }
+    let fragment = match (ip.frag_offset(), ip.more_frags()) {
+        (0, false) => Fragment::Whole,
+        (0, true) => Fragment::First,
+        _ => Fragment::Later,
+    };
+    let protocol = u8::from(ip.next_header());
+    let payload = &avail[header_len..total_len];
+    let l4 = match (fragment, ip.next_header()) {
+        (_, p) if !matches!(p, IpProtocol::Tcp | IpProtocol::Udp | IpProtocol::Icmp) => {
+            return Err(DropReason::UnsupportedProtocol)
+        }
+        (Fragment::Later, _) => L4::None,
+        (_, IpProtocol::Tcp) => classify_tcp(payload)?,
+        (_, IpProtocol::Udp) => classify_udp(payload, fragment)?,
+        _ => classify_icmp(payload, ETH_HEADER_LEN + header_len)?,
+    };
+    Ok(Ipv4 {
+        header_len: header_len as u8,
+        total_len: total_len as u16,
+        src: ip.src_addr(),
+        dst: ip.dst_addr(),
+        ttl: ip.hop_limit(),
+        ident: ip.ident(),
+        protocol,
+        fragment,
+        l4,
+    })
+}
+
+/// Verifies an IPv4 header checksum. Unlike smoltcp's `verify_checksum`, it
+/// also verifies when built with `cfg(fuzzing)`.
+fn header_checksum_ok(header: &[u8]) -> bool {
+    smoltcp::wire::checksum::data(header) == 0xffff
+}
+
+fn classify_tcp(seg: &[u8]) -> Result<L4, DropReason> {
+    if seg.len() < TCP_MIN_HEADER_LEN {
+        return Err(DropReason::TcpMalformed);
+    }
+    let tcp = TcpPacket::new_unchecked(seg);
+    let data_offset = usize::from(tcp.header_len());
+    if data_offset < TCP_MIN_HEADER_LEN || data_offset > seg.len() {
+        return Err(DropReason::TcpMalformed);
+    }
+    Ok(L4::Tcp {
+        src_port: tcp.src_port(),
+        dst_port: tcp.dst_port(),
+        flags: TcpFlags(seg[13]),
+    })
+}
+
+fn classify_udp(dgram: &[u8], fragment: Fragment) -> Result<L4, DropReason> {
+    if dgram.len() < UDP_HEADER_LEN {
+        return Err(DropReason::UdpMalformed);
+    }
+    let udp = UdpPacket::new_unchecked(dgram);
+    let len = usize::from(udp.len());
+    // A first fragment's UDP length covers the whole datagram.
+    if len < UDP_HEADER_LEN || (fragment == Fragment::Whole && len > dgram.len()) {
+        return Err(DropReason::UdpMalformed);
+    }
+    Ok(L4::Udp {
+        src_port: udp.src_port(),
+        dst_port: udp.dst_port(),
+    })
+}
+
+fn classify_icmp(msg: &[u8], msg_offset: usize) -> Result<L4, DropReason> {
+    if msg.len() < ICMP_HEADER_LEN {
+        return Err(DropReason::IcmpMalformed);
+    }
+    let icmp = Icmpv4Packet::new_unchecked(msg);
+    let (icmp_type, code) = (msg[0], msg[1]);
+    match icmp_type {
+        ICMP_ECHO_REQUEST | ICMP_ECHO_REPLY => Ok(L4::IcmpEcho {
+            request: icmp_type == ICMP_ECHO_REQUEST,
+            ident: icmp.echo_ident(),
+        }),
+        ICMP_DST_UNREACHABLE | ICMP_TIME_EXCEEDED => {
+            let inner = classify_inner(&msg[ICMP_HEADER_LEN..], msg_offset + ICMP_HEADER_LEN)?;
+            Ok(L4::IcmpError(IcmpError {
+                icmp_type,
+                code,
+                inner,
+            }))
+        }
+        _ => Err(DropReason::IcmpUnsupportedType),
+    }
+}
+
+/// The quoted packet of an ICMP error: an IPv4 header and at least the
+/// first 8 bytes of its TCP/UDP header (RFC 792), possibly truncated.
+fn classify_inner(quoted: &[u8], offset: usize) -> Result<Inner, DropReason> {
+    if quoted.len() < IPV4_MIN_HEADER_LEN {
+        return Err(DropReason::IcmpErrorMalformed);
+    }
+    let ip = Ipv4Packet::new_unchecked(quoted);
+    let header_len = usize::from(ip.header_len());
+    if ip.version() != 4
+        || header_len < IPV4_MIN_HEADER_LEN
+        || quoted.len() < header_len + 8
+        || ip.frag_offset() != 0
+    {
+        return Err(DropReason::IcmpErrorMalformed);
+    }
+    let proto = match ip.next_header() {
+        IpProtocol::Tcp => L4Proto::Tcp,
+        IpProtocol::Udp => L4Proto::Udp,
+        _ => return Err(DropReason::IcmpErrorUnsupported),
+    };
+    let l4 = &quoted[header_len..];
+    Ok(Inner {
+        offset,
+        header_len: header_len as u8,
+        l4_quoted: l4.len(),
+        proto,
+        src: ip.src_addr(),
+        dst: ip.dst_addr(),
+        src_port: u16::from_be_bytes([l4[0], l4[1]]),
+        dst_port: u16::from_be_bytes([l4[2], l4[3]]),
+    })
+}

@@ -1,0 +1,105 @@
+//! Why a frame was dropped: one enum for counters, metrics and flow events.
+//!
+//! Invariant: every variant has a stable snake_case [`DropReason::name`]
+//! (metric label values and JSON depend on it: never rename one) and a dense
+//! [`DropReason::index`] below [`DropReason::COUNT`], so per-worker counters
+//! can be a plain array indexed by reason.
+
+use std::fmt;
+
+macro_rules! drop_reasons {
+    ($( $(#[$doc:meta])* $variant:ident = $name:literal, )+) => {
+        /// Why a frame was dropped.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(u8)]
+        pub enum DropReason {
+            $( $(#[$doc])* $variant, )+
+        }
+
+        impl DropReason {
+            /// Every reason, in index order.
+            pub const ALL: &'static [DropReason] = &[$(DropReason::$variant),+];
+            /// Number of reasons.
+            pub const COUNT: usize = Self::ALL.len();
+
+            /// Stable snake_case name (metric label, JSON, flow events).
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $( DropReason::$variant => $name, )+
+                }
+            }
+        }
+    };
+}
+
+drop_reasons! {
+    /// Shorter than an Ethernet header.
+    EthTruncated = "eth_truncated",
+    /// EtherType neither IPv4 nor ARP (VLAN tags included).
+    UnsupportedEthertype = "unsupported_ethertype",
+    /// ARP for another hardware/protocol type, or truncated.
+    ArpMalformed = "arp_malformed",
+    /// ARP operation other than request or reply.
+    ArpUnsupportedOp = "arp_unsupported_op",
+    /// Shorter than a minimal IPv4 header.
+    Ipv4Truncated = "ipv4_truncated",
+    /// IP version field is not 4.
+    Ipv4BadVersion = "ipv4_bad_version",
+    /// IHL below 5 or header longer than the packet.
+    Ipv4BadHeaderLen = "ipv4_bad_header_len",
+    /// Total length shorter than the header or longer than the frame.
+    Ipv4BadTotalLen = "ipv4_bad_total_len",
+    /// IPv4 header checksum does not verify.
+    Ipv4BadChecksum = "ipv4_bad_checksum",
+    /// IP protocol other than TCP, UDP or ICMP.
+    UnsupportedProtocol = "unsupported_protocol",
+    /// TCP header truncated or data offset out of range.
+    TcpMalformed = "tcp_malformed",
+    /// UDP header truncated or length field out of range.
+    UdpMalformed = "udp_malformed",
+    /// ICMP header truncated.
+    IcmpMalformed = "icmp_malformed",
+    /// ICMP error whose embedded IPv4/TCP/UDP header is unusable.
+    IcmpErrorMalformed = "icmp_error_malformed",
+    /// ICMP error about something other than TCP or UDP.
+    IcmpErrorUnsupported = "icmp_error_unsupported",
+    /// ICMP type xvs does not handle.
+    IcmpUnsupportedType = "icmp_unsupported_type",
+    /// TTL would reach zero on forwarding.
+    TtlExceeded = "ttl_exceeded",
+    /// Buffer too small to build an answer in place.
+    AnswerNoRoom = "answer_no_room",
+}
+
+impl DropReason {
+    /// Dense index, `0..COUNT`.
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for DropReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_snake_case_and_indexes_dense() {
+        let mut seen = std::collections::HashSet::new();
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i);
+            assert!(seen.insert(r.name()), "duplicate name {}", r.name());
+            assert!(r
+                .name()
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'));
+        }
+        assert_eq!(DropReason::COUNT, DropReason::ALL.len());
+        assert_eq!(DropReason::TtlExceeded.to_string(), "ttl_exceeded");
+    }
+}

@@ -1,0 +1,20 @@
+//! The packet core: per-packet logic as pure functions over Ethernet frames
+//! in `&mut [u8]` — classification, NAT rewrite with incremental checksums,
+//! ICMP error translation, and the answers xvs builds itself (ARP, echo
+//! reply, REJECT). No I/O, no clock, no allocation.
+//!
+//! Header access goes through `smoltcp::wire` packet types after explicit
+//! length checks; every function documents its no-panic contract, and every
+//! refusal is a [`DropReason`].
+
+pub mod answer;
+pub mod checksum;
+pub mod classify;
+mod drop_reason;
+pub mod icmp_error;
+pub mod nat;
+
+pub use classify::{classify, Arp, ArpOp, Fragment, Frame, IcmpError, Inner, Ipv4, TcpFlags, L4};
+pub use drop_reason::DropReason;
+pub use icmp_error::IcmpErrorNat;
+pub use nat::{Endpoint, Nat};

@@ -1,0 +1,216 @@
+//! In-place NAT of a classified IPv4 frame: addresses, ports, TTL and MACs,
+//! with every checksum updated incrementally (RFC 1624).
+//!
+//! Each function reads the current value of what it rewrites from the frame
+//! itself, so rewrites compose in any order and number; the [`Ipv4`] passed
+//! in only supplies the layout (offsets and the kind of L4 header), which no
+//! rewrite changes.
+//!
+//! What each L4 kind gets: TCP and UDP (whole or first fragment) have their
+//! ports rewritten and their checksum updated for the pseudo-header and the
+//! ports; a zero UDP checksum (none) stays zero. Later fragments, ICMP echo
+//! and ICMP errors have only their IPv4 addresses rewritten here (ICMP has no
+//! pseudo-header; quoted headers are [`super::icmp_error`]'s job).
+//!
+//! No-panic contract: every function first checks that the frame is at
+//! least as long as its classification says and otherwise returns
+//! [`DropReason::Ipv4Truncated`]; after that every offset is in bounds.
+
+use std::net::Ipv4Addr;
+
+use smoltcp::wire::EthernetAddress;
+
+use super::checksum::{get16, get_addr, put16, put_addr, Delta};
+use super::classify::{Ipv4, ETH_HEADER_LEN, L4};
+use super::DropReason;
+
+/// IPv4 header field offsets, from the start of the frame.
+const IP_TTL_PROTO: usize = ETH_HEADER_LEN + 8;
+const IP_CHECKSUM: usize = ETH_HEADER_LEN + 10;
+const IP_SRC: usize = ETH_HEADER_LEN + 12;
+const IP_DST: usize = ETH_HEADER_LEN + 16;
+const TCP_CHECKSUM: usize = 16;
+const UDP_CHECKSUM: usize = 6;
+
+/// An address and port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    /// IPv4 address.
+    pub addr: Ipv4Addr,
+    /// TCP/UDP port.
+    pub port: u16,
+}
+
+/// A full-NAT mapping: both ends of the packet are rewritten.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Nat {
+    /// New source.
+    pub src: Endpoint,
+    /// New destination.
+    pub dst: Endpoint,
+}
+
+/// Which L4 checksum a rewrite must keep right.
+#[derive(Clone, Copy)]
+enum L4Sum {
+    Tcp(usize),
+    Udp(usize),
+    None,
+}
+
+impl L4Sum {
+    fn of(ip: &Ipv4) -> L4Sum {
+        match ip.l4 {
+            L4::Tcp { .. } => L4Sum::Tcp(ip.l4_offset()),
+            L4::Udp { .. } => L4Sum::Udp(ip.l4_offset()),
+            _ => L4Sum::None,
+        }
+    }
+
+    /// Offset of the ports, if the packet has them.
+    fn ports_at(self) -> Option<usize> {
+        match self {
+            L4Sum::Tcp(at) | L4Sum::Udp(at) => Some(at),
+            L4Sum::None => None,
+        }
+    }
+
+    fn apply(self, frame: &mut [u8], delta: Delta) {
+        match self {
+            L4Sum::Tcp(at) => {
+                let c = get16(frame, at + TCP_CHECKSUM);
+                put16(frame, at + TCP_CHECKSUM, delta.apply(c));
+            }
+            L4Sum::Udp(at) => {
+                let c = get16(frame, at + UDP_CHECKSUM);
+                put16(frame, at + UDP_CHECKSUM, delta.apply_udp(c));
+            }
+            L4Sum::None => {}
+        }
+    }
+}
+
+#[inline(always)]
+fn ensure(frame: &[u8], ip: &Ipv4) -> Result<(), DropReason> {
+    if frame.len() < ip.end() {
+        Err(DropReason::Ipv4Truncated)
+    } else {
+        Ok(())
+    }
+}
+
+#[inline(always)]
+fn apply_ip(frame: &mut [u8], delta: Delta) {
+    let c = get16(frame, IP_CHECKSUM);
+    put16(frame, IP_CHECKSUM, delta.apply(c));
+}
+
+/// Rewrites one end (`addr_at`: IP_SRC or IP_DST; `port_off`: 0 source
+/// port, 2 destination port), recording checksum changes.
+#[inline(always)]
+fn rewrite_end(
+    frame: &mut [u8],
+    l4: L4Sum,
+    addr_at: usize,
+    port_off: usize,
+    to: Endpoint,
+    ip_delta: &mut Delta,
+    l4_delta: &mut Delta,
+) {
+    let old = get_addr(frame, addr_at);
+    let mut d = Delta::ZERO;
+    d.addr(old, to.addr);
+    put_addr(frame, addr_at, to.addr);
+    ip_delta.add(d);
+    if let Some(at) = l4.ports_at() {
+        // The pseudo-header holds the addresses: the L4 checksum sees them.
+        l4_delta.add(d);
+        let old_port = get16(frame, at + port_off);
+        l4_delta.word(old_port, to.port);
+        put16(frame, at + port_off, to.port);
+    }
+}
+
+/// Rewrites the source address and (for TCP/UDP) port.
+pub fn set_source(frame: &mut [u8], ip: &Ipv4, to: Endpoint) -> Result<(), DropReason> {
+    ensure(frame, ip)?;
+    let l4 = L4Sum::of(ip);
+    let (mut ipd, mut l4d) = (Delta::ZERO, Delta::ZERO);
+    rewrite_end(frame, l4, IP_SRC, 0, to, &mut ipd, &mut l4d);
+    apply_ip(frame, ipd);
+    l4.apply(frame, l4d);
+    Ok(())
+}
+
+/// Rewrites the destination address and (for TCP/UDP) port.
+pub fn set_destination(frame: &mut [u8], ip: &Ipv4, to: Endpoint) -> Result<(), DropReason> {
+    ensure(frame, ip)?;
+    let l4 = L4Sum::of(ip);
+    let (mut ipd, mut l4d) = (Delta::ZERO, Delta::ZERO);
+    rewrite_end(frame, l4, IP_DST, 2, to, &mut ipd, &mut l4d);
+    apply_ip(frame, ipd);
+    l4.apply(frame, l4d);
+    Ok(())
+}
+
+/// Records a TTL decrement, or refuses it if the packet would expire.
+#[inline(always)]
+fn ttl_delta(frame: &mut [u8], ipd: &mut Delta) -> Result<(), DropReason> {
+    let word = get16(frame, IP_TTL_PROTO);
+    let ttl = (word >> 8) as u8;
+    if ttl <= 1 {
+        return Err(DropReason::TtlExceeded);
+    }
+    let new = word - 0x0100;
+    ipd.word(word, new);
+    put16(frame, IP_TTL_PROTO, new);
+    Ok(())
+}
+
+/// Decrements the TTL; a packet whose TTL would reach 0 is refused with
+/// [`DropReason::TtlExceeded`] and left unchanged.
+pub fn decrement_ttl(frame: &mut [u8], ip: &Ipv4) -> Result<(), DropReason> {
+    ensure(frame, ip)?;
+    let mut ipd = Delta::ZERO;
+    ttl_delta(frame, &mut ipd)?;
+    apply_ip(frame, ipd);
+    Ok(())
+}
+
+/// Sets the Ethernet source and destination addresses.
+pub fn set_macs(
+    frame: &mut [u8],
+    src: EthernetAddress,
+    dst: EthernetAddress,
+) -> Result<(), DropReason> {
+    if frame.len() < ETH_HEADER_LEN {
+        return Err(DropReason::EthTruncated);
+    }
+    frame[0..6].copy_from_slice(&dst.0);
+    frame[6..12].copy_from_slice(&src.0);
+    Ok(())
+}
+
+/// Everything forwarding a TCP/UDP packet through full NAT does, in one
+/// pass with one update per checksum: TTL decrement, source and destination
+/// rewrite, MACs. On [`DropReason::TtlExceeded`] the frame is unchanged.
+#[inline]
+pub fn forward(
+    frame: &mut [u8],
+    ip: &Ipv4,
+    nat: &Nat,
+    src_mac: EthernetAddress,
+    dst_mac: EthernetAddress,
+) -> Result<(), DropReason> {
+    ensure(frame, ip)?;
+    let l4 = L4Sum::of(ip);
+    let (mut ipd, mut l4d) = (Delta::ZERO, Delta::ZERO);
+    ttl_delta(frame, &mut ipd)?;
+    rewrite_end(frame, l4, IP_SRC, 0, nat.src, &mut ipd, &mut l4d);
+    rewrite_end(frame, l4, IP_DST, 2, nat.dst, &mut ipd, &mut l4d);
+    apply_ip(frame, ipd);
+    l4.apply(frame, l4d);
+    frame[0..6].copy_from_slice(&dst_mac.0);
+    frame[6..12].copy_from_slice(&src_mac.0);
+    Ok(())
+}
