@@ -32,7 +32,7 @@ unit:
 
 # The fuzz crates live outside the workspace; building them on stable proves
 # they compile (cargo-fuzz adds the sanitizer flags when fuzzing for real).
-FUZZ_CRATES := config/fuzz
+FUZZ_CRATES := config/fuzz dataplane/fuzz
 fuzz-build:
 	@for c in $(FUZZ_CRATES); do \
 	  echo "building fuzz targets in $$c"; \
@@ -44,6 +44,7 @@ FUZZ_SECONDS ?= 60
 fuzz:
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
 	cd config && $(CARGO) +nightly fuzz run parse_config -- -max_total_time=$(FUZZ_SECONDS)
+	cd dataplane && $(CARGO) +nightly fuzz run classify_rewrite -- -max_total_time=$(FUZZ_SECONDS)
 
 ## bench: criterion micro-benchmarks (release profile)
 bench: deps
