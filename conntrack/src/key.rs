@@ -46,6 +46,21 @@ impl L4Proto {
     }
 }
 
+/// An IPv4 address and a port (0 where the protocol has none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Endpoint {
+    /// Address.
+    pub addr: Ipv4Addr,
+    /// Port.
+    pub port: u16,
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.addr, self.port)
+    }
+}
+
 /// One direction of a flow: addresses, ports and protocol as on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FlowKey {
@@ -62,6 +77,33 @@ pub struct FlowKey {
 }
 
 impl FlowKey {
+    /// The key of packets from `src` to `dst`.
+    pub const fn between(src: Endpoint, dst: Endpoint, proto: L4Proto) -> FlowKey {
+        FlowKey {
+            src: src.addr,
+            dst: dst.addr,
+            src_port: src.port,
+            dst_port: dst.port,
+            proto,
+        }
+    }
+
+    /// Source endpoint.
+    pub const fn source(&self) -> Endpoint {
+        Endpoint {
+            addr: self.src,
+            port: self.src_port,
+        }
+    }
+
+    /// Destination endpoint.
+    pub const fn destination(&self) -> Endpoint {
+        Endpoint {
+            addr: self.dst,
+            port: self.dst_port,
+        }
+    }
+
     /// The key of the opposite direction.
     pub const fn reversed(self) -> FlowKey {
         FlowKey {

@@ -1,9 +1,27 @@
 //! xvs-conntrack: the per-queue connection tracking table (sans-IO: `now` is
 //! an argument, one table per worker, no locks).
 //!
-//! The timeouts it applies are [`xvs_config::Timeouts`] (IPVS's defaults).
+//! - [`FlowTable`]: both directions of every flow indexed to one entry of a
+//!   preallocated slab; IPVS's TCP states and timeouts ([`FlowState`]); a
+//!   timer wheel advanced with bounded work; oldest-non-ESTABLISHED early
+//!   drop; persistence templates; chunked dump and delete by filter.
+//! - [`Observer`]: how the table reports per-backend active/inactive
+//!   changes (for the schedulers) and removals (for flow events).
 
+mod check;
+mod dump;
 mod key;
+mod slab;
+mod state;
+mod stats;
+mod table;
 
-pub use key::{FlowKey, L4Proto};
+pub use dump::{Filter, FlowInfo};
+pub use key::{Endpoint, FlowKey, L4Proto};
+pub use slab::{FLAG_QUIESCED, FLAG_TEMPLATE};
+pub use state::{tcp_flags, tcp_next, Direction, FlowState};
+pub use stats::{Removal, Stats};
+pub use table::{
+    Advance, FlowId, FlowRef, FlowTable, InsertError, NewFlow, Observer, Packet, MAX_CAPACITY,
+};
 pub use xvs_config::Timeouts;

@@ -16,9 +16,8 @@
 //! least as long as its classification says and otherwise returns
 //! [`DropReason::Ipv4Truncated`]; after that every offset is in bounds.
 
-use std::net::Ipv4Addr;
-
 use smoltcp::wire::EthernetAddress;
+pub use xvs_conntrack::Endpoint;
 
 use super::checksum::{get16, get_addr, put16, put_addr, Delta};
 use super::classify::{Ipv4, ETH_HEADER_LEN, L4};
@@ -31,15 +30,6 @@ const IP_SRC: usize = ETH_HEADER_LEN + 12;
 const IP_DST: usize = ETH_HEADER_LEN + 16;
 const TCP_CHECKSUM: usize = 16;
 const UDP_CHECKSUM: usize = 6;
-
-/// An address and port.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Endpoint {
-    /// IPv4 address.
-    pub addr: Ipv4Addr,
-    /// TCP/UDP port.
-    pub port: u16,
-}
 
 /// A full-NAT mapping: both ends of the packet are rewritten.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

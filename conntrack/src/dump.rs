@@ -1,0 +1,153 @@
+//! Listing and deleting entries by filter (`conntrack -L`, `-D -d ADDR`,
+//! `ipvsadm -Lnc`), in resumable chunks so a worker is never stopped for
+//! long: each call walks at most a budget of slab slots from a cursor and
+//! returns the cursor to continue from (`None` when the walk is complete).
+//!
+//! A walk is not a snapshot: entries created or removed between chunks may
+//! or may not be seen, as with `conntrack -L` on a live table.
+
+use std::net::Ipv4Addr;
+
+use crate::key::{Endpoint, L4Proto};
+use crate::slab::{Entry, FLAG_QUIESCED};
+use crate::state::FlowState;
+use crate::table::{FlowId, FlowRef, FlowTable, Observer};
+
+/// Which entries a dump or delete selects; `None` fields match anything.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// VIP (original destination).
+    pub vip: Option<Ipv4Addr>,
+    /// VIP port.
+    pub vip_port: Option<u16>,
+    /// Backend address (reply source).
+    pub backend: Option<Ipv4Addr>,
+    /// Client address (original source).
+    pub client: Option<Ipv4Addr>,
+    /// State.
+    pub state: Option<FlowState>,
+    /// Protocol.
+    pub proto: Option<L4Proto>,
+    /// Whether persistence templates are included.
+    pub templates: bool,
+}
+
+impl Filter {
+    fn matches(&self, e: &Entry) -> bool {
+        e.is_live()
+            && (self.templates || !e.is_template())
+            && self.vip.is_none_or(|a| e.vip().addr == a)
+            && self.vip_port.is_none_or(|p| e.vip().port == p)
+            && self.backend.is_none_or(|a| e.backend().addr == a)
+            && self.client.is_none_or(|a| e.client().addr == a)
+            && self.state.is_none_or(|s| e.state() == s)
+            && self.proto.is_none_or(|p| e.proto == p)
+    }
+}
+
+/// A copy of one entry, for listings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowInfo {
+    /// Client.
+    pub client: Endpoint,
+    /// VIP.
+    pub vip: Endpoint,
+    /// Backend.
+    pub backend: Endpoint,
+    /// SNAT address and port (unspecified for templates).
+    pub snat: Endpoint,
+    /// Protocol.
+    pub proto: L4Proto,
+    /// State.
+    pub state: FlowState,
+    /// Seconds until it expires unless a packet comes.
+    pub expires_in: u32,
+    /// Packets `[original, reply]`.
+    pub packets: [u32; 2],
+    /// Bytes `[original, reply]`.
+    pub bytes: [u64; 2],
+    /// Service id.
+    pub service: u32,
+    /// Backend id.
+    pub backend_id: u32,
+    /// Whether this is a persistence template.
+    pub template: bool,
+    /// Whether its backend was quiesced while it lived.
+    pub quiesced: bool,
+}
+
+impl FlowInfo {
+    fn of(e: &Entry, now: u32) -> FlowInfo {
+        FlowInfo {
+            client: e.client(),
+            vip: e.vip(),
+            backend: e.backend(),
+            snat: e.snat(),
+            proto: e.proto,
+            state: e.state(),
+            expires_in: e.deadline().saturating_sub(now),
+            packets: e.packets,
+            bytes: e.bytes,
+            service: e.service,
+            backend_id: e.backend_id,
+            template: e.is_template(),
+            quiesced: e.flags & FLAG_QUIESCED != 0,
+        }
+    }
+}
+
+impl FlowTable {
+    /// Appends the entries matching `filter` among at most `budget` slots
+    /// from `cursor`; returns where to continue, or `None` when done.
+    pub fn dump(
+        &self,
+        filter: &Filter,
+        cursor: u32,
+        budget: u32,
+        now: u32,
+        out: &mut Vec<FlowInfo>,
+    ) -> Option<u32> {
+        let entries = &self.slab.entries;
+        let end = (cursor as usize)
+            .saturating_add(budget as usize)
+            .min(entries.len());
+        for e in entries.get(cursor as usize..end).unwrap_or(&[]) {
+            if filter.matches(e) {
+                out.push(FlowInfo::of(e, now));
+            }
+        }
+        (end < entries.len()).then_some(end as u32)
+    }
+
+    /// Deletes the entries matching `filter` among at most `budget` slots
+    /// from `cursor` (counted in `delete`); returns how many and where to
+    /// continue, or `None` when done. A flush is the default filter with
+    /// templates included.
+    pub fn delete_matching(
+        &mut self,
+        filter: &Filter,
+        cursor: u32,
+        budget: u32,
+        obs: &mut impl Observer,
+    ) -> (u32, Option<u32>) {
+        let len = self.slab.entries.len();
+        let end = (cursor as usize).saturating_add(budget as usize).min(len);
+        let mut deleted = 0;
+        for slot in cursor as usize..end {
+            if filter.matches(&self.slab.entries[slot]) {
+                self.remove(FlowId(slot as u32), obs);
+                deleted += 1;
+            }
+        }
+        (deleted, (end < len).then_some(end as u32))
+    }
+
+    /// Every live entry, for tests and small tables (not chunked).
+    pub fn iter(&self) -> impl Iterator<Item = FlowRef<'_>> {
+        self.slab
+            .entries
+            .iter()
+            .filter(|e| e.is_live())
+            .map(FlowRef)
+    }
+}

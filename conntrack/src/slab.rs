@@ -1,0 +1,295 @@
+//! The preallocated entry storage of a flow table and the intrusive
+//! doubly-linked lists threaded through it (timer-wheel slots and the
+//! early-drop age list).
+//!
+//! Invariants: the slab never grows after construction (all `capacity`
+//! entries exist from the start); a slot is either on the free list or
+//! live, never both; a live entry is on exactly one wheel list and on the
+//! age list iff it is a non-ESTABLISHED flow (not a template); `NIL` ends
+//! every list. Links are u32 slot numbers, so capacity < 2^31.
+
+use std::net::Ipv4Addr;
+
+use crate::key::{Endpoint, FlowKey, L4Proto};
+use crate::state::{Direction, FlowState};
+
+/// End of a list / no slot.
+pub(crate) const NIL: u32 = u32::MAX;
+/// Which list a link pair belongs to.
+pub(crate) const WHEEL: usize = 0;
+pub(crate) const AGE: usize = 1;
+
+/// Entry flag: the backend was quiesced (weight 0) while this flow lived.
+pub const FLAG_QUIESCED: u8 = 0x01;
+/// Entry flag: a persistence template, not a flow.
+pub const FLAG_TEMPLATE: u8 = 0x02;
+/// Entry flag: on the age list.
+pub(crate) const FLAG_AGED: u8 = 0x04;
+/// Entry flag: live (not on the free list).
+pub(crate) const FLAG_LIVE: u8 = 0x80;
+
+/// One tracked flow or persistence template: 88 bytes.
+#[derive(Debug, Clone, Copy)]
+#[repr(C)]
+pub(crate) struct Entry {
+    /// Bytes seen, `[original, reply]`.
+    pub(crate) bytes: [u64; 2],
+    /// Packets seen, `[original, reply]`.
+    pub(crate) packets: [u32; 2],
+    /// `[wheel, age][next, prev]`; the free list uses `links[WHEEL][0]`.
+    pub(crate) links: [[u32; 2]; 2],
+    /// Service id (the scheduler's).
+    pub(crate) service: u32,
+    /// Backend id (the scheduler's).
+    pub(crate) backend_id: u32,
+    /// Time of the last packet (seconds on the table's clock).
+    pub(crate) last_seen: u32,
+    /// Seconds the entry lives after `last_seen`.
+    pub(crate) timeout: u32,
+    /// Client, VIP, backend and SNAT addresses.
+    pub(crate) addrs: [Ipv4Addr; 4],
+    /// Client, VIP, backend and SNAT ports.
+    pub(crate) ports: [u16; 4],
+    /// Wheel slot the entry is filed in.
+    pub(crate) wheel_slot: u16,
+    pub(crate) proto: L4Proto,
+    pub(crate) state: u8,
+    pub(crate) flags: u8,
+}
+
+const CLIENT: usize = 0;
+const VIP: usize = 1;
+const BACKEND: usize = 2;
+const SNAT: usize = 3;
+
+impl Entry {
+    pub(crate) const FREE: Entry = Entry {
+        bytes: [0; 2],
+        packets: [0; 2],
+        links: [[NIL; 2]; 2],
+        service: 0,
+        backend_id: 0,
+        last_seen: 0,
+        timeout: 0,
+        addrs: [Ipv4Addr::UNSPECIFIED; 4],
+        ports: [0; 4],
+        wheel_slot: 0,
+        proto: L4Proto::Tcp,
+        state: 0,
+        flags: 0,
+    };
+
+    pub(crate) fn endpoint(&self, which: usize) -> Endpoint {
+        Endpoint {
+            addr: self.addrs[which],
+            port: self.ports[which],
+        }
+    }
+
+    pub(crate) fn set_endpoint(&mut self, which: usize, e: Endpoint) {
+        self.addrs[which] = e.addr;
+        self.ports[which] = e.port;
+    }
+
+    pub(crate) fn client(&self) -> Endpoint {
+        self.endpoint(CLIENT)
+    }
+    pub(crate) fn vip(&self) -> Endpoint {
+        self.endpoint(VIP)
+    }
+    pub(crate) fn backend(&self) -> Endpoint {
+        self.endpoint(BACKEND)
+    }
+    pub(crate) fn snat(&self) -> Endpoint {
+        self.endpoint(SNAT)
+    }
+    pub(crate) fn set_ends(
+        &mut self,
+        client: Endpoint,
+        vip: Endpoint,
+        backend: Endpoint,
+        snat: Endpoint,
+    ) {
+        self.set_endpoint(CLIENT, client);
+        self.set_endpoint(VIP, vip);
+        self.set_endpoint(BACKEND, backend);
+        self.set_endpoint(SNAT, snat);
+    }
+
+    /// The key packets carry in `dir`: client → VIP, or backend → SNAT.
+    #[inline]
+    pub(crate) fn key(&self, dir: Direction) -> FlowKey {
+        match dir {
+            Direction::Original => FlowKey::between(self.client(), self.vip(), self.proto),
+            Direction::Reply => FlowKey::between(self.backend(), self.snat(), self.proto),
+        }
+    }
+
+    pub(crate) fn state(&self) -> FlowState {
+        FlowState::from_index(self.state)
+    }
+
+    pub(crate) fn is_live(&self) -> bool {
+        self.flags & FLAG_LIVE != 0
+    }
+
+    pub(crate) fn is_template(&self) -> bool {
+        self.flags & FLAG_TEMPLATE != 0
+    }
+
+    pub(crate) fn deadline(&self) -> u32 {
+        self.last_seen.saturating_add(self.timeout)
+    }
+}
+
+/// First and last slot of a list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ListHead {
+    pub(crate) first: u32,
+    pub(crate) last: u32,
+}
+
+impl ListHead {
+    pub(crate) const EMPTY: ListHead = ListHead {
+        first: NIL,
+        last: NIL,
+    };
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.first == NIL
+    }
+}
+
+/// Entries and the free list.
+pub(crate) struct Slab {
+    pub(crate) entries: Vec<Entry>,
+    free: u32,
+    live: u32,
+}
+
+impl Slab {
+    pub(crate) fn new(capacity: u32) -> Slab {
+        let mut entries = vec![Entry::FREE; capacity as usize];
+        for (i, e) in entries.iter_mut().enumerate() {
+            e.links[WHEEL][0] = if i + 1 < capacity as usize {
+                i as u32 + 1
+            } else {
+                NIL
+            };
+        }
+        Slab {
+            entries,
+            free: if capacity > 0 { 0 } else { NIL },
+            live: 0,
+        }
+    }
+
+    pub(crate) fn capacity(&self) -> u32 {
+        self.entries.len() as u32
+    }
+
+    pub(crate) fn live(&self) -> u32 {
+        self.live
+    }
+
+    /// Length of the free list (walked: for invariant checks only).
+    pub(crate) fn free_len(&self) -> u32 {
+        let (mut n, mut at) = (0, self.free);
+        while at != NIL && n <= self.capacity() {
+            n += 1;
+            at = self.entries[at as usize].links[WHEEL][0];
+        }
+        n
+    }
+
+    /// Takes a free slot, marked live, or `None` when full.
+    pub(crate) fn alloc(&mut self) -> Option<u32> {
+        let slot = self.free;
+        let e = self.entries.get_mut(slot as usize)?;
+        self.free = e.links[WHEEL][0];
+        *e = Entry::FREE;
+        e.flags = FLAG_LIVE;
+        self.live += 1;
+        Some(slot)
+    }
+
+    /// Returns a slot (already unlinked from every list) to the free list.
+    pub(crate) fn release(&mut self, slot: u32) {
+        let free = self.free;
+        let e = &mut self.entries[slot as usize];
+        *e = Entry::FREE;
+        e.links[WHEEL][0] = free;
+        self.free = slot;
+        self.live -= 1;
+    }
+
+    /// Appends `slot` to the list `head` of kind `kind`.
+    pub(crate) fn push_back(&mut self, kind: usize, head: &mut ListHead, slot: u32) {
+        let last = head.last;
+        {
+            let e = &mut self.entries[slot as usize];
+            e.links[kind] = [NIL, last];
+        }
+        if last == NIL {
+            head.first = slot;
+        } else {
+            self.entries[last as usize].links[kind][0] = slot;
+        }
+        head.last = slot;
+    }
+
+    /// Removes `slot` from the list `head` of kind `kind`.
+    pub(crate) fn unlink(&mut self, kind: usize, head: &mut ListHead, slot: u32) {
+        let [next, prev] = self.entries[slot as usize].links[kind];
+        if prev == NIL {
+            head.first = next;
+        } else {
+            self.entries[prev as usize].links[kind][0] = next;
+        }
+        if next == NIL {
+            head.last = prev;
+        } else {
+            self.entries[next as usize].links[kind][1] = prev;
+        }
+        self.entries[slot as usize].links[kind] = [NIL, NIL];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_is_88_bytes() {
+        assert_eq!(std::mem::size_of::<Entry>(), 88);
+    }
+
+    #[test]
+    fn alloc_until_full_then_release() {
+        let mut s = Slab::new(3);
+        let a: Vec<u32> = (0..3).map(|_| s.alloc().unwrap()).collect();
+        assert_eq!(a, [0, 1, 2]);
+        assert_eq!(s.alloc(), None);
+        assert_eq!(s.live(), 3);
+        s.release(1);
+        assert_eq!(s.alloc(), Some(1));
+        assert!(s.entries[1].is_live());
+    }
+
+    #[test]
+    fn lists_keep_order_and_unlink_anywhere() {
+        let mut s = Slab::new(4);
+        let mut h = ListHead::EMPTY;
+        for _ in 0..4 {
+            let i = s.alloc().unwrap();
+            s.push_back(AGE, &mut h, i);
+        }
+        s.unlink(AGE, &mut h, 2);
+        s.unlink(AGE, &mut h, 0);
+        assert_eq!((h.first, h.last), (1, 3));
+        assert_eq!(s.entries[1].links[AGE], [3, NIL]);
+        s.unlink(AGE, &mut h, 1);
+        s.unlink(AGE, &mut h, 3);
+        assert!(h.is_empty());
+    }
+}

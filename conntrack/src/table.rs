@@ -1,0 +1,646 @@
+//! The per-worker flow table: one entry per flow in a preallocated slab,
+//! indexed by both directions' 5-tuples in one hashbrown table, expired by
+//! a timer wheel, evicted oldest-non-ESTABLISHED-first when full.
+//!
+//! Sans-IO: every call that depends on time takes `now` (seconds on a
+//! monotonic clock the caller owns). Nothing allocates after construction:
+//! the slab is full-size from the start and the index is sized for two keys
+//! per entry (hashbrown may rehash in place after many deletions; it never
+//! grows).
+//!
+//! Invariants: every live flow has exactly two index entries (original and
+//! reply key) and every live template one; every live entry is filed on
+//! exactly one wheel list; a live entry's deadline (`last_seen + timeout`)
+//! is never earlier than the wheel time it is filed under, so the wheel
+//! only ever finds entries late, never misses one. The wheel files entries
+//! lazily: a packet only refreshes `last_seen`; the sweep re-files an entry
+//! whose deadline moved. A state change re-files at once (timeouts may
+//! shrink).
+//!
+//! Early drop takes the entry that has been non-ESTABLISHED the longest
+//! (FIFO by the time it entered a non-ESTABLISHED state); templates are
+//! never early-dropped.
+
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+
+use crate::key::{Endpoint, FlowKey, L4Proto};
+use crate::slab::{
+    Entry, ListHead, Slab, AGE, FLAG_AGED, FLAG_QUIESCED, FLAG_TEMPLATE, NIL, WHEEL,
+};
+use crate::state::{tcp_next, Direction, FlowState};
+use crate::stats::{Removal, Stats};
+use crate::Timeouts;
+
+/// Wheel slots: one per second; a power of two above the longest default
+/// timeout (900 s), so most entries are swept once.
+pub(crate) const WHEEL_SLOTS: usize = 1024;
+const DIR_BIT: u32 = 1 << 31;
+/// Largest capacity (slot numbers and the direction bit share a u32).
+pub const MAX_CAPACITY: u32 = (1 << 31) - 1;
+
+/// A live entry of a table. Valid until the entry is removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlowId(pub(crate) u32);
+
+/// What a new flow is: its four ends and who scheduled it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewFlow {
+    /// Client (original source).
+    pub client: Endpoint,
+    /// VIP and port (original destination).
+    pub vip: Endpoint,
+    /// Backend (reply source).
+    pub backend: Endpoint,
+    /// SNAT address and port (reply destination).
+    pub snat: Endpoint,
+    /// Protocol.
+    pub proto: L4Proto,
+    /// Service id.
+    pub service: u32,
+    /// Backend id.
+    pub backend_id: u32,
+}
+
+/// What a packet contributes to its flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Packet {
+    /// TCP flags byte (ignored for UDP and ICMP).
+    pub tcp_flags: u8,
+    /// Bytes (L3 length).
+    pub len: u32,
+}
+
+/// Why a new flow was not inserted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InsertError {
+    /// Full, and no non-ESTABLISHED entry to early-drop.
+    TableFull,
+    /// Its original or reply key is already tracked.
+    Exists,
+}
+
+/// Receives what the table does to connections, so schedulers keep
+/// per-backend counts and the data plane can emit flow events. Every
+/// method has a no-op default; `()` observes nothing.
+pub trait Observer {
+    /// A backend gained or lost active (ESTABLISHED) / inactive flows.
+    fn conn_counts(&mut self, _service: u32, _backend_id: u32, _d_active: i32, _d_inactive: i32) {}
+    /// An entry is about to leave the table.
+    fn removed(&mut self, _flow: FlowRef<'_>, _why: Removal) {}
+}
+
+impl Observer for () {}
+
+/// Read access to one live entry.
+#[derive(Debug, Clone, Copy)]
+pub struct FlowRef<'a>(pub(crate) &'a Entry);
+
+impl FlowRef<'_> {
+    /// Client end.
+    pub fn client(&self) -> Endpoint {
+        self.0.client()
+    }
+    /// VIP end.
+    pub fn vip(&self) -> Endpoint {
+        self.0.vip()
+    }
+    /// Backend end.
+    pub fn backend(&self) -> Endpoint {
+        self.0.backend()
+    }
+    /// SNAT end.
+    pub fn snat(&self) -> Endpoint {
+        self.0.snat()
+    }
+    /// Protocol.
+    pub fn proto(&self) -> L4Proto {
+        self.0.proto
+    }
+    /// State.
+    pub fn state(&self) -> FlowState {
+        self.0.state()
+    }
+    /// Service id.
+    pub fn service(&self) -> u32 {
+        self.0.service
+    }
+    /// Backend id.
+    pub fn backend_id(&self) -> u32 {
+        self.0.backend_id
+    }
+    /// Packets `[original, reply]`.
+    pub fn packets(&self) -> [u32; 2] {
+        self.0.packets
+    }
+    /// Bytes `[original, reply]`.
+    pub fn bytes(&self) -> [u64; 2] {
+        self.0.bytes
+    }
+    /// Time of the last packet.
+    pub fn last_seen(&self) -> u32 {
+        self.0.last_seen
+    }
+    /// Time at which the entry expires unless a packet comes.
+    pub fn deadline(&self) -> u32 {
+        self.0.deadline()
+    }
+    /// Whether this is a persistence template.
+    pub fn is_template(&self) -> bool {
+        self.0.is_template()
+    }
+    /// Whether its backend was quiesced while it lived.
+    pub fn is_quiesced(&self) -> bool {
+        self.0.flags & FLAG_QUIESCED != 0
+    }
+    /// The key of `dir`.
+    pub fn key(&self, dir: Direction) -> FlowKey {
+        self.0.key(dir)
+    }
+}
+
+/// Progress of [`FlowTable::advance`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Advance {
+    /// Entries expired by this call.
+    pub expired: u32,
+    /// Whether the wheel caught up with `now` (else call again).
+    pub done: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Sweep {
+    slot: u16,
+    /// Last entry of the slot that belongs to this sweep.
+    stop: u32,
+}
+
+/// The flow table of one worker.
+pub struct FlowTable {
+    pub(crate) slab: Slab,
+    pub(crate) index: HashTable<u32>,
+    hasher: foldhash::fast::RandomState,
+    pub(crate) wheel: Box<[ListHead]>,
+    sweep: Option<Sweep>,
+    /// The last wheel second processed.
+    pub(crate) cursor: u32,
+    pub(crate) age: ListHead,
+    pub(crate) timeouts: Timeouts,
+    pub(crate) stats: Stats,
+    pub(crate) states: [u32; FlowState::COUNT],
+}
+
+impl FlowTable {
+    /// A table for `capacity` entries (flows and templates), at time `now`.
+    pub fn new(capacity: u32, timeouts: Timeouts, now: u32) -> FlowTable {
+        let capacity = capacity.min(MAX_CAPACITY);
+        FlowTable {
+            slab: Slab::new(capacity),
+            index: HashTable::with_capacity(2 * capacity as usize),
+            hasher: foldhash::fast::RandomState::default(),
+            wheel: vec![ListHead::EMPTY; WHEEL_SLOTS].into_boxed_slice(),
+            sweep: None,
+            cursor: now,
+            age: ListHead::EMPTY,
+            timeouts,
+            stats: Stats::default(),
+            states: [0; FlowState::COUNT],
+        }
+    }
+
+    /// Entries the table holds.
+    pub fn capacity(&self) -> u32 {
+        self.slab.capacity()
+    }
+
+    /// Live entries (flows and templates).
+    pub fn len(&self) -> u32 {
+        self.slab.live()
+    }
+
+    /// Whether the table holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Event counters.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Live entries per state (index by [`FlowState::index`]).
+    pub fn states(&self) -> [u32; FlowState::COUNT] {
+        self.states
+    }
+
+    /// Heap bytes the table holds (slab, index, wheel): its whole
+    /// footprint, whatever the number of live entries.
+    pub fn memory_bytes(&self) -> usize {
+        self.slab.entries.capacity() * std::mem::size_of::<Entry>()
+            + self.index.allocation_size()
+            + self.wheel.len() * std::mem::size_of::<ListHead>()
+    }
+
+    /// Replaces the timeouts; live flows take the new value at their next
+    /// state change.
+    pub fn set_timeouts(&mut self, timeouts: Timeouts) {
+        self.timeouts = timeouts;
+    }
+
+    /// Counts a packet the caller could not track.
+    pub fn count_invalid(&mut self) {
+        self.stats.invalid += 1;
+    }
+
+    #[inline]
+    pub(crate) fn hash(&self, key: &FlowKey) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// The flow a packet with `key` belongs to, and its direction.
+    #[inline]
+    pub fn lookup(&mut self, key: &FlowKey) -> Option<(FlowId, Direction)> {
+        let hash = self.hash(key);
+        let entries = &self.slab.entries;
+        let hit = self.index.find(hash, |&v| {
+            let e = &entries[(v & !DIR_BIT) as usize];
+            !e.is_template() && e.key(dir_of(v)) == *key
+        });
+        match hit {
+            Some(&v) => {
+                self.stats.found += 1;
+                Some((FlowId(v & !DIR_BIT), dir_of(v)))
+            }
+            None => {
+                self.stats.miss += 1;
+                None
+            }
+        }
+    }
+
+    /// Read access to a live entry.
+    pub fn flow(&self, id: FlowId) -> FlowRef<'_> {
+        FlowRef(&self.slab.entries[id.0 as usize])
+    }
+
+    /// Marks a flow's backend as quiesced (weight 0): shown in dumps.
+    pub fn mark_quiesced(&mut self, id: FlowId) {
+        self.slab.entries[id.0 as usize].flags |= FLAG_QUIESCED;
+    }
+
+    /// Accounts a packet of a tracked flow: counters, last seen, and (TCP)
+    /// the state transition. Returns the state after the packet.
+    #[inline]
+    pub fn on_packet(
+        &mut self,
+        id: FlowId,
+        dir: Direction,
+        pkt: Packet,
+        now: u32,
+        obs: &mut impl Observer,
+    ) -> FlowState {
+        let e = &mut self.slab.entries[id.0 as usize];
+        let d = dir as usize;
+        e.packets[d] = e.packets[d].wrapping_add(1);
+        e.bytes[d] += u64::from(pkt.len);
+        e.last_seen = now;
+        let old = e.state();
+        let new = tcp_next(old, dir, pkt.tcp_flags);
+        if new != old {
+            self.change_state(id.0, old, new, obs);
+        }
+        new
+    }
+
+    /// Moves an entry to a new state: gauges, active/inactive counts, age
+    /// list, timeout, wheel.
+    fn change_state(&mut self, slot: u32, old: FlowState, new: FlowState, obs: &mut impl Observer) {
+        self.states[old.index()] -= 1;
+        self.states[new.index()] += 1;
+        let timeout = new.timeout(&self.timeouts);
+        let e = &mut self.slab.entries[slot as usize];
+        e.state = new as u8;
+        e.timeout = timeout;
+        let (service, backend) = (e.service, e.backend_id);
+        match (old.is_active(), new.is_active()) {
+            (false, true) => {
+                obs.conn_counts(service, backend, 1, -1);
+                self.age_remove(slot);
+            }
+            (true, false) => {
+                obs.conn_counts(service, backend, -1, 1);
+                self.age_add(slot);
+            }
+            _ => {}
+        }
+        self.unfile(slot);
+        self.file(slot);
+    }
+
+    fn age_add(&mut self, slot: u32) {
+        self.slab.push_back(AGE, &mut self.age, slot);
+        self.slab.entries[slot as usize].flags |= FLAG_AGED;
+    }
+
+    fn age_remove(&mut self, slot: u32) {
+        if self.slab.entries[slot as usize].flags & FLAG_AGED != 0 {
+            self.slab.unlink(AGE, &mut self.age, slot);
+            self.slab.entries[slot as usize].flags &= !FLAG_AGED;
+        }
+    }
+
+    /// Files an entry in the wheel at its deadline (never in the past).
+    fn file(&mut self, slot: u32) {
+        let deadline = self.slab.entries[slot as usize].deadline();
+        let at = deadline.max(self.cursor.wrapping_add(1));
+        let w = at as usize % WHEEL_SLOTS;
+        self.slab.push_back(WHEEL, &mut self.wheel[w], slot);
+        self.slab.entries[slot as usize].wheel_slot = w as u16;
+    }
+
+    /// Takes an entry off its wheel list, keeping an interrupted sweep
+    /// consistent.
+    fn unfile(&mut self, slot: u32) {
+        let e = &self.slab.entries[slot as usize];
+        let w = e.wheel_slot;
+        if let Some(sw) = self.sweep {
+            if sw.slot == w && sw.stop == slot {
+                let prev = e.links[WHEEL][1];
+                self.sweep = (prev != NIL).then_some(Sweep {
+                    slot: w,
+                    stop: prev,
+                });
+            }
+        }
+        self.slab.unlink(WHEEL, &mut self.wheel[w as usize], slot);
+    }
+
+    /// Allocates a slot, early-dropping the oldest non-ESTABLISHED entry
+    /// if the table is full.
+    fn alloc(&mut self, obs: &mut impl Observer) -> Result<u32, InsertError> {
+        if let Some(slot) = self.slab.alloc() {
+            return Ok(slot);
+        }
+        self.stats.table_full += 1;
+        let Some(victim) = (!self.age.is_empty()).then_some(self.age.first) else {
+            self.stats.drop += 1;
+            return Err(InsertError::TableFull);
+        };
+        self.stats.early_drop += 1;
+        self.remove_slot(victim, Removal::EarlyDropped, obs);
+        self.slab.alloc().ok_or(InsertError::TableFull)
+    }
+
+    /// Tracks a new flow with its first packet (original direction).
+    pub fn insert(
+        &mut self,
+        new: &NewFlow,
+        pkt: Packet,
+        now: u32,
+        obs: &mut impl Observer,
+    ) -> Result<FlowId, InsertError> {
+        let orig = FlowKey::between(new.client, new.vip, new.proto);
+        let reply = FlowKey::between(new.backend, new.snat, new.proto);
+        let (h_orig, h_reply) = (self.hash(&orig), self.hash(&reply));
+        let entries = &self.slab.entries;
+        let taken = |h: u64, k: &FlowKey| {
+            self.index
+                .find(h, |&v| {
+                    let e = &entries[(v & !DIR_BIT) as usize];
+                    !e.is_template() && e.key(dir_of(v)) == *k
+                })
+                .is_some()
+        };
+        if taken(h_orig, &orig) || taken(h_reply, &reply) || orig == reply {
+            self.stats.insert_failed += 1;
+            return Err(InsertError::Exists);
+        }
+        let slot = self.alloc(obs)?;
+        let state = match new.proto {
+            L4Proto::Tcp => tcp_next(FlowState::None, Direction::Original, pkt.tcp_flags),
+            L4Proto::Udp => FlowState::Udp,
+            L4Proto::Icmp => FlowState::Icmp,
+        };
+        let e = &mut self.slab.entries[slot as usize];
+        e.set_ends(new.client, new.vip, new.backend, new.snat);
+        e.proto = new.proto;
+        e.service = new.service;
+        e.backend_id = new.backend_id;
+        e.state = state as u8;
+        e.timeout = state.timeout(&self.timeouts);
+        e.last_seen = now;
+        e.packets[0] = 1;
+        e.bytes[0] = u64::from(pkt.len);
+        self.index_insert(h_orig, slot);
+        self.index_insert(h_reply, slot | DIR_BIT);
+        self.states[state.index()] += 1;
+        self.stats.insert += 1;
+        if state.is_active() {
+            obs.conn_counts(new.service, new.backend_id, 1, 0);
+        } else {
+            obs.conn_counts(new.service, new.backend_id, 0, 1);
+            self.age_add(slot);
+        }
+        self.file(slot);
+        Ok(FlowId(slot))
+    }
+
+    fn index_insert(&mut self, hash: u64, value: u32) {
+        let (entries, hasher) = (&self.slab.entries, &self.hasher);
+        self.index.insert_unique(hash, value, |&v| {
+            hasher.hash_one(entries[(v & !DIR_BIT) as usize].key(dir_of(v)))
+        });
+    }
+
+    fn index_remove(&mut self, value: u32) {
+        let e = &self.slab.entries[(value & !DIR_BIT) as usize];
+        let hash = self.hash(&e.key(dir_of(value)));
+        if let Ok(found) = self.index.find_entry(hash, |&v| v == value) {
+            found.remove();
+        }
+    }
+
+    /// Deletes a live entry on request.
+    pub fn remove(&mut self, id: FlowId, obs: &mut impl Observer) {
+        if self
+            .slab
+            .entries
+            .get(id.0 as usize)
+            .is_some_and(Entry::is_live)
+        {
+            self.stats.delete += 1;
+            self.remove_slot(id.0, Removal::Deleted, obs);
+        }
+    }
+
+    /// Takes a live entry out of every structure and frees its slot. The
+    /// caller has counted the removal.
+    pub(crate) fn remove_slot(&mut self, slot: u32, why: Removal, obs: &mut impl Observer) {
+        let e = self.slab.entries[slot as usize];
+        obs.removed(FlowRef(&e), why);
+        let state = e.state();
+        if !e.is_template() {
+            let (a, i) = if state.is_active() { (-1, 0) } else { (0, -1) };
+            obs.conn_counts(e.service, e.backend_id, a, i);
+            self.index_remove(slot | DIR_BIT);
+        }
+        self.index_remove(slot);
+        self.age_remove(slot);
+        if e.wheel_slot as usize != WHEEL_SLOTS {
+            self.unfile(slot);
+        }
+        self.states[state.index()] -= 1;
+        self.slab.release(slot);
+    }
+
+    /// Advances the wheel to `now`, examining at most `budget` entries and
+    /// seconds; expired entries leave the table (counted in `expire`).
+    pub fn advance(&mut self, now: u32, budget: u32, obs: &mut impl Observer) -> Advance {
+        let mut work = 0u32;
+        let mut expired = 0u32;
+        loop {
+            if work >= budget {
+                return Advance {
+                    expired,
+                    done: false,
+                };
+            }
+            if let Some(sw) = self.sweep {
+                let head = &mut self.wheel[sw.slot as usize];
+                let slot = head.first;
+                let last = slot == sw.stop;
+                self.slab.unlink(WHEEL, head, slot);
+                self.slab.entries[slot as usize].wheel_slot = WHEEL_SLOTS as u16;
+                if last {
+                    self.sweep = None;
+                }
+                work += 1;
+                if self.slab.entries[slot as usize].deadline() <= self.cursor {
+                    self.stats.expire += 1;
+                    expired += 1;
+                    self.remove_slot(slot, Removal::Expired, obs);
+                } else {
+                    self.file(slot);
+                }
+                continue;
+            }
+            if self.cursor >= now {
+                return Advance {
+                    expired,
+                    done: true,
+                };
+            }
+            if self.slab.live() == 0 {
+                self.cursor = now;
+                continue;
+            }
+            self.cursor += 1;
+            work += 1;
+            let w = self.cursor as usize % WHEEL_SLOTS;
+            let last = self.wheel[w].last;
+            if last != NIL {
+                self.sweep = Some(Sweep {
+                    slot: w as u16,
+                    stop: last,
+                });
+            }
+        }
+    }
+
+    // ---- persistence templates ----
+
+    /// The key of the template for clients of `client_net` on `vip`.
+    pub fn template_key(client_net: std::net::Ipv4Addr, vip: Endpoint, proto: L4Proto) -> FlowKey {
+        FlowKey::between(
+            Endpoint {
+                addr: client_net,
+                port: 0,
+            },
+            vip,
+            proto,
+        )
+    }
+
+    /// The backend (id and end) a live, unexpired template assigns.
+    pub fn template_lookup(&mut self, key: &FlowKey, now: u32) -> Option<(u32, Endpoint)> {
+        let hash = self.hash(key);
+        let entries = &self.slab.entries;
+        let hit = self.index.find(hash, |&v| {
+            let e = &entries[v as usize];
+            v & DIR_BIT == 0 && e.is_template() && e.key(Direction::Original) == *key
+        });
+        let e = &self.slab.entries[*hit? as usize];
+        (e.deadline() > now).then(|| (e.backend_id, e.backend()))
+    }
+
+    /// Creates or refreshes the template `key` → backend, living `timeout`
+    /// seconds from `now`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn template_set(
+        &mut self,
+        key: &FlowKey,
+        service: u32,
+        backend_id: u32,
+        backend: Endpoint,
+        timeout: u32,
+        now: u32,
+        obs: &mut impl Observer,
+    ) -> Result<(), InsertError> {
+        let hash = self.hash(key);
+        let entries = &self.slab.entries;
+        let hit = self
+            .index
+            .find(hash, |&v| {
+                let e = &entries[v as usize];
+                v & DIR_BIT == 0 && e.is_template() && e.key(Direction::Original) == *key
+            })
+            .copied();
+        let slot = match hit {
+            Some(slot) => slot,
+            None => {
+                let slot = self.alloc(obs)?;
+                let e = &mut self.slab.entries[slot as usize];
+                let zero = Endpoint {
+                    addr: std::net::Ipv4Addr::UNSPECIFIED,
+                    port: 0,
+                };
+                e.set_ends(key.source(), key.destination(), backend, zero);
+                e.proto = key.proto;
+                e.flags |= FLAG_TEMPLATE;
+                e.state = FlowState::Template as u8;
+                e.last_seen = now;
+                self.index_insert(hash, slot);
+                self.states[FlowState::Template.index()] += 1;
+                self.stats.insert += 1;
+                self.file(slot);
+                slot
+            }
+        };
+        let e = &mut self.slab.entries[slot as usize];
+        let shrinks = now.saturating_add(timeout) < e.deadline();
+        e.service = service;
+        e.backend_id = backend_id;
+        e.set_endpoint(2, backend);
+        e.last_seen = now;
+        e.timeout = timeout;
+        if shrinks {
+            self.unfile(slot);
+            self.file(slot);
+        }
+        Ok(())
+    }
+}
+
+#[inline(always)]
+pub(crate) fn dir_of(v: u32) -> Direction {
+    if v & DIR_BIT == 0 {
+        Direction::Original
+    } else {
+        Direction::Reply
+    }
+}
+
+pub(crate) fn slot_of(v: u32) -> u32 {
+    v & !DIR_BIT
+}

@@ -1,0 +1,453 @@
+//! The flow table on a virtual clock: lookups in both directions, TCP
+//! lifecycles, every timeout, early drop, persistence templates, chunked
+//! dump and delete, and exact counters over a million flows.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+
+use xvs_conntrack::tcp_flags::{ACK, FIN, RST, SYN};
+use xvs_conntrack::{
+    Direction, Endpoint, Filter, FlowKey, FlowRef, FlowState, FlowTable, InsertError, L4Proto,
+    NewFlow, Observer, Packet, Removal, Stats, Timeouts,
+};
+
+/// Per-backend (active, inactive) counts as the schedulers would keep them,
+/// and every removal.
+#[derive(Default)]
+struct Counts {
+    conns: HashMap<u32, (i64, i64)>,
+    removed: Vec<(Endpoint, Removal)>,
+}
+
+impl Observer for Counts {
+    fn conn_counts(&mut self, _service: u32, backend: u32, a: i32, i: i32) {
+        let c = self.conns.entry(backend).or_default();
+        c.0 += i64::from(a);
+        c.1 += i64::from(i);
+    }
+    fn removed(&mut self, flow: FlowRef<'_>, why: Removal) {
+        self.removed.push((flow.client(), why));
+    }
+}
+
+fn ep(a: [u8; 4], port: u16) -> Endpoint {
+    Endpoint {
+        addr: Ipv4Addr::from(a),
+        port,
+    }
+}
+
+fn new_flow(n: u32, proto: L4Proto) -> NewFlow {
+    NewFlow {
+        client: ep([198, 18, (n >> 16) as u8, (n >> 8) as u8], n as u16),
+        vip: ep([198, 19, 0, 1], 80),
+        backend: ep([198, 18, 1, 1 + (n % 3) as u8], 8080),
+        snat: ep(
+            [198, 18, 2 + (n / 60_000) as u8, 1],
+            (n % 60_000) as u16 + 1024,
+        ),
+        proto,
+        service: 7,
+        backend_id: n % 3,
+    }
+}
+
+fn syn() -> Packet {
+    Packet {
+        tcp_flags: SYN,
+        len: 60,
+    }
+}
+
+fn flags(f: u8) -> Packet {
+    Packet {
+        tcp_flags: f,
+        len: 52,
+    }
+}
+
+#[test]
+fn both_directions_find_one_entry() {
+    let mut t = FlowTable::new(16, Timeouts::default(), 0);
+    let f = new_flow(1, L4Proto::Tcp);
+    let id = t.insert(&f, syn(), 0, &mut ()).unwrap();
+    let orig = FlowKey::between(f.client, f.vip, L4Proto::Tcp);
+    let reply = FlowKey::between(f.backend, f.snat, L4Proto::Tcp);
+    assert_eq!(t.lookup(&orig), Some((id, Direction::Original)));
+    assert_eq!(t.lookup(&reply), Some((id, Direction::Reply)));
+    assert_eq!(t.lookup(&orig.reversed()), None);
+    let s = t.stats();
+    assert_eq!((s.insert, s.found, s.miss), (1, 2, 1));
+    // The same flow cannot be inserted twice, nor one reusing its reply key.
+    assert_eq!(t.insert(&f, syn(), 0, &mut ()), Err(InsertError::Exists));
+    let mut g = new_flow(2, L4Proto::Tcp);
+    g.snat = f.snat;
+    g.backend = f.backend;
+    assert_eq!(t.insert(&g, syn(), 0, &mut ()), Err(InsertError::Exists));
+    assert_eq!(t.stats().insert_failed, 2);
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn tcp_lifecycle_reports_active_and_inactive() {
+    let mut t = FlowTable::new(16, Timeouts::default(), 0);
+    let mut c = Counts::default();
+    let f = new_flow(1, L4Proto::Tcp);
+    let id = t.insert(&f, syn(), 0, &mut c).unwrap();
+    assert_eq!(t.flow(id).state(), FlowState::SynRecv);
+    assert_eq!(c.conns[&1], (0, 1), "a new flow is inactive");
+    t.on_packet(id, Direction::Reply, flags(SYN | ACK), 1, &mut c);
+    assert_eq!(
+        t.on_packet(id, Direction::Original, flags(ACK), 1, &mut c),
+        FlowState::Established
+    );
+    assert_eq!(c.conns[&1], (1, 0), "ESTABLISHED is active");
+    assert_eq!(
+        t.on_packet(id, Direction::Original, flags(FIN | ACK), 2, &mut c),
+        FlowState::CloseWait
+    );
+    assert_eq!(c.conns[&1], (0, 1));
+    t.on_packet(id, Direction::Reply, flags(FIN | ACK), 2, &mut c);
+    assert_eq!(t.flow(id).state(), FlowState::TimeWait);
+    assert_eq!(t.flow(id).packets(), [3, 2]);
+    assert_eq!(t.flow(id).bytes(), [60 + 52 + 52, 52 + 52]);
+    t.check_invariants().unwrap();
+    t.advance(2 + 120, 1_000, &mut c);
+    assert!(t.is_empty());
+    assert_eq!(c.conns[&1], (0, 0));
+    assert_eq!(c.removed, vec![(f.client, Removal::Expired)]);
+}
+
+/// Drives a new TCP flow at time 0 into `state` with the given packets.
+fn flow_in_state(t: &mut FlowTable, pkts: &[(Direction, u8)], state: FlowState) -> FlowKey {
+    let f = new_flow(9, L4Proto::Tcp);
+    let id = t.insert(&f, syn(), 0, &mut ()).unwrap();
+    for &(dir, fl) in pkts {
+        t.on_packet(id, dir, flags(fl), 0, &mut ());
+    }
+    assert_eq!(t.flow(id).state(), state);
+    FlowKey::between(f.client, f.vip, L4Proto::Tcp)
+}
+
+#[test]
+fn every_reachable_state_expires_after_its_timeout() {
+    use Direction::{Original as In, Reply as Out};
+    // Distinct timeouts, so an entry filed under the wrong one is caught.
+    let t = Timeouts {
+        established: 11,
+        syn_sent: 12,
+        syn_recv: 13,
+        fin_wait: 14,
+        time_wait: 15,
+        close: 16,
+        close_wait: 17,
+        last_ack: 18,
+        synack: 19,
+        udp: 20,
+        icmp: 21,
+    };
+    type Case = (&'static [(Direction, u8)], FlowState, u32);
+    let cases: &[Case] = &[
+        (&[], FlowState::SynRecv, 13),
+        (&[(In, ACK)], FlowState::Established, 11),
+        (&[(In, ACK), (Out, FIN)], FlowState::FinWait, 14),
+        (&[(In, ACK), (Out, FIN), (Out, SYN)], FlowState::SynSent, 12),
+        (&[(In, ACK), (In, FIN)], FlowState::CloseWait, 17),
+        (&[(In, ACK), (In, FIN), (Out, FIN)], FlowState::TimeWait, 15),
+        (&[(In, ACK), (In, RST)], FlowState::Close, 16),
+        // A RST does not move SYN_RECV (IPVS).
+        (&[(In, RST)], FlowState::SynRecv, 13),
+    ];
+    for &(pkts, state, secs) in cases {
+        let mut table = FlowTable::new(8, t, 0);
+        let key = flow_in_state(&mut table, pkts, state);
+        table.advance(secs - 1, u32::MAX, &mut ());
+        assert!(table.lookup(&key).is_some(), "{state:?} expired early");
+        table.advance(secs, u32::MAX, &mut ());
+        assert!(
+            table.lookup(&key).is_none(),
+            "{state:?} did not expire at {secs}"
+        );
+        assert_eq!(table.stats().expire, 1);
+    }
+    // UDP and ICMP.
+    for (proto, secs) in [(L4Proto::Udp, 20), (L4Proto::Icmp, 21)] {
+        let mut table = FlowTable::new(8, t, 0);
+        let f = new_flow(3, proto);
+        table.insert(&f, Packet::default(), 0, &mut ()).unwrap();
+        table.advance(secs - 1, u32::MAX, &mut ());
+        assert_eq!(table.len(), 1);
+        table.advance(secs, u32::MAX, &mut ());
+        assert_eq!(table.len(), 0, "{proto:?}");
+    }
+}
+
+#[test]
+fn packets_refresh_and_state_changes_refile() {
+    let mut t = FlowTable::new(8, Timeouts::default(), 0);
+    let f = new_flow(1, L4Proto::Tcp);
+    let id = t.insert(&f, syn(), 0, &mut ()).unwrap();
+    t.on_packet(id, Direction::Original, flags(ACK), 0, &mut ());
+    // A packet at 800 moves the deadline to 1700 (900 s ESTABLISHED).
+    t.on_packet(id, Direction::Original, flags(ACK), 800, &mut ());
+    t.advance(1699, u32::MAX, &mut ());
+    assert_eq!(t.len(), 1);
+    // A RST at 1699 makes it CLOSE: 10 s, not the 900 s it was filed for.
+    t.on_packet(id, Direction::Reply, flags(RST), 1699, &mut ());
+    t.advance(1708, u32::MAX, &mut ());
+    assert_eq!(t.len(), 1);
+    t.advance(1709, u32::MAX, &mut ());
+    assert_eq!(t.len(), 0);
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn advance_does_bounded_work() {
+    let mut t = FlowTable::new(1000, Timeouts::default(), 0);
+    for n in 0..1000 {
+        t.insert(&new_flow(n, L4Proto::Udp), Packet::default(), 0, &mut ())
+            .unwrap();
+    }
+    // All 1000 expire at 300; with a budget of 64 it takes many calls.
+    let mut calls = 0;
+    loop {
+        calls += 1;
+        let a = t.advance(300, 64, &mut ());
+        assert!(a.expired <= 64);
+        t.check_invariants().unwrap();
+        if a.done {
+            break;
+        }
+    }
+    assert!(t.is_empty());
+    assert!(calls >= 1000 / 64, "{calls} calls");
+}
+
+#[test]
+fn full_table_early_drops_the_oldest_non_established() {
+    let mut t = FlowTable::new(4, Timeouts::default(), 0);
+    let mut c = Counts::default();
+    let ids: Vec<_> = (0..4)
+        .map(|n| {
+            t.insert(&new_flow(n, L4Proto::Tcp), syn(), n, &mut c)
+                .unwrap()
+        })
+        .collect();
+    // Flow 0 becomes ESTABLISHED: it is never a victim.
+    t.on_packet(ids[0], Direction::Original, flags(ACK), 4, &mut c);
+    // Flow 2 goes ESTABLISHED then back: it is now the newest non-ESTABLISHED.
+    t.on_packet(ids[2], Direction::Original, flags(ACK), 4, &mut c);
+    t.on_packet(ids[2], Direction::Original, flags(FIN), 5, &mut c);
+    // Victims in order: 1, 3, 2.
+    for (n, victim) in [(10, 1), (11, 3), (12, 2)] {
+        t.insert(&new_flow(n, L4Proto::Tcp), syn(), 6, &mut c)
+            .unwrap();
+        assert_eq!(
+            c.removed.last(),
+            Some(&(new_flow(victim, L4Proto::Tcp).client, Removal::EarlyDropped))
+        );
+        t.check_invariants().unwrap();
+    }
+    // Now 0 (ESTABLISHED) and 10, 11, 12 (SYN_RECV): 10 goes next.
+    t.insert(&new_flow(13, L4Proto::Tcp), syn(), 7, &mut c)
+        .unwrap();
+    assert_eq!(
+        c.removed.last().unwrap().0,
+        new_flow(10, L4Proto::Tcp).client
+    );
+    let s = t.stats();
+    assert_eq!((s.early_drop, s.table_full, s.drop), (4, 4, 0));
+}
+
+#[test]
+fn full_table_of_established_flows_refuses_and_counts() {
+    let mut t = FlowTable::new(3, Timeouts::default(), 0);
+    for n in 0..3 {
+        let id = t
+            .insert(&new_flow(n, L4Proto::Tcp), syn(), 0, &mut ())
+            .unwrap();
+        t.on_packet(id, Direction::Original, flags(ACK), 0, &mut ());
+    }
+    for n in 3..10 {
+        assert_eq!(
+            t.insert(&new_flow(n, L4Proto::Tcp), syn(), 1, &mut ()),
+            Err(InsertError::TableFull)
+        );
+    }
+    let s = t.stats();
+    assert_eq!((s.insert, s.table_full, s.drop, s.early_drop), (3, 7, 7, 0));
+    assert_eq!(t.len(), 3);
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn persistence_templates() {
+    let mut t = FlowTable::new(8, Timeouts::default(), 0);
+    let vip = ep([198, 19, 0, 1], 443);
+    let net = Ipv4Addr::new(198, 18, 0, 0);
+    let key = FlowTable::template_key(net, vip, L4Proto::Tcp);
+    assert_eq!(t.template_lookup(&key, 0), None);
+    let b = ep([198, 18, 1, 2], 8443);
+    t.template_set(&key, 7, 2, b, 300, 0, &mut ()).unwrap();
+    assert_eq!(t.template_lookup(&key, 299), Some((2, b)));
+    // A new connection at 200 refreshes it to 500.
+    t.template_set(&key, 7, 2, b, 300, 200, &mut ()).unwrap();
+    t.advance(499, u32::MAX, &mut ());
+    assert_eq!(t.template_lookup(&key, 499), Some((2, b)));
+    // A real flow with client port 0 is not the template.
+    assert_eq!(t.lookup(&key), None);
+    t.advance(500, u32::MAX, &mut ());
+    assert_eq!(t.template_lookup(&key, 500), None);
+    assert!(t.is_empty());
+    assert_eq!(t.stats().expire, 1);
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn templates_are_not_early_dropped_nor_counted_as_connections() {
+    let mut t = FlowTable::new(2, Timeouts::default(), 0);
+    let mut c = Counts::default();
+    let key = FlowTable::template_key(
+        Ipv4Addr::new(198, 18, 0, 0),
+        ep([198, 19, 0, 1], 80),
+        L4Proto::Tcp,
+    );
+    t.template_set(&key, 1, 5, ep([198, 18, 1, 5], 80), 300, 0, &mut c)
+        .unwrap();
+    t.insert(&new_flow(1, L4Proto::Tcp), syn(), 0, &mut c)
+        .unwrap();
+    t.insert(&new_flow(2, L4Proto::Tcp), syn(), 0, &mut c)
+        .unwrap();
+    assert!(
+        t.template_lookup(&key, 1).is_some(),
+        "the flow was dropped, not the template"
+    );
+    assert!(!c.conns.contains_key(&5));
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn dump_and_delete_in_chunks_with_filters() {
+    let mut t = FlowTable::new(100, Timeouts::default(), 0);
+    for n in 0..60 {
+        let id = t
+            .insert(&new_flow(n, L4Proto::Tcp), syn(), 0, &mut ())
+            .unwrap();
+        if n % 2 == 0 {
+            t.on_packet(id, Direction::Original, flags(ACK), 0, &mut ());
+        }
+    }
+    let backend1 = Filter {
+        backend: Some(Ipv4Addr::new(198, 18, 1, 2)),
+        ..Filter::default()
+    };
+    let mut out = Vec::new();
+    let mut cursor = Some(0);
+    let mut chunks = 0;
+    while let Some(c) = cursor {
+        cursor = t.dump(&backend1, c, 7, 10, &mut out);
+        chunks += 1;
+    }
+    assert_eq!(chunks, 100usize.div_ceil(7));
+    assert_eq!(out.len(), 20);
+    assert!(out
+        .iter()
+        .all(|f| f.backend.addr == Ipv4Addr::new(198, 18, 1, 2)));
+    let established = Filter {
+        state: Some(FlowState::Established),
+        ..Filter::default()
+    };
+    let mut est = Vec::new();
+    t.dump(&established, 0, 1000, 10, &mut est);
+    assert_eq!(est.len(), 30);
+    assert_eq!(est[0].expires_in, 890);
+
+    // conntrack -D with a filter, chunked; then a flush.
+    let (mut deleted, mut cursor) = (0, Some(0));
+    while let Some(c) = cursor {
+        let (d, next) = t.delete_matching(&backend1, c, 9, &mut ());
+        deleted += d;
+        cursor = next;
+    }
+    assert_eq!((deleted, t.len()), (20, 40));
+    let (flushed, _) = t.delete_matching(
+        &Filter {
+            templates: true,
+            ..Filter::default()
+        },
+        0,
+        1000,
+        &mut (),
+    );
+    assert_eq!((flushed, t.len()), (40, 0));
+    assert_eq!(t.stats().delete, 60);
+    t.check_invariants().unwrap();
+}
+
+/// A million flows through open → established → close → expiry on a
+/// virtual clock, with exact counter totals at the end.
+#[test]
+fn a_million_flows_open_establish_close_expire() {
+    const N: u32 = 1_000_000;
+    let mut t = FlowTable::new(N, Timeouts::default(), 0);
+    let mut c = Counts::default();
+    let mut now = 0u32;
+    // 10,000 new flows per second for 100 seconds; each closes 5 s later.
+    let mut open: std::collections::VecDeque<(u32, NewFlow)> = Default::default();
+    let (mut expired, mut lookups) = (0u64, 0u64);
+    for n in 0..N {
+        if n % 10_000 == 0 {
+            now += 1;
+            expired += u64::from(t.advance(now, u32::MAX, &mut c).expired);
+        }
+        let f = new_flow(n, L4Proto::Tcp);
+        let id = t.insert(&f, syn(), now, &mut c).unwrap();
+        let reply = FlowKey::between(f.backend, f.snat, L4Proto::Tcp);
+        let (rid, dir) = t.lookup(&reply).unwrap();
+        lookups += 1;
+        assert_eq!((rid, dir), (id, Direction::Reply));
+        t.on_packet(id, Direction::Reply, flags(SYN | ACK), now, &mut c);
+        t.on_packet(id, Direction::Original, flags(ACK), now, &mut c);
+        open.push_back((now, f));
+        while let Some(&(at, g)) = open.front() {
+            if at + 5 > now {
+                break;
+            }
+            open.pop_front();
+            let key = FlowKey::between(g.client, g.vip, L4Proto::Tcp);
+            let (id, _) = t.lookup(&key).unwrap();
+            lookups += 1;
+            t.on_packet(id, Direction::Original, flags(FIN | ACK), now, &mut c);
+            t.on_packet(id, Direction::Reply, flags(FIN | ACK), now, &mut c);
+            t.on_packet(id, Direction::Original, flags(ACK), now, &mut c);
+            assert_eq!(t.flow(id).state(), FlowState::TimeWait);
+        }
+    }
+    // Close the rest, then let TIME_WAIT (120 s) run out.
+    for (_, g) in open.drain(..) {
+        let (id, _) = t
+            .lookup(&FlowKey::between(g.client, g.vip, L4Proto::Tcp))
+            .unwrap();
+        lookups += 1;
+        t.on_packet(id, Direction::Original, flags(FIN | ACK), now, &mut c);
+        t.on_packet(id, Direction::Reply, flags(FIN | ACK), now, &mut c);
+    }
+    assert_eq!(t.states()[FlowState::TimeWait.index()], N);
+    now += 121;
+    expired += u64::from(t.advance(now, u32::MAX, &mut c).expired);
+    assert_eq!(expired, u64::from(N));
+    assert!(t.is_empty());
+    assert_eq!(
+        t.stats(),
+        Stats {
+            found: lookups,
+            insert: u64::from(N),
+            expire: u64::from(N),
+            ..Stats::default()
+        }
+    );
+    assert!(c.conns.values().all(|&v| v == (0, 0)), "{:?}", c.conns);
+    t.check_invariants().unwrap();
+}
