@@ -562,15 +562,22 @@ impl FlowTable {
         )
     }
 
+    fn find_template(&self, hash: u64, key: &FlowKey) -> Option<u32> {
+        let entries = &self.slab.entries;
+        self.index
+            .find(hash, |&v| {
+                v & DIR_BIT == 0 && {
+                    let e = &entries[v as usize];
+                    e.is_template() && e.key(Direction::Original) == *key
+                }
+            })
+            .copied()
+    }
+
     /// The backend (id and end) a live, unexpired template assigns.
     pub fn template_lookup(&mut self, key: &FlowKey, now: u32) -> Option<(u32, Endpoint)> {
-        let hash = self.hash(key);
-        let entries = &self.slab.entries;
-        let hit = self.index.find(hash, |&v| {
-            let e = &entries[v as usize];
-            v & DIR_BIT == 0 && e.is_template() && e.key(Direction::Original) == *key
-        });
-        let e = &self.slab.entries[*hit? as usize];
+        let slot = self.find_template(self.hash(key), key)?;
+        let e = &self.slab.entries[slot as usize];
         (e.deadline() > now).then(|| (e.backend_id, e.backend()))
     }
 
@@ -588,15 +595,7 @@ impl FlowTable {
         obs: &mut impl Observer,
     ) -> Result<(), InsertError> {
         let hash = self.hash(key);
-        let entries = &self.slab.entries;
-        let hit = self
-            .index
-            .find(hash, |&v| {
-                let e = &entries[v as usize];
-                v & DIR_BIT == 0 && e.is_template() && e.key(Direction::Original) == *key
-            })
-            .copied();
-        let slot = match hit {
+        let slot = match self.find_template(hash, key) {
             Some(slot) => slot,
             None => {
                 let slot = self.alloc(obs)?;

@@ -451,3 +451,15 @@ fn a_million_flows_open_establish_close_expire() {
     assert!(c.conns.values().all(|&v| v == (0, 0)), "{:?}", c.conns);
     t.check_invariants().unwrap();
 }
+
+/// Memory per flow, index and wheel included, at the sizes the benches
+/// use: at most 128 bytes.
+#[test]
+fn memory_per_flow_is_at_most_128_bytes() {
+    for capacity in [1_000_000u32, 10_000_000, 917_504, 917_505] {
+        let t = FlowTable::new(capacity, Timeouts::default(), 0);
+        let per_flow = t.memory_bytes() as f64 / f64::from(capacity);
+        println!("capacity {capacity}: {per_flow:.1} bytes per flow all-in");
+        assert!(per_flow <= 128.0, "{per_flow} bytes per flow at {capacity}");
+    }
+}

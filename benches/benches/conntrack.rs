@@ -1,0 +1,207 @@
+//! Flow table cost at 1M and 10M entries with random access: lookup hit,
+//! insert, expire; and the memory each flow costs, index included.
+//!
+//! Every bench fills a table to its size first, then measures operations
+//! on keys taken in a random order, so the CPU caches do not hold the
+//! working set (≈110 MB at 1M flows).
+
+#![allow(clippy::unwrap_used)] // benches: a failed unwrap is a broken bench
+#![allow(clippy::disallowed_types)] // a benchmark measures wall-clock time
+
+use std::hint::black_box;
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use xvs_conntrack::{Direction, Endpoint, FlowKey, FlowTable, L4Proto, NewFlow, Packet, Timeouts};
+
+const SIZES: [u32; 3] = [1_000, 1_000_000, 10_000_000];
+/// Room kept free for the insert and expire benches.
+const CHUNK: u32 = 10_000;
+
+fn flow(n: u32) -> NewFlow {
+    let client = Ipv4Addr::from(0xc612_0000 | (n >> 14));
+    NewFlow {
+        client: Endpoint {
+            addr: client,
+            port: (n & 0x3fff) as u16 + 1024,
+        },
+        vip: Endpoint {
+            addr: Ipv4Addr::new(198, 19, 0, 1),
+            port: 80,
+        },
+        backend: Endpoint {
+            addr: Ipv4Addr::new(198, 18, 1, (n % 200) as u8),
+            port: 8080,
+        },
+        snat: Endpoint {
+            addr: Ipv4Addr::from(0xc612_8000 | (n >> 16)),
+            port: n as u16,
+        },
+        proto: L4Proto::Tcp,
+        service: 1,
+        backend_id: n % 200,
+    }
+}
+
+/// The next unused flow number after `n` more beyond `size`'s table (kept
+/// below 2^29 so [`flow`] stays unique).
+fn bump(size: u32, next: u32, n: u32) -> u32 {
+    size + (next - size + n) % (1 << 28)
+}
+
+/// A deterministic permutation of `0..n` (multiplicative, odd step).
+fn shuffled(n: u32) -> Vec<u32> {
+    let mut v: Vec<u32> = (0..n)
+        .map(|i| ((u64::from(i) * 2_654_435_761) % u64::from(n)) as u32)
+        .collect();
+    v.dedup();
+    v
+}
+
+fn filled(size: u32) -> FlowTable {
+    // Long-lived ESTABLISHED flows: the expire bench's clock runs far.
+    let timeouts = Timeouts {
+        established: xvs_config::MAX_TIMEOUT_SECS,
+        ..Timeouts::default()
+    };
+    let mut t = FlowTable::new(size + CHUNK, timeouts, 0);
+    let syn = Packet {
+        tcp_flags: 0x02,
+        len: 60,
+    };
+    let ack = Packet {
+        tcp_flags: 0x10,
+        len: 52,
+    };
+    for n in 0..size {
+        let id = t.insert(&flow(n), syn, 0, &mut ()).unwrap();
+        t.on_packet(id, Direction::Original, ack, 0, &mut ());
+    }
+    t
+}
+
+/// The memory floor the lookups run against, measured in the same run: a
+/// random 8-byte read from a 128 MiB buffer (independent reads, as
+/// independent lookups are), and three reads each depending on the last
+/// (what a hashbrown probe does: control group, bucket, then the entry).
+fn memory_baseline(c: &mut Criterion) {
+    const WORDS: usize = 16 << 20; // 128 MiB of u64
+    let buf: Vec<u64> = (0..WORDS as u64)
+        .map(|i| (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) % WORDS as u64)
+        .collect();
+    let mut g = c.benchmark_group("memory_baseline");
+    g.throughput(Throughput::Elements(1));
+    g.sample_size(20);
+    g.measurement_time(Duration::from_secs(3));
+    let mut i = 0u64;
+    g.bench_function("random_read_128MiB", |b| {
+        b.iter(|| {
+            i = i.wrapping_add(0x9e37_79b9) % WORDS as u64;
+            black_box(buf[i as usize])
+        })
+    });
+    g.bench_function("three_dependent_reads_128MiB", |b| {
+        b.iter(|| {
+            i = i.wrapping_add(0x9e37_79b9) % WORDS as u64;
+            let a = buf[i as usize];
+            let b2 = buf[a as usize];
+            black_box(buf[b2 as usize])
+        })
+    });
+    g.finish();
+}
+
+fn conntrack(c: &mut Criterion) {
+    for size in SIZES {
+        let mut t = filled(size);
+        let per_flow = t.memory_bytes() as f64 / f64::from(t.capacity());
+        println!(
+            "conntrack/{size}: {per_flow:.1} bytes per flow all-in ({} MiB for {} entries)",
+            t.memory_bytes() >> 20,
+            t.capacity()
+        );
+        let order = shuffled(size);
+        let keys: Vec<FlowKey> = order
+            .iter()
+            .map(|&n| {
+                let f = flow(n);
+                FlowKey::between(f.client, f.vip, f.proto)
+            })
+            .collect();
+
+        let mut g = c.benchmark_group(format!("conntrack/{size}"));
+        g.throughput(Throughput::Elements(1));
+        g.sample_size(20);
+        g.measurement_time(Duration::from_secs(4));
+
+        let mut i = 0usize;
+        g.bench_function("lookup_hit", |b| {
+            b.iter(|| {
+                i = (i + 1) % keys.len();
+                black_box(t.lookup(black_box(&keys[i]))).unwrap()
+            })
+        });
+
+        let syn = Packet {
+            tcp_flags: 0x02,
+            len: 60,
+        };
+        let mut next = size;
+        g.bench_function("insert", |b| {
+            b.iter_custom(|iters| {
+                let mut spent = Duration::ZERO;
+                let mut left = iters;
+                while left > 0 {
+                    let n = left.min(u64::from(CHUNK)) as u32;
+                    let start = Instant::now();
+                    for k in 0..n {
+                        black_box(t.insert(&flow(next + k), syn, 0, &mut ()).unwrap());
+                    }
+                    spent += start.elapsed();
+                    for k in 0..n {
+                        let f = flow(next + k);
+                        let (id, _) = t
+                            .lookup(&FlowKey::between(f.client, f.vip, f.proto))
+                            .unwrap();
+                        t.remove(id, &mut ());
+                    }
+                    next = bump(size, next, n);
+                    left -= u64::from(n);
+                }
+                spent
+            })
+        });
+
+        // Expire: chunks of UDP flows that time out together amid the
+        // table's long-lived flows; measured per expired entry.
+        let mut now = 0u32;
+        g.bench_function("expire", |b| {
+            b.iter_custom(|iters| {
+                let mut spent = Duration::ZERO;
+                let mut left = iters;
+                while left > 0 {
+                    let n = left.min(u64::from(CHUNK)) as u32;
+                    now += 1;
+                    for k in 0..n {
+                        let mut f = flow(next + k);
+                        f.proto = L4Proto::Udp;
+                        t.insert(&f, Packet::default(), now, &mut ()).unwrap();
+                    }
+                    next = bump(size, next, n);
+                    now += 300;
+                    let start = Instant::now();
+                    let a = t.advance(now, u32::MAX, &mut ());
+                    spent += start.elapsed();
+                    assert_eq!(a.expired, n);
+                    left -= u64::from(n);
+                }
+                spent
+            })
+        });
+        g.finish();
+    }
+}
+
+criterion_group!(benches, memory_baseline, conntrack);
+criterion_main!(benches);
