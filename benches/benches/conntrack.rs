@@ -13,7 +13,9 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use xvs_conntrack::{Direction, Endpoint, FlowKey, FlowTable, L4Proto, NewFlow, Packet, Timeouts};
+use xvs_conntrack::{
+    Direction, Endpoint, FlowKey, FlowTable, L4Proto, NewFlow, Packet, Timeouts, BATCH,
+};
 
 const SIZES: [u32; 3] = [1_000, 1_000_000, 10_000_000];
 /// Room kept free for the insert and expire benches.
@@ -146,6 +148,18 @@ fn conntrack(c: &mut Criterion) {
                 black_box(t.lookup(black_box(&keys[i]))).unwrap()
             })
         });
+
+        let mut out = vec![None; BATCH];
+        let mut j = 0usize;
+        g.throughput(Throughput::Elements(BATCH as u64));
+        g.bench_function("lookup_hit_batch64", |b| {
+            b.iter(|| {
+                j = (j + BATCH) % (keys.len() - BATCH);
+                t.lookup_batch(black_box(&keys[j..j + BATCH]), &mut out);
+                assert!(out[BATCH - 1].is_some());
+            })
+        });
+        g.throughput(Throughput::Elements(1));
 
         let syn = Packet {
             tcp_flags: 0x02,

@@ -72,15 +72,15 @@ fn packet_core(c: &mut Criterion) {
     });
 
     let icmp_len = fixtures::ICMP_FRAG_NEEDED_TCP8.len();
-    g.bench_function("classify_translate_icmp_error", |b| {
+    g.bench_function("classify_forward_icmp_error", |b| {
         b.iter_batched_ref(
             || batch_of(fixtures::ICMP_FRAG_NEEDED_TCP8),
             |frames| {
                 for f in frames.iter_mut() {
                     let f = &mut f[..icmp_len];
                     if let Ok(Frame::Ipv4(ip)) = classify(black_box(f)) {
-                        black_box(icmp_error::translate(f, &ip, &to_client)).unwrap();
-                        black_box(nat::decrement_ttl(f, &ip)).unwrap();
+                        black_box(icmp_error::forward(f, &ip, &to_client, MAC_GW, MAC_BACKEND))
+                            .unwrap();
                     }
                 }
             },

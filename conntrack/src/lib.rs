@@ -8,6 +8,7 @@
 //! - [`Observer`]: how the table reports per-backend active/inactive
 //!   changes (for the schedulers) and removals (for flow events).
 
+mod batch;
 mod check;
 mod dump;
 mod key;
@@ -16,6 +17,7 @@ mod state;
 mod stats;
 mod table;
 
+pub use batch::BATCH;
 pub use dump::{Filter, FlowInfo};
 pub use key::{Endpoint, FlowKey, L4Proto};
 pub use slab::{FLAG_QUIESCED, FLAG_TEMPLATE};

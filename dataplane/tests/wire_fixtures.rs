@@ -414,6 +414,33 @@ fn translates_icmp_errors() {
 }
 
 #[test]
+fn forwarding_an_icmp_error_equals_translate_ttl_and_macs() {
+    let mut one = ICMP_FRAG_NEEDED_TCP8.to_vec();
+    let ip = ipv4(&one);
+    icmp_error::forward(&mut one, &ip, &TO_CLIENT, GW_MAC, CLIENT_MAC).unwrap();
+    let mut steps = ICMP_FRAG_NEEDED_TCP8.to_vec();
+    icmp_error::translate(&mut steps, &ip, &TO_CLIENT).unwrap();
+    nat::decrement_ttl(&mut steps, &ip).unwrap();
+    nat::set_macs(&mut steps, GW_MAC, CLIENT_MAC).unwrap();
+    assert_eq!(one, steps);
+    assert_eq!(ipv4(&one).ttl, 63);
+    // An expiring one is refused and left alone.
+    let mut expiring = ICMP_FRAG_NEEDED_TCP8.to_vec();
+    expiring[22] = 1;
+    let mut fixed = expiring.clone();
+    fixed[24..26].fill(0);
+    let c = !smoltcp::wire::checksum::data(&fixed[14..34]);
+    fixed[24..26].copy_from_slice(&c.to_be_bytes());
+    let ip = ipv4(&fixed);
+    let before = fixed.clone();
+    assert_eq!(
+        icmp_error::forward(&mut fixed, &ip, &TO_CLIENT, GW_MAC, CLIENT_MAC),
+        Err(DropReason::TtlExceeded)
+    );
+    assert_eq!(fixed, before);
+}
+
+#[test]
 fn translate_refuses_what_is_not_an_icmp_error() {
     let mut frame = TCP_SYN.to_vec();
     let ip = ipv4(&frame);

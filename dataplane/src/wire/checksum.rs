@@ -15,9 +15,11 @@
 
 use std::net::Ipv4Addr;
 
-/// Accumulated change of checksummed 16-bit words.
+/// Accumulated change of checksummed 16-bit words. The sum is kept in 64
+/// bits and folded once, when applied: no realistic number of changes can
+/// overflow it (2^47 words).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Delta(u32);
+pub struct Delta(u64);
 
 impl Delta {
     /// No change.
@@ -26,8 +28,7 @@ impl Delta {
     /// Records that a 16-bit word changed from `old` to `new`.
     #[inline(always)]
     pub fn word(&mut self, old: u16, new: u16) {
-        self.0 += u32::from(!old) + u32::from(new);
-        self.fold_once();
+        self.0 += u64::from(!old) + u64::from(new);
     }
 
     /// Records that a 32-bit field (two words) changed.
@@ -47,19 +48,14 @@ impl Delta {
     #[inline(always)]
     pub fn add(&mut self, other: Delta) {
         self.0 += other.0;
-        self.fold_once();
-    }
-
-    /// Keeps the accumulator below 2^17 so it can never overflow.
-    #[inline(always)]
-    fn fold_once(&mut self) {
-        self.0 = (self.0 & 0xffff) + (self.0 >> 16);
     }
 
     /// The checksum `hc` after the recorded changes.
     #[inline(always)]
     pub fn apply(self, hc: u16) -> u16 {
-        let mut sum = u32::from(!hc) + self.0;
+        let mut sum = u64::from(!hc) + self.0;
+        sum = (sum & 0xffff_ffff) + (sum >> 32);
+        sum = (sum & 0xffff) + (sum >> 16);
         sum = (sum & 0xffff) + (sum >> 16);
         sum = (sum & 0xffff) + (sum >> 16);
         !(sum as u16)

@@ -196,11 +196,11 @@ impl IcmpError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Inner {
     /// Offset of the quoted IPv4 header in the frame.
-    pub offset: usize,
+    pub offset: u16,
     /// Its header length in bytes.
     pub header_len: u8,
     /// Bytes of the quoted L4 header present (at least 8).
-    pub l4_quoted: usize,
+    pub l4_quoted: u16,
     /// Its protocol.
     pub proto: L4Proto,
     /// Quoted source address.
@@ -436,9 +436,9 @@ fn classify_inner(quoted: &[u8], offset: usize) -> Result<Inner, DropReason> {
     };
     let l4 = &quoted[header_len..];
     Ok(Inner {
-        offset,
+        offset: offset as u16,
         header_len: header_len as u8,
-        l4_quoted: l4.len(),
+        l4_quoted: l4.len() as u16,
         proto,
         src: ip.src_addr(),
         dst: ip.dst_addr(),

@@ -17,12 +17,15 @@
 
 use std::net::Ipv4Addr;
 
+use smoltcp::wire::EthernetAddress;
+
 use super::checksum::{get16, get_addr, put16, put_addr, Delta};
 use super::classify::{Ipv4, ETH_HEADER_LEN, L4};
 use super::nat::{Endpoint, Nat};
 use super::DropReason;
 use xvs_conntrack::L4Proto;
 
+const IP_TTL_PROTO: usize = 8;
 const IP_CHECKSUM: usize = 10;
 const IP_SRC: usize = 12;
 const IP_DST: usize = 16;
@@ -43,17 +46,47 @@ pub struct IcmpErrorNat {
 /// Rewrites a classified ICMP error in place. Frames that are not ICMP
 /// errors are refused with [`DropReason::IcmpErrorUnsupported`].
 pub fn translate(frame: &mut [u8], ip: &Ipv4, nat: &IcmpErrorNat) -> Result<(), DropReason> {
+    rewrite(frame, ip, nat, false)
+}
+
+/// Everything forwarding an ICMP error through the NAT does, in one pass
+/// with one update per checksum: [`translate`], TTL decrement, MACs. On
+/// [`DropReason::TtlExceeded`] the frame is unchanged.
+pub fn forward(
+    frame: &mut [u8],
+    ip: &Ipv4,
+    nat: &IcmpErrorNat,
+    src_mac: EthernetAddress,
+    dst_mac: EthernetAddress,
+) -> Result<(), DropReason> {
+    rewrite(frame, ip, nat, true)?;
+    frame[0..6].copy_from_slice(&dst_mac.0);
+    frame[6..12].copy_from_slice(&src_mac.0);
+    Ok(())
+}
+
+fn rewrite(frame: &mut [u8], ip: &Ipv4, nat: &IcmpErrorNat, ttl: bool) -> Result<(), DropReason> {
     let L4::IcmpError(err) = ip.l4 else {
         return Err(DropReason::IcmpErrorUnsupported);
     };
     let inner = err.inner;
-    let quoted_l4 = inner.offset + usize::from(inner.header_len);
-    if frame.len() < ip.end() || frame.len() < quoted_l4 + inner.l4_quoted {
+    let inner_at = usize::from(inner.offset);
+    let quoted_l4 = inner_at + usize::from(inner.header_len);
+    if frame.len() < ip.end() || frame.len() < quoted_l4 + usize::from(inner.l4_quoted) {
         return Err(DropReason::Ipv4Truncated);
     }
 
-    // Outer header.
+    // Outer header (TTL first: an expiring packet is left unchanged).
     let mut outer = Delta::ZERO;
+    if ttl {
+        let at = ETH_HEADER_LEN + IP_TTL_PROTO;
+        let word = get16(frame, at);
+        if word >> 8 <= 1 {
+            return Err(DropReason::TtlExceeded);
+        }
+        outer.word(word, word - 0x0100);
+        put16(frame, at, word - 0x0100);
+    }
     for (at, to) in [(IP_SRC, nat.outer_src), (IP_DST, nat.outer_dst)] {
         let at = ETH_HEADER_LEN + at;
         outer.addr(get_addr(frame, at), to);
@@ -67,7 +100,7 @@ pub fn translate(frame: &mut [u8], ip: &Ipv4, nat: &IcmpErrorNat) -> Result<(), 
     let ends: [(usize, usize, Endpoint); 2] =
         [(IP_SRC, 0, nat.inner.src), (IP_DST, 2, nat.inner.dst)];
     for (addr_at, port_off, to) in ends {
-        let at = inner.offset + addr_at;
+        let at = inner_at + addr_at;
         let mut d = Delta::ZERO;
         d.addr(get_addr(frame, at), to.addr);
         put_addr(frame, at, to.addr);
@@ -82,7 +115,7 @@ pub fn translate(frame: &mut [u8], ip: &Ipv4, nat: &IcmpErrorNat) -> Result<(), 
     }
 
     // Quoted IPv4 header checksum.
-    let at = inner.offset + IP_CHECKSUM;
+    let at = inner_at + IP_CHECKSUM;
     let old = get16(frame, at);
     let new = quoted_ip.apply(old);
     icmp.word(old, new);
