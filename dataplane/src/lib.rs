@@ -1,9 +1,11 @@
 //! xvs-dataplane: the AF_XDP poll-mode data plane — packet parsing and NAT
-//! rewrite ([`wire`]), schedulers, the service table, per-queue workers.
+//! rewrite ([`wire`]), schedulers ([`sched`]), the service table, per-queue
+//! workers.
 //!
 //! It consumes the shared service model of [`xvs_config`] and never depends
 //! on tokio, kube or a serde format.
 
+pub mod sched;
 pub mod wire;
 
 pub use xvs_config::{Backend, Service, ServiceKey};

@@ -1,0 +1,212 @@
+//! Schedulers with IPVS's semantics (`net/netfilter/ipvs/ip_vs_*.c`):
+//! choosing the backend of a new flow. Sans-IO: randomness comes from a
+//! seeded generator, load from [`ConnCounts`].
+//!
+//! Invariants: a backend of weight 0 is never chosen for a new flow
+//! (quiesced); when none is eligible the outcome is [`NoBackend`], which the
+//! data plane turns into a reject. A scheduler is built for one backend
+//! list ([`Scheduler::new`]) and picks indexes into that same list; a
+//! change of the list or of a weight builds a new one (O(that service)).
+//! Tables (sh, dh, mh) are built at construction, never on the packet path.
+
+mod counts;
+mod hash;
+mod least;
+mod maglev;
+mod random;
+mod rr;
+
+use std::net::Ipv4Addr;
+
+pub use counts::{ConnCounts, CountsObserver};
+pub use hash::{BucketHash, BUCKETS};
+pub use least::Least;
+pub use maglev::{Maglev, MaglevTable, DEFAULT_SEED};
+pub use random::WeightedRandom;
+pub use rr::{RoundRobin, WeightedRoundRobin};
+use xvs_config::{Scheduler as Kind, SchedulerFlags};
+use xvs_conntrack::{Endpoint, FlowTable, L4Proto, Observer};
+
+/// A backend as the schedulers see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedBackend {
+    /// Stable id: the index of its counts in [`ConnCounts`].
+    pub id: u32,
+    /// Address and port.
+    pub endpoint: Endpoint,
+    /// Weight (0 = quiesced).
+    pub weight: u32,
+}
+
+impl SchedBackend {
+    fn available(&self) -> bool {
+        self.weight > 0
+    }
+}
+
+/// What a new flow asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    /// Client address and port.
+    pub client: Endpoint,
+    /// VIP and port asked for.
+    pub vip: Endpoint,
+}
+
+/// No backend can take a new flow (all quiesced, or none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoBackend;
+
+/// Maglev parameters of a service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaglevParams {
+    /// Table size (prime).
+    pub size: u32,
+    /// Seed shared by every gateway, so tables agree across nodes.
+    pub seed: u64,
+}
+
+/// A scheduler for one backend list.
+#[derive(Debug, Clone)]
+pub enum Scheduler {
+    /// Round robin.
+    Rr(rr::RoundRobin),
+    /// Weighted round robin.
+    Wrr(WeightedRoundRobin),
+    /// lc, wlc, sed, nq.
+    Least(Least),
+    /// dh, sh.
+    Hash(BucketHash),
+    /// Maglev.
+    Maglev(Maglev),
+    /// random, twos.
+    Random(WeightedRandom),
+}
+
+impl Scheduler {
+    /// Builds the scheduler `kind` for `backends`.
+    pub fn new(
+        kind: Kind,
+        flags: SchedulerFlags,
+        backends: &[SchedBackend],
+        maglev: MaglevParams,
+        rng_seed: u64,
+    ) -> Scheduler {
+        match kind {
+            Kind::Rr => Scheduler::Rr(rr::RoundRobin::default()),
+            Kind::Wrr => Scheduler::Wrr(rr::WeightedRoundRobin::new(backends)),
+            Kind::Lc | Kind::Wlc | Kind::Sed | Kind::Nq => {
+                Scheduler::Least(least::Least::new(kind))
+            }
+            Kind::Dh | Kind::Sh => {
+                Scheduler::Hash(hash::BucketHash::new(kind == Kind::Dh, flags, backends))
+            }
+            Kind::Mh => Scheduler::Maglev(maglev::Maglev::new(flags, backends, maglev)),
+            Kind::Random | Kind::Twos => Scheduler::Random(random::WeightedRandom::new(
+                kind == Kind::Twos,
+                backends,
+                rng_seed,
+            )),
+        }
+    }
+
+    /// Chooses the backend (an index into `backends`) of a new flow.
+    #[inline]
+    pub fn pick(
+        &mut self,
+        backends: &[SchedBackend],
+        req: &Request,
+        counts: &ConnCounts,
+    ) -> Result<usize, NoBackend> {
+        match self {
+            Scheduler::Rr(s) => s.pick(backends),
+            Scheduler::Wrr(s) => s.pick(backends),
+            Scheduler::Least(s) => s.pick(backends, counts),
+            Scheduler::Hash(s) => s.pick(backends, req),
+            Scheduler::Maglev(s) => s.pick(backends, req),
+            Scheduler::Random(s) => s.pick(backends, counts),
+        }
+        .ok_or(NoBackend)
+    }
+
+    /// Heap bytes this scheduler holds (its part of the service's
+    /// footprint; the Maglev table dominates).
+    pub fn memory_bytes(&self) -> usize {
+        match self {
+            Scheduler::Hash(_) => BUCKETS * std::mem::size_of::<u16>(),
+            Scheduler::Maglev(s) => s.memory_bytes(),
+            Scheduler::Random(s) => s.memory_bytes(),
+            Scheduler::Rr(_) | Scheduler::Wrr(_) | Scheduler::Least(_) => 0,
+        }
+    }
+}
+
+/// Client persistence of a service (IPVS `-p`, sessionAffinity ClientIP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Persist {
+    /// Service id (recorded in templates).
+    pub service: u32,
+    /// Protocol of the service.
+    pub proto: L4Proto,
+    /// Seconds a template lives after the last new connection it placed.
+    pub timeout: u32,
+    /// Netmask applied to client addresses.
+    pub netmask: Ipv4Addr,
+}
+
+/// Persistence first, then the scheduler: a client (under the netmask)
+/// with a live template goes to its backend while that backend is still
+/// in the list with a weight; otherwise the scheduler picks and the
+/// template is (re)written. A template that cannot be stored (table full
+/// of ESTABLISHED flows) does not fail the flow: it is scheduled anyway.
+#[allow(clippy::too_many_arguments)]
+pub fn pick_persistent(
+    sched: &mut Scheduler,
+    backends: &[SchedBackend],
+    req: &Request,
+    counts: &ConnCounts,
+    persist: &Persist,
+    table: &mut FlowTable,
+    now: u32,
+    obs: &mut impl Observer,
+) -> Result<usize, NoBackend> {
+    let net = Ipv4Addr::from(u32::from(req.client.addr) & u32::from(persist.netmask));
+    let key = FlowTable::template_key(net, req.vip, persist.proto);
+    if let Some((id, endpoint)) = table.template_lookup(&key, now) {
+        let found = backends
+            .iter()
+            .position(|b| b.id == id && b.endpoint == endpoint && b.available());
+        if let Some(i) = found {
+            let _ = table.template_set(
+                &key,
+                persist.service,
+                id,
+                endpoint,
+                persist.timeout,
+                now,
+                obs,
+            );
+            return Ok(i);
+        }
+    }
+    let i = sched.pick(backends, req, counts)?;
+    let b = backends[i];
+    let _ = table.template_set(
+        &key,
+        persist.service,
+        b.id,
+        b.endpoint,
+        persist.timeout,
+        now,
+        obs,
+    );
+    Ok(i)
+}
+
+/// Greatest common divisor.
+pub(crate) fn gcd(mut a: u32, mut b: u32) -> u32 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
