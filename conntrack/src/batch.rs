@@ -10,7 +10,7 @@
 //! buckets) falls back to the exact lookup.
 
 use crate::key::FlowKey;
-use crate::slab::NIL;
+use crate::slab::{KEY_BYTES, NIL};
 use crate::state::Direction;
 use crate::table::{dir_of, slot_of, FlowId, FlowTable};
 
@@ -28,8 +28,13 @@ impl FlowTable {
 
     fn lookup_chunk(&mut self, keys: &[FlowKey], out: &mut [Option<(FlowId, Direction)>]) {
         let mut cand = [(0u64, NIL, false); BATCH];
+        // Hashes first, so the probe loop is all memory access and more
+        // probes fit in the CPU's window at once.
         for (c, key) in cand.iter_mut().zip(keys) {
-            let hash = self.hash(key);
+            c.0 = self.hash(key);
+        }
+        for c in cand.iter_mut().take(keys.len()) {
+            let hash = c.0;
             let (mut first, mut more) = (NIL, false);
             // Collect tag matches without reading the slab: `false` keeps
             // the probe going to the end of its sequence.
@@ -41,10 +46,15 @@ impl FlowTable {
                 }
                 false
             });
-            if first != NIL {
-                prefetch(&self.slab.entries[slot_of(first) as usize]);
-            }
             *c = (hash, first, more);
+        }
+        for &(_, v, _) in cand.iter().take(keys.len()) {
+            if let Some(e) = self.slab.entries.get(slot_of(v) as usize) {
+                // The key's bytes may straddle two lines.
+                let start = (e as *const crate::slab::Entry).cast::<u8>();
+                prefetch(start);
+                prefetch(start.wrapping_add(KEY_BYTES - 1));
+            }
         }
         for ((key, &(_, v, more)), slot) in keys.iter().zip(&cand).zip(out.iter_mut()) {
             *slot = if v == NIL {
@@ -66,17 +76,18 @@ impl FlowTable {
     }
 }
 
-/// Hints the CPU to fetch `t`'s cache line; a no-op where unsupported.
+/// Hints the CPU to fetch the cache line holding `p`; a no-op where
+/// unsupported.
 #[inline(always)]
-fn prefetch<T>(t: &T) {
+fn prefetch(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     {
         use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         // SAFETY: SSE is part of the x86_64 baseline, so the instruction
         // exists; a prefetch is a hint that never faults and reads nothing
-        // observable, whatever the address (here a live reference).
-        unsafe { _mm_prefetch::<_MM_HINT_T0>((t as *const T).cast::<i8>()) };
+        // observable, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>()) };
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = t;
+    let _ = p;
 }

@@ -28,24 +28,12 @@ pub(crate) const FLAG_AGED: u8 = 0x04;
 /// Entry flag: live (not on the free list).
 pub(crate) const FLAG_LIVE: u8 = 0x80;
 
-/// One tracked flow or persistence template: 88 bytes.
+/// One tracked flow or persistence template: 88 bytes. The fields a lookup
+/// compares (addresses, ports, protocol, flags) come first, within 29
+/// bytes, so verifying a key touches at most two cache lines.
 #[derive(Debug, Clone, Copy)]
 #[repr(C)]
 pub(crate) struct Entry {
-    /// Bytes seen, `[original, reply]`.
-    pub(crate) bytes: [u64; 2],
-    /// Packets seen, `[original, reply]`.
-    pub(crate) packets: [u32; 2],
-    /// `[wheel, age][next, prev]`; the free list uses `links[WHEEL][0]`.
-    pub(crate) links: [[u32; 2]; 2],
-    /// Service id (the scheduler's).
-    pub(crate) service: u32,
-    /// Backend id (the scheduler's).
-    pub(crate) backend_id: u32,
-    /// Time of the last packet (seconds on the table's clock).
-    pub(crate) last_seen: u32,
-    /// Seconds the entry lives after `last_seen`.
-    pub(crate) timeout: u32,
     /// Client, VIP, backend and SNAT addresses.
     pub(crate) addrs: [Ipv4Addr; 4],
     /// Client, VIP, backend and SNAT ports.
@@ -55,7 +43,24 @@ pub(crate) struct Entry {
     pub(crate) proto: L4Proto,
     pub(crate) state: u8,
     pub(crate) flags: u8,
+    /// Service id (the scheduler's).
+    pub(crate) service: u32,
+    /// Backend id (the scheduler's).
+    pub(crate) backend_id: u32,
+    /// Time of the last packet (seconds on the table's clock).
+    pub(crate) last_seen: u32,
+    /// Seconds the entry lives after `last_seen`.
+    pub(crate) timeout: u32,
+    /// Bytes seen, `[original, reply]`.
+    pub(crate) bytes: [u64; 2],
+    /// Packets seen, `[original, reply]`.
+    pub(crate) packets: [u32; 2],
+    /// `[wheel, age][next, prev]`; the free list uses `links[WHEEL][0]`.
+    pub(crate) links: [[u32; 2]; 2],
 }
+
+/// Bytes of an entry that key comparison reads, from its start.
+pub(crate) const KEY_BYTES: usize = 29;
 
 const CLIENT: usize = 0;
 const VIP: usize = 1;
