@@ -110,20 +110,7 @@ mod tests {
     use std::net::Ipv4Addr;
     use xvs_conntrack::Endpoint;
 
-    fn backends(weights: &[u32]) -> Vec<SchedBackend> {
-        weights
-            .iter()
-            .enumerate()
-            .map(|(i, &w)| SchedBackend {
-                id: i as u32,
-                endpoint: Endpoint {
-                    addr: Ipv4Addr::new(198, 18, 1, i as u8 + 1),
-                    port: 80,
-                },
-                weight: w,
-            })
-            .collect()
-    }
+    use crate::sched::test_backends as backends;
 
     fn req(client: [u8; 4], port: u16) -> Request {
         Request {

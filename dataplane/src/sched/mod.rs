@@ -210,3 +210,20 @@ pub(crate) fn gcd(mut a: u32, mut b: u32) -> u32 {
     }
     a
 }
+
+/// Backends `A, B, C, ...` at 198.18.1.1, .2, ... port 80 with `weights`.
+#[cfg(test)]
+pub(crate) fn test_backends(weights: &[u32]) -> Vec<SchedBackend> {
+    weights
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| SchedBackend {
+            id: i as u32,
+            endpoint: Endpoint {
+                addr: Ipv4Addr::from(0xc612_0101 + i as u32),
+                port: 80,
+            },
+            weight: w,
+        })
+        .collect()
+}

@@ -66,22 +66,8 @@ impl WeightedRandom {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xvs_conntrack::Endpoint;
 
-    fn backends(weights: &[u32]) -> Vec<SchedBackend> {
-        weights
-            .iter()
-            .enumerate()
-            .map(|(i, &w)| SchedBackend {
-                id: i as u32,
-                endpoint: Endpoint {
-                    addr: std::net::Ipv4Addr::new(198, 18, 1, i as u8),
-                    port: 80,
-                },
-                weight: w,
-            })
-            .collect()
-    }
+    use crate::sched::test_backends as backends;
 
     #[test]
     fn random_follows_weights_and_skips_quiesced() {

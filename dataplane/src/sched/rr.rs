@@ -80,22 +80,8 @@ impl WeightedRoundRobin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xvs_conntrack::Endpoint;
 
-    fn backends(weights: &[u32]) -> Vec<SchedBackend> {
-        weights
-            .iter()
-            .enumerate()
-            .map(|(i, &w)| SchedBackend {
-                id: i as u32,
-                endpoint: Endpoint {
-                    addr: std::net::Ipv4Addr::new(198, 18, 1, i as u8 + 1),
-                    port: 80,
-                },
-                weight: w,
-            })
-            .collect()
-    }
+    use crate::sched::test_backends as backends;
 
     fn names(seq: &[usize]) -> String {
         seq.iter().map(|&i| (b'A' + i as u8) as char).collect()
