@@ -8,7 +8,7 @@ ifeq ($(shell id -u),0)
 export XVS_REQUIRE_PRIVILEGED := 1
 endif
 
-.PHONY: all deps build test lint unit fuzz-build fuzz bench demo clean
+.PHONY: all deps build test lint unit leak-check fuzz-build fuzz bench demo clean
 
 all: build
 
@@ -21,7 +21,7 @@ build: deps
 	$(CARGO) build --workspace --all-targets
 
 ## test: formatting, clippy, every test, and the fuzz targets build
-test: deps lint fuzz-build unit
+test: deps lint fuzz-build unit leak-check
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -29,6 +29,11 @@ lint:
 
 unit:
 	$(CARGO) test --workspace
+
+# Nothing a test created may outlive the suite: namespaces are named xvst-*.
+leak-check:
+	@left=$$(ip netns list 2>/dev/null | awk '/^xvst-/ {print $$1}'); \
+	if [ -n "$$left" ]; then echo "left behind by the tests: $$left" >&2; exit 1; fi
 
 # The fuzz crates live outside the workspace; building them on stable proves
 # they compile (cargo-fuzz adds the sanitizer flags when fuzzing for real).

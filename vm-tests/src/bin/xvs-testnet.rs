@@ -1,0 +1,292 @@
+//! `xvs-testnet`: the programs end-to-end tests run inside namespaces.
+//!
+//! - `serve`: a TCP and UDP echo server that names itself: each TCP
+//!   connection first receives `NAME\n`, then its bytes echoed; each UDP
+//!   datagram comes back as `NAME:` followed by its bytes.
+//! - `tcp`: a load client: N connections, C at a time, each sending a
+//!   payload unique to it and checking the echo byte for byte; prints one
+//!   summary line `ok=N failed=M by=NAME:COUNT,...` and exits 0 only if
+//!   every connection succeeded.
+//! - `udp`: the same for request/response datagrams.
+//!
+//! Every operation has a timeout; loads are bounded in count and time.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "xvs-testnet",
+    version,
+    about = "Echo servers and load clients for xvs's namespace tests"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Serve TCP (and optionally UDP) echo, naming this server.
+    Serve {
+        /// Name sent to clients.
+        #[arg(long)]
+        name: String,
+        /// TCP listen address.
+        #[arg(long)]
+        tcp: SocketAddr,
+        /// UDP listen address.
+        #[arg(long)]
+        udp: Option<SocketAddr>,
+    },
+    /// TCP load: connections with echo verification.
+    Tcp {
+        /// Address to connect to.
+        #[arg(long)]
+        connect: SocketAddr,
+        /// Number of connections.
+        #[arg(long, default_value_t = 100)]
+        connections: u32,
+        /// Connections in flight at once.
+        #[arg(long, default_value_t = 16)]
+        concurrency: u32,
+        /// Payload bytes per connection.
+        #[arg(long, default_value_t = 1000)]
+        payload: usize,
+        /// Timeout of every operation, in milliseconds.
+        #[arg(long, default_value_t = 5000)]
+        timeout_ms: u64,
+    },
+    /// UDP request/response load.
+    Udp {
+        /// Address to send to.
+        #[arg(long)]
+        connect: SocketAddr,
+        /// Number of requests.
+        #[arg(long, default_value_t = 100)]
+        requests: u32,
+        /// Timeout of every request, in milliseconds.
+        #[arg(long, default_value_t = 2000)]
+        timeout_ms: u64,
+    },
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().cmd {
+        Cmd::Serve { name, tcp, udp } => serve(&name, tcp, udp),
+        Cmd::Tcp {
+            connect,
+            connections,
+            concurrency,
+            payload,
+            timeout_ms,
+        } => tcp_load(
+            connect,
+            connections,
+            concurrency,
+            payload,
+            Duration::from_millis(timeout_ms),
+        ),
+        Cmd::Udp {
+            connect,
+            requests,
+            timeout_ms,
+        } => udp_load(connect, requests, Duration::from_millis(timeout_ms)),
+    }
+}
+
+fn serve(name: &str, tcp: SocketAddr, udp: Option<SocketAddr>) -> ExitCode {
+    let listener = match TcpListener::bind(tcp) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("xvs-testnet: bind {tcp}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(addr) = udp {
+        let sock = match UdpSocket::bind(addr) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("xvs-testnet: bind udp {addr}: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let prefix = format!("{name}:").into_bytes();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            while let Ok((n, from)) = sock.recv_from(&mut buf) {
+                let mut reply = prefix.clone();
+                reply.extend_from_slice(&buf[..n]);
+                let _ = sock.send_to(&reply, from);
+            }
+        });
+    }
+    println!("ready {name}");
+    let _ = std::io::stdout().flush();
+    let banner = format!("{name}\n").into_bytes();
+    for conn in listener.incoming().flatten() {
+        let banner = banner.clone();
+        std::thread::spawn(move || {
+            let mut conn = conn;
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
+            if conn.write_all(&banner).is_err() {
+                return;
+            }
+            let mut buf = [0u8; 16 * 1024];
+            loop {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if conn.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+    }
+    ExitCode::SUCCESS
+}
+
+/// The payload of connection `id`: bytes no other connection sends.
+fn payload_of(id: u32, len: usize) -> Vec<u8> {
+    let seed = id.wrapping_mul(2_654_435_761);
+    (0..len)
+        .map(|i| (seed.wrapping_add(i as u32 * 31) >> 7) as u8)
+        .collect()
+}
+
+/// One connection: banner, payload out, echo back and compared.
+fn one_connection(
+    to: SocketAddr,
+    id: u32,
+    len: usize,
+    timeout: Duration,
+) -> Result<String, String> {
+    let conn = TcpStream::connect_timeout(&to, timeout).map_err(|e| format!("connect: {e}"))?;
+    conn.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    conn.set_write_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    let mut reader = BufReader::new(conn.try_clone().map_err(|e| e.to_string())?);
+    let mut name = String::new();
+    reader
+        .read_line(&mut name)
+        .map_err(|e| format!("banner: {e}"))?;
+    let want = payload_of(id, len);
+    // Write from a thread while reading here: a payload larger than the
+    // socket buffers would otherwise deadlock against its own echo.
+    let mut w = conn.try_clone().map_err(|e| e.to_string())?;
+    let out = want.clone();
+    let writer = std::thread::spawn(move || w.write_all(&out));
+    let mut got = vec![0u8; len];
+    let read = reader
+        .read_exact(&mut got)
+        .map_err(|e| format!("read echo: {e}"));
+    let wrote = writer.join().map_err(|_| "writer panicked".to_owned())?;
+    wrote.map_err(|e| format!("write: {e}"))?;
+    read?;
+    if got != want {
+        return Err("echo differs from what was sent".into());
+    }
+    Ok(name.trim().to_owned())
+}
+
+fn report(ok: u32, failed: u32, by: &BTreeMap<String, u32>) -> ExitCode {
+    let by: Vec<String> = by.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+    println!("ok={ok} failed={failed} by={}", by.join(","));
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn tcp_load(
+    to: SocketAddr,
+    connections: u32,
+    concurrency: u32,
+    len: usize,
+    timeout: Duration,
+) -> ExitCode {
+    let next = Arc::new(AtomicU32::new(0));
+    let by = Arc::new(Mutex::new(BTreeMap::<String, u32>::new()));
+    let failed = Arc::new(AtomicU32::new(0));
+    let workers: Vec<_> = (0..concurrency.clamp(1, 512))
+        .map(|_| {
+            let (next, by, failed) = (next.clone(), by.clone(), failed.clone());
+            std::thread::spawn(move || loop {
+                let id = next.fetch_add(1, Ordering::Relaxed);
+                if id >= connections {
+                    break;
+                }
+                match one_connection(to, id, len, timeout) {
+                    Ok(name) => {
+                        *by.lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .entry(name)
+                            .or_default() += 1
+                    }
+                    Err(e) => {
+                        eprintln!("connection {id}: {e}");
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        let _ = w.join();
+    }
+    let by = by.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let ok = by.values().sum();
+    report(ok, failed.load(Ordering::Relaxed), &by)
+}
+
+fn udp_load(to: SocketAddr, requests: u32, timeout: Duration) -> ExitCode {
+    let sock = match UdpSocket::bind("0.0.0.0:0") {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("xvs-testnet: udp bind: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let _ = sock.set_read_timeout(Some(timeout));
+    let mut by = BTreeMap::new();
+    let mut failed = 0;
+    let mut buf = [0u8; 2048];
+    for id in 0..requests {
+        let req = payload_of(id, 64);
+        let result = sock
+            .send_to(&req, to)
+            .map_err(|e| e.to_string())
+            .and_then(|_| {
+                let (n, _) = sock.recv_from(&mut buf).map_err(|e| format!("recv: {e}"))?;
+                let reply = &buf[..n];
+                let colon = reply
+                    .iter()
+                    .position(|&b| b == b':')
+                    .ok_or("reply without a name")?;
+                if reply[colon + 1..] != req[..] {
+                    return Err("reply differs from the request".into());
+                }
+                Ok(String::from_utf8_lossy(&reply[..colon]).into_owned())
+            });
+        match result {
+            Ok(name) => *by.entry(name).or_default() += 1,
+            Err(e) => {
+                eprintln!("request {id}: {e}");
+                failed += 1;
+            }
+        }
+    }
+    let ok = by.values().sum();
+    report(ok, failed, &by)
+}

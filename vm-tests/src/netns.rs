@@ -1,0 +1,143 @@
+//! Network namespaces and the commands run in them (`ip`, `ethtool`,
+//! `sysctl`, test programs), with errors that say which command failed and
+//! what it printed.
+//!
+//! Invariant: every namespace this module creates is named with the
+//! [`PREFIX`] of the test suite, so a leak check can find any left behind;
+//! a [`Netns`] deletes its namespace when dropped (also while a test
+//! unwinds from a panic), which removes every link inside it.
+
+use std::fmt;
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Prefix of every namespace the test suites create.
+pub const PREFIX: &str = "xvst";
+
+/// A command that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CmdError {
+    /// `{cmd}` could not start: {source}
+    #[error("`{cmd}` could not start: {source}")]
+    Spawn {
+        /// The command line.
+        cmd: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `{cmd}` failed ({status}): {stderr}
+    #[error("`{cmd}` failed ({status}): {stderr}")]
+    Failed {
+        /// The command line.
+        cmd: String,
+        /// Its exit status.
+        status: String,
+        /// What it printed on stderr.
+        stderr: String,
+    },
+}
+
+/// Runs a program with arguments; its output if it exited 0.
+pub fn run(program: &str, args: &[&str]) -> Result<Output, CmdError> {
+    let cmd = format!("{program} {}", args.join(" "));
+    let out = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|source| CmdError::Spawn {
+            cmd: cmd.clone(),
+            source,
+        })?;
+    if out.status.success() {
+        Ok(out)
+    } else {
+        Err(CmdError::Failed {
+            cmd,
+            status: out.status.to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        })
+    }
+}
+
+/// A unique, short tag for one test's objects (namespace names and the
+/// like): the process id and a counter.
+pub fn unique_tag() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{:x}{n:x}", std::process::id() & 0xffff)
+}
+
+/// A network namespace, deleted on drop.
+pub struct Netns {
+    name: String,
+}
+
+impl Netns {
+    /// Creates `PREFIX-<tag>-<role>` with its loopback up.
+    pub fn create(tag: &str, role: &str) -> Result<Netns, CmdError> {
+        let name = format!("{PREFIX}-{tag}-{role}");
+        run("ip", &["netns", "add", &name])?;
+        let ns = Netns { name };
+        ns.ip(&["link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// The namespace's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Runs `program args` inside the namespace.
+    pub fn exec(&self, program: &str, args: &[&str]) -> Result<Output, CmdError> {
+        let mut all = vec!["netns", "exec", self.name.as_str(), program];
+        all.extend_from_slice(args);
+        run("ip", &all)
+    }
+
+    /// Runs `ip args` inside the namespace.
+    pub fn ip(&self, args: &[&str]) -> Result<Output, CmdError> {
+        let mut all = vec!["-n", self.name.as_str()];
+        all.extend_from_slice(args);
+        run("ip", &all)
+    }
+
+    /// Sets a sysctl inside the namespace.
+    pub fn sysctl(&self, key: &str, value: &str) -> Result<(), CmdError> {
+        self.exec("sysctl", &["-qw", &format!("{key}={value}")])
+            .map(|_| ())
+    }
+
+    /// A `Command` that runs `program` inside the namespace (for
+    /// long-running processes; see [`crate::procs`]).
+    pub fn command(&self, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name, program]);
+        c
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        // Deleting the namespace deletes every link inside it.
+        let _ = run("ip", &["netns", "del", &self.name]);
+    }
+}
+
+impl fmt::Debug for Netns {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Netns({})", self.name)
+    }
+}
+
+/// Namespaces named with [`PREFIX`] that exist now (for leak checks).
+pub fn leftover_namespaces() -> Vec<String> {
+    let out = run("ip", &["netns", "list"])
+        .map(|o| o.stdout)
+        .unwrap_or_default();
+    String::from_utf8_lossy(&out)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&format!("{PREFIX}-")))
+        .map(str::to_owned)
+        .collect()
+}

@@ -1,0 +1,206 @@
+//! Declarative test topologies: a client host, a gateway, N backends, in
+//! network namespaces joined by veth pairs, addressed only from the
+//! benchmarking range 198.18.0.0/15 (clients 198.18.0.0/24, backends
+//! 198.18.1.0/24; VIPs are 198.19.0.0/16).
+//!
+//! - two-arm: client ↔ gateway `gc` (198.18.0.1), and gateway `gb`
+//!   (198.18.1.1) ↔ a switch namespace bridging the backends;
+//! - one-arm: client, gateway `g0` and backends all on the switch; the
+//!   gateway holds 198.18.0.1 and 198.18.1.1 on its one interface.
+//!
+//! Every veth has TSO, GSO, GRO and TX checksum offload off, so frames stay
+//! MTU-sized with full checksums for XDP. Gateway links get `queues` RX/TX
+//! queues. Invariant: the whole topology lives in namespaces created here,
+//! so dropping it (also on panic) removes every namespace and link.
+
+use std::net::Ipv4Addr;
+
+use crate::netns::{unique_tag, CmdError, Netns};
+
+/// One-arm or two-arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arms {
+    /// Clients and backends behind one gateway interface.
+    One,
+    /// A client-facing and a backend-facing gateway interface.
+    Two,
+}
+
+/// What to build.
+#[derive(Debug, Clone, Copy)]
+pub struct Spec {
+    /// Arms.
+    pub arms: Arms,
+    /// Number of backends.
+    pub backends: usize,
+    /// RX/TX queues of the gateway's links.
+    pub queues: u32,
+}
+
+/// A host: its namespace, interface and address.
+#[derive(Debug)]
+pub struct Host {
+    /// Namespace.
+    pub ns: Netns,
+    /// Its interface (inside `ns`).
+    pub ifname: String,
+    /// Its address.
+    pub addr: Ipv4Addr,
+}
+
+/// A built topology; everything is removed on drop.
+#[derive(Debug)]
+pub struct Topology {
+    /// Tag in every name.
+    pub tag: String,
+    /// Client host (198.18.0.2).
+    pub client: Host,
+    /// Gateway namespace.
+    pub gateway: Netns,
+    /// Gateway's client-facing interface (the only one in one-arm mode).
+    pub gateway_client_if: String,
+    /// Gateway's backend-facing interface (two-arm).
+    pub gateway_backend_if: Option<String>,
+    /// Backends (198.18.1.10, .11, ...).
+    pub backends: Vec<Host>,
+    /// The switch namespace bridging backends (and, one-arm, everyone).
+    switch: Netns,
+}
+
+/// Gateway address on the client side.
+pub const GATEWAY_CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+/// Gateway address on the backend side.
+pub const GATEWAY_BACKEND_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 1);
+/// Client address.
+pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+
+/// The address of backend `i`.
+pub fn backend_addr(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(198, 18, 1, 10 + i as u8)
+}
+
+fn offloads_off(ns: &Netns, ifname: &str) -> Result<(), CmdError> {
+    ns.exec(
+        "ethtool",
+        &[
+            "-K", ifname, "tso", "off", "gso", "off", "gro", "off", "tx", "off",
+        ],
+    )
+    .map(|_| ())
+}
+
+/// Creates a veth pair `a` in `ns_a` and `b` in `ns_b`, with `queues`
+/// queues on `a`, offloads off on both, both up.
+fn veth(ns_a: &Netns, a: &str, ns_b: &Netns, b: &str, queues: u32) -> Result<(), CmdError> {
+    let q = queues.max(1).to_string();
+    ns_a.ip(&[
+        "link",
+        "add",
+        a,
+        "numrxqueues",
+        &q,
+        "numtxqueues",
+        &q,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        b,
+        "netns",
+        ns_b.name(),
+        "numrxqueues",
+        &q,
+        "numtxqueues",
+        &q,
+    ])?;
+    for (ns, i) in [(ns_a, a), (ns_b, b)] {
+        offloads_off(ns, i)?;
+        ns.ip(&["link", "set", i, "up"])?;
+    }
+    Ok(())
+}
+
+fn addr(ns: &Netns, ifname: &str, cidr: &str) -> Result<(), CmdError> {
+    ns.ip(&["addr", "add", cidr, "dev", ifname]).map(|_| ())
+}
+
+impl Topology {
+    /// Builds the topology; on error, what was built is removed.
+    pub fn build(spec: Spec) -> Result<Topology, CmdError> {
+        let tag = unique_tag();
+        let switch = Netns::create(&tag, "sw")?;
+        switch.ip(&["link", "add", "br0", "type", "bridge"])?;
+        switch.ip(&["link", "set", "br0", "up"])?;
+        let gateway = Netns::create(&tag, "gw")?;
+        let client_ns = Netns::create(&tag, "cl")?;
+        // Ports of the switch are named by role, on the switch side.
+        let port = |name: &str| -> Result<(), CmdError> {
+            offloads_off(&switch, name)?;
+            switch.ip(&["link", "set", name, "master", "br0"])?;
+            switch.ip(&["link", "set", name, "up"]).map(|_| ())
+        };
+
+        let (gateway_client_if, gateway_backend_if) = match spec.arms {
+            Arms::Two => {
+                veth(&gateway, "gc", &client_ns, "c0", spec.queues)?;
+                veth(&gateway, "gb", &switch, "p-gw", spec.queues)?;
+                port("p-gw")?;
+                addr(&gateway, "gc", "198.18.0.1/24")?;
+                addr(&gateway, "gb", "198.18.1.1/24")?;
+                ("gc".to_owned(), Some("gb".to_owned()))
+            }
+            Arms::One => {
+                veth(&gateway, "g0", &switch, "p-gw", spec.queues)?;
+                port("p-gw")?;
+                veth(&client_ns, "c0", &switch, "p-cl", 1)?;
+                port("p-cl")?;
+                addr(&gateway, "g0", "198.18.0.1/24")?;
+                addr(&gateway, "g0", "198.18.1.1/24")?;
+                ("g0".to_owned(), None)
+            }
+        };
+        addr(&client_ns, "c0", "198.18.0.2/24")?;
+        client_ns.ip(&["route", "add", "default", "via", "198.18.0.1"])?;
+        gateway.sysctl("net.ipv4.ip_forward", "1")?;
+
+        let mut backends = Vec::new();
+        for i in 0..spec.backends {
+            let ns = Netns::create(&tag, &format!("b{i}"))?;
+            let p = format!("p-b{i}");
+            veth(&ns, "b0", &switch, &p, 1)?;
+            port(&p)?;
+            let a = backend_addr(i);
+            addr(&ns, "b0", &format!("{a}/24"))?;
+            ns.ip(&["route", "add", "default", "via", "198.18.1.1"])?;
+            backends.push(Host {
+                ns,
+                ifname: "b0".into(),
+                addr: a,
+            });
+        }
+        Ok(Topology {
+            tag,
+            client: Host {
+                ns: client_ns,
+                ifname: "c0".into(),
+                addr: CLIENT_ADDR,
+            },
+            gateway,
+            gateway_client_if,
+            gateway_backend_if,
+            backends,
+            switch,
+        })
+    }
+
+    /// Names of every namespace of this topology.
+    pub fn namespaces(&self) -> Vec<String> {
+        let mut v = vec![
+            self.switch.name().to_owned(),
+            self.gateway.name().to_owned(),
+            self.client.ns.name().to_owned(),
+        ];
+        v.extend(self.backends.iter().map(|b| b.ns.name().to_owned()));
+        v
+    }
+}
