@@ -7,12 +7,12 @@ set -euo pipefail
 # Build: clang/llvm compile the XDP steering program and libxdp/libbpf (via
 # xsk-rs); libelf, zlib, libpcap headers, m4 and pkg-config are what
 # libxdp/libbpf's build needs; libbpf-dev gives the BPF program its headers.
-# Tests: iproute2 (netns, veth), ethtool (offloads off on veths), iptables and
+# Tests: iproute2 (netns, veth), iputils-ping and arping (reachability), ethtool (offloads off on veths), iptables and
 # nftables (the baselines of the end-to-end bench), systemd (systemd-analyze
 # verify of the unit file).
 packages=(
   clang llvm libelf-dev zlib1g-dev libpcap-dev libbpf-dev m4 pkg-config
-  gcc g++ make iproute2 ethtool iptables nftables systemd
+  linux-libc-dev libc6-dev gcc g++ make iproute2 iputils-ping arping ethtool iptables nftables systemd
 )
 
 missing=()

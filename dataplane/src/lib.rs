@@ -6,6 +6,7 @@
 //! on tokio, kube or a serde format.
 
 pub mod sched;
+pub mod steer;
 pub mod wire;
 
 pub use xvs_config::{Backend, Service, ServiceKey};

@@ -82,6 +82,16 @@ impl Netns {
         Ok(ns)
     }
 
+    /// A handle on a namespace that exists, for entering it from another
+    /// thread. It is not deleted on drop.
+    pub fn existing(name: &str) -> ExistingNetns {
+        ExistingNetns {
+            inner: std::mem::ManuallyDrop::new(Netns {
+                name: name.to_owned(),
+            }),
+        }
+    }
+
     /// The namespace's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -107,6 +117,22 @@ impl Netns {
             .map(|_| ())
     }
 
+    /// Moves the calling thread into the namespace, for work that must
+    /// happen inside it (attaching XDP programs, binding AF_XDP sockets).
+    /// Use a thread of its own: it stays there.
+    pub fn enter_current_thread(&self) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::File::open(format!("/run/netns/{}", self.name))?;
+        // SAFETY: `f` is an open namespace file for the duration of the
+        // call; setns changes only the calling thread's network namespace.
+        let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+
     /// A `Command` that runs `program` inside the namespace (for
     /// long-running processes; see [`crate::procs`]).
     pub fn command(&self, program: &str) -> Command {
@@ -126,6 +152,20 @@ impl Drop for Netns {
 impl fmt::Debug for Netns {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Netns({})", self.name)
+    }
+}
+
+/// A namespace this handle does not own (never deleted by it).
+#[derive(Debug)]
+pub struct ExistingNetns {
+    inner: std::mem::ManuallyDrop<Netns>,
+}
+
+impl std::ops::Deref for ExistingNetns {
+    type Target = Netns;
+
+    fn deref(&self) -> &Netns {
+        &self.inner
     }
 }
 
