@@ -43,6 +43,7 @@ fn flow(n: u32) -> NewFlow {
         proto: L4Proto::Tcp,
         service: 1,
         backend_id: n % 200,
+        client_mac: [2, 0, 0, 0, 0, 1],
     }
 }
 

@@ -28,7 +28,7 @@ pub(crate) const FLAG_AGED: u8 = 0x04;
 /// Entry flag: live (not on the free list).
 pub(crate) const FLAG_LIVE: u8 = 0x80;
 
-/// One tracked flow or persistence template: 88 bytes. The fields a lookup
+/// One tracked flow or persistence template: 96 bytes. The fields a lookup
 /// compares (addresses, ports, protocol, flags) come first, within 29
 /// bytes, so verifying a key touches at most two cache lines.
 #[derive(Debug, Clone, Copy)]
@@ -57,6 +57,9 @@ pub(crate) struct Entry {
     pub(crate) packets: [u32; 2],
     /// `[wheel, age][next, prev]`; the free list uses `links[WHEEL][0]`.
     pub(crate) links: [[u32; 2]; 2],
+    /// The Ethernet address the client's packets came from: replies go
+    /// back to it.
+    pub(crate) client_mac: [u8; 6],
 }
 
 /// Bytes of an entry that key comparison reads, from its start.
@@ -72,6 +75,7 @@ impl Entry {
         bytes: [0; 2],
         packets: [0; 2],
         links: [[NIL; 2]; 2],
+        client_mac: [0; 6],
         service: 0,
         backend_id: 0,
         last_seen: 0,
@@ -265,8 +269,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_entry_is_88_bytes() {
-        assert_eq!(std::mem::size_of::<Entry>(), 88);
+    fn an_entry_is_96_bytes() {
+        assert_eq!(std::mem::size_of::<Entry>(), 96);
     }
 
     #[test]

@@ -61,6 +61,8 @@ pub struct NewFlow {
     pub service: u32,
     /// Backend id.
     pub backend_id: u32,
+    /// Ethernet address the client's first packet came from.
+    pub client_mac: [u8; 6],
 }
 
 /// What a packet contributes to its flow.
@@ -149,6 +151,10 @@ impl FlowRef<'_> {
     /// Whether this is a persistence template.
     pub fn is_template(&self) -> bool {
         self.0.is_template()
+    }
+    /// Ethernet address the client's packets come from.
+    pub fn client_mac(&self) -> [u8; 6] {
+        self.0.client_mac
     }
     /// Whether its backend was quiesced while it lived.
     pub fn is_quiesced(&self) -> bool {
@@ -424,6 +430,7 @@ impl FlowTable {
         };
         let e = &mut self.slab.entries[slot as usize];
         e.set_ends(new.client, new.vip, new.backend, new.snat);
+        e.client_mac = new.client_mac;
         e.proto = new.proto;
         e.service = new.service;
         e.backend_id = new.backend_id;

@@ -51,6 +51,7 @@ fn new_flow(n: u32, proto: L4Proto) -> NewFlow {
         proto,
         service: 7,
         backend_id: n % 3,
+        client_mac: [2, 0, 0, 0, 0, 1],
     }
 }
 

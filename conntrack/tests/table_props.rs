@@ -100,6 +100,7 @@ fn flow(client: u8, backend: u8, udp: bool) -> NewFlow {
         proto: if udp { L4Proto::Udp } else { L4Proto::Tcp },
         service: 1,
         backend_id: u32::from(backend),
+        client_mac: [2, 0, 0, 0, 0, 1],
     }
 }
 

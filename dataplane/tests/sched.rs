@@ -275,6 +275,7 @@ fn counts_follow_conntrack_transitions_across_workers() {
             proto: L4Proto::Tcp,
             service: 1,
             backend_id: b[0].id,
+            client_mac: [2, 0, 0, 0, 0, 1],
         };
         let id = tables[w]
             .insert(
