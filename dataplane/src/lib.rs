@@ -5,7 +5,9 @@
 //! It consumes the shared service model of [`xvs_config`] and never depends
 //! on tokio, kube or a serde format.
 
+pub mod pipeline;
 pub mod sched;
+pub mod services;
 pub mod steer;
 pub mod wire;
 

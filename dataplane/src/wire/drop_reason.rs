@@ -69,6 +69,34 @@ drop_reasons! {
     TtlExceeded = "ttl_exceeded",
     /// Buffer too small to build an answer in place.
     AnswerNoRoom = "answer_no_room",
+    /// IPv4 packet for an address xvs does not own.
+    NotOwned = "not_owned",
+    /// ARP request for an address xvs does not own.
+    ArpNotOwned = "arp_not_owned",
+    /// IPv4 fragment (fragments are not forwarded; see the data plane's
+    /// fragment policy).
+    Fragment = "fragment",
+    /// No service on the VIP for this protocol and port.
+    NoService = "no_service",
+    /// The service has no eligible backend and the packet gets no reject.
+    NoBackend = "no_backend",
+    /// The client is outside the service's source ranges.
+    SourceDenied = "source_denied",
+    /// A TCP segment other than a SYN for an unknown flow.
+    TcpNoFlow = "tcp_no_flow",
+    /// A packet to a SNAT address that belongs to no tracked flow.
+    ReplyNoFlow = "reply_no_flow",
+    /// An ICMP error about no tracked flow.
+    IcmpErrorNoFlow = "icmp_error_no_flow",
+    /// The flow table was full of ESTABLISHED flows.
+    ConntrackFull = "conntrack_full",
+    /// The flow's keys were already tracked.
+    ConntrackInsertFailed = "conntrack_insert_failed",
+    /// No free SNAT port in this worker's slice.
+    SnatExhausted = "snat_exhausted",
+    /// The next hop's Ethernet address is not known yet (an ARP request is
+    /// sent; the sender retransmits).
+    NextHopUnresolved = "next_hop_unresolved",
 }
 
 impl DropReason {

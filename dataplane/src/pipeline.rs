@@ -1,0 +1,500 @@
+//! The per-packet pipeline of one worker, sans-IO: a received frame and
+//! the time in, a verdict out (forward, answer, consumed, or drop with a
+//! reason), the frame rewritten in place.
+//!
+//! Classify → ARP / ICMP answers for owned addresses → conntrack lookup →
+//! on a miss in the original direction: service lookup, source ACL, the
+//! new-flow rule (TCP: SYN only, except under Maglev), persistence and
+//! scheduler, a SNAT port from this worker's slice, insert → full-NAT
+//! rewrite with incremental checksums, TTL, MACs. ICMP errors about a
+//! tracked flow are translated like it (RELATED).
+//!
+//! Invariants: every frame gets exactly one verdict, and every verdict is
+//! counted, so `rx = forwarded + answered + consumed + Σ drops` always;
+//! nothing here allocates per packet (the neighbour table and the ARP queue
+//! are bounded and grow only when learning new next hops).
+//!
+//! Fragment policy: IPv4 fragments are dropped and counted (`fragment`);
+//! clients behind xvs use PMTU discovery, which the ICMP error translation
+//! keeps working.
+
+use std::net::Ipv4Addr;
+
+use hashbrown::{HashMap, HashSet};
+use smoltcp::wire::EthernetAddress;
+use xvs_config::PortRange;
+use xvs_conntrack::{
+    Direction, Endpoint, FlowId, FlowKey, FlowTable, InsertError, L4Proto, NewFlow, Packet,
+    Timeouts,
+};
+
+use crate::sched::{pick_persistent, Request};
+use crate::services::{ServiceCounts, ServiceTable};
+use crate::wire::answer::{arp_reply, icmp_echo_reply, icmp_port_unreachable, tcp_reset};
+use crate::wire::{
+    classify, icmp_error, nat, ArpOp, DropReason, Fragment, Frame, IcmpErrorNat, Ipv4, Nat, L4,
+};
+
+/// Largest number of next hops remembered.
+const NEIGH_CAPACITY: usize = 65_536;
+/// Largest number of ARP requests waiting to be sent.
+const ARP_QUEUE: usize = 256;
+/// SNAT ports tried for one new flow before giving up.
+const SNAT_TRIES: u32 = 64;
+
+/// What to do with a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Transmit the rewritten frame (`len` bytes).
+    Forward(usize),
+    /// Transmit the answer built in the frame (`len` bytes).
+    Answer(usize),
+    /// Used up (an ARP reply learned); nothing to send.
+    Consumed,
+    /// Drop, for this reason.
+    Drop(DropReason),
+}
+
+/// Counters of one pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counters {
+    /// Frames received.
+    pub rx: u64,
+    /// Frames forwarded.
+    pub forwarded: u64,
+    /// Answers sent (ARP, echo, RST, port unreachable).
+    pub answered: u64,
+    /// Frames consumed.
+    pub consumed: u64,
+    /// Drops by reason ([`DropReason::index`]).
+    pub drops: [u64; DropReason::COUNT],
+    /// New flows created.
+    pub new_flows: u64,
+    /// Rejects sent because a service had no backend (among `answered`).
+    pub rejected: u64,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            rx: 0,
+            forwarded: 0,
+            answered: 0,
+            consumed: 0,
+            drops: [0; DropReason::COUNT],
+            new_flows: 0,
+            rejected: 0,
+        }
+    }
+}
+
+impl Counters {
+    /// Total drops.
+    pub fn dropped(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+}
+
+/// Static settings of one worker's pipeline.
+#[derive(Debug, Clone)]
+pub struct PipelineConfig {
+    /// Worker index (its row in the connection counts).
+    pub worker: usize,
+    /// The gateway interface's Ethernet address.
+    pub mac: EthernetAddress,
+    /// SNAT address.
+    pub snat_addr: Ipv4Addr,
+    /// This worker's SNAT ports.
+    pub snat_ports: PortRange,
+    /// Flow table capacity.
+    pub capacity: u32,
+    /// Conntrack timeouts.
+    pub timeouts: Timeouts,
+}
+
+/// One worker's pipeline.
+pub struct Pipeline {
+    cfg: PipelineConfig,
+    /// Flows.
+    pub table: FlowTable,
+    /// Services.
+    pub services: ServiceTable,
+    owned: HashSet<Ipv4Addr>,
+    neigh: HashMap<Ipv4Addr, [u8; 6]>,
+    arp_queue: Vec<Ipv4Addr>,
+    next_port: u32,
+    counters: Counters,
+}
+
+impl Pipeline {
+    /// A pipeline with no service yet, at time `now`.
+    pub fn new(cfg: PipelineConfig, now: u32) -> Pipeline {
+        let mut owned = HashSet::new();
+        owned.insert(cfg.snat_addr);
+        Pipeline {
+            table: FlowTable::new(cfg.capacity, cfg.timeouts, now),
+            services: ServiceTable::default(),
+            owned,
+            neigh: HashMap::new(),
+            arp_queue: Vec::with_capacity(ARP_QUEUE),
+            next_port: u32::from(cfg.snat_ports.first),
+            counters: Counters::default(),
+            cfg,
+        }
+    }
+
+    /// Counters so far.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Answers ARP and ping for `addr` (a VIP).
+    pub fn own(&mut self, addr: Ipv4Addr) {
+        self.owned.insert(addr);
+    }
+
+    /// Stops answering for `addr` (never the SNAT address).
+    pub fn disown(&mut self, addr: Ipv4Addr) {
+        if addr != self.cfg.snat_addr {
+            self.owned.remove(&addr);
+        }
+    }
+
+    /// Queues an ARP request for `addr` (e.g. a new backend), once.
+    pub fn resolve(&mut self, addr: Ipv4Addr) {
+        if !self.neigh.contains_key(&addr)
+            && !self.arp_queue.contains(&addr)
+            && self.arp_queue.len() < ARP_QUEUE
+        {
+            self.arp_queue.push(addr);
+        }
+    }
+
+    /// Takes the addresses to send ARP requests for.
+    pub fn drain_arp(&mut self) -> std::vec::Drain<'_, Ipv4Addr> {
+        self.arp_queue.drain(..)
+    }
+
+    /// Builds an ARP request for `target` from the SNAT address into
+    /// `buf`; returns its length (60) or `None` if `buf` is too short.
+    pub fn build_arp_request(&self, buf: &mut [u8], target: Ipv4Addr) -> Option<usize> {
+        let f = buf.get_mut(..60)?;
+        f.fill(0);
+        f[0..6].fill(0xff);
+        f[6..12].copy_from_slice(&self.cfg.mac.0);
+        f[12..14].copy_from_slice(&[0x08, 0x06]);
+        f[14..22].copy_from_slice(&[0, 1, 0x08, 0, 6, 4, 0, 1]);
+        f[22..28].copy_from_slice(&self.cfg.mac.0);
+        f[28..32].copy_from_slice(&self.cfg.snat_addr.octets());
+        f[38..42].copy_from_slice(&target.octets());
+        Some(60)
+    }
+
+    fn learn(&mut self, addr: Ipv4Addr, mac: [u8; 6]) {
+        if self.neigh.len() < NEIGH_CAPACITY || self.neigh.contains_key(&addr) {
+            self.neigh.insert(addr, mac);
+        }
+    }
+
+    /// Processes one frame of `len` bytes in `buf` (the buffer may be
+    /// longer: answers may grow into it).
+    pub fn process(&mut self, buf: &mut [u8], len: usize, now: u32) -> Verdict {
+        self.counters.rx += 1;
+        let verdict = self.verdict(buf, len.min(buf.len()), now);
+        match verdict {
+            Verdict::Forward(_) => self.counters.forwarded += 1,
+            Verdict::Answer(_) => self.counters.answered += 1,
+            Verdict::Consumed => self.counters.consumed += 1,
+            Verdict::Drop(r) => self.counters.drops[r.index()] += 1,
+        }
+        verdict
+    }
+
+    fn verdict(&mut self, buf: &mut [u8], len: usize, now: u32) -> Verdict {
+        let frame = match classify(&buf[..len]) {
+            Ok(f) => f,
+            Err(r) => return Verdict::Drop(r),
+        };
+        let ip = match frame {
+            Frame::Arp(arp) => {
+                self.learn(arp.sender_ip, arp.sender_mac.0);
+                if arp.op == ArpOp::Reply {
+                    return Verdict::Consumed;
+                }
+                if !self.owned.contains(&arp.target_ip) {
+                    return Verdict::Drop(DropReason::ArpNotOwned);
+                }
+                return answer(arp_reply(buf, &arp, self.cfg.mac));
+            }
+            Frame::Ipv4(ip) => ip,
+        };
+        if !self.owned.contains(&ip.dst) {
+            return Verdict::Drop(DropReason::NotOwned);
+        }
+        if ip.fragment != Fragment::Whole {
+            return Verdict::Drop(DropReason::Fragment);
+        }
+        match ip.l4 {
+            L4::IcmpEcho { request: true, .. } => return answer(icmp_echo_reply(buf, &ip)),
+            L4::IcmpEcho { .. } => return Verdict::Drop(DropReason::IcmpUnsupportedType),
+            L4::IcmpError(_) => return self.related(buf, len, &ip, now),
+            L4::None => return Verdict::Drop(DropReason::Fragment),
+            L4::Tcp { .. } | L4::Udp { .. } => {}
+        }
+        let Some(key) = ip.flow_key() else {
+            return Verdict::Drop(DropReason::UnsupportedProtocol);
+        };
+        let src_mac = [buf[6], buf[7], buf[8], buf[9], buf[10], buf[11]];
+        let tcp_flags = match ip.l4 {
+            L4::Tcp { flags, .. } => flags.0,
+            _ => 0,
+        };
+        let pkt = Packet {
+            tcp_flags,
+            len: u32::from(ip.total_len),
+        };
+        let (id, dir) = match self.table.lookup(&key) {
+            Some((id, dir)) => {
+                if dir == Direction::Reply {
+                    self.learn(ip.src, src_mac);
+                }
+                let mut obs = ServiceCounts {
+                    table: &self.services,
+                    worker: self.cfg.worker,
+                };
+                self.table.on_packet(id, dir, pkt, now, &mut obs);
+                (id, dir)
+            }
+            None if ip.dst == self.cfg.snat_addr => return Verdict::Drop(DropReason::ReplyNoFlow),
+            // A new flow is inserted with its first packet accounted.
+            None => match self.new_flow(buf, &ip, key, src_mac, pkt, now) {
+                Ok(id) => (id, Direction::Original),
+                Err(v) => return v,
+            },
+        };
+        self.forward(buf, &ip, id, dir)
+    }
+
+    /// Full-NAT rewrite of a tracked flow's packet.
+    fn forward(&mut self, buf: &mut [u8], ip: &Ipv4, id: FlowId, dir: Direction) -> Verdict {
+        let f = self.table.flow(id);
+        let (nat, next_hop) = match dir {
+            Direction::Original => (
+                Nat {
+                    src: f.snat(),
+                    dst: f.backend(),
+                },
+                self.neigh.get(&f.backend().addr).copied(),
+            ),
+            Direction::Reply => (
+                Nat {
+                    src: f.vip(),
+                    dst: f.client(),
+                },
+                Some(f.client_mac()),
+            ),
+        };
+        let Some(dst_mac) = next_hop else {
+            let backend = f.backend().addr;
+            self.resolve(backend);
+            return Verdict::Drop(DropReason::NextHopUnresolved);
+        };
+        match nat::forward(buf, ip, &nat, self.cfg.mac, EthernetAddress(dst_mac)) {
+            Ok(()) => Verdict::Forward(ip.end()),
+            Err(r) => Verdict::Drop(r),
+        }
+    }
+
+    /// A packet to a VIP that no flow knows: schedule and track it.
+    fn new_flow(
+        &mut self,
+        buf: &mut [u8],
+        ip: &Ipv4,
+        key: FlowKey,
+        src_mac: [u8; 6],
+        first: Packet,
+        now: u32,
+    ) -> Result<FlowId, Verdict> {
+        let worker = self.cfg.worker;
+        let Some(slot) = self.services.find(ip.dst, key.proto, key.dst_port) else {
+            return Err(Verdict::Drop(DropReason::NoService));
+        };
+        if !slot.svc.allows(ip.src) {
+            return Err(Verdict::Drop(DropReason::SourceDenied));
+        }
+        if let L4::Tcp { flags, .. } = ip.l4 {
+            let opens = flags.syn() && !flags.ack();
+            if !opens && !slot.svc.adopts_midflow() {
+                self.table.count_invalid();
+                return Err(Verdict::Drop(DropReason::TcpNoFlow));
+            }
+        }
+        let req = Request {
+            client: key.source(),
+            vip: key.destination(),
+        };
+        let svc = slot.svc.clone();
+        // The scheduler leaves its slot while it picks, so that persistence
+        // (which may early-drop a flow) can report to every service's counts.
+        let mut sched = std::mem::replace(
+            &mut slot.sched,
+            crate::sched::Scheduler::Rr(Default::default()),
+        );
+        let picked = match &svc.persist {
+            Some(p) => {
+                let mut obs = ServiceCounts {
+                    table: &self.services,
+                    worker,
+                };
+                pick_persistent(
+                    &mut sched,
+                    &svc.backends,
+                    &req,
+                    &svc.counts,
+                    p,
+                    &mut self.table,
+                    now,
+                    &mut obs,
+                )
+            }
+            None => sched.pick(&svc.backends, &req, &svc.counts),
+        };
+        if let Some(slot) = self.services.find(ip.dst, key.proto, key.dst_port) {
+            slot.sched = sched;
+        }
+        let Ok(i) = picked else {
+            self.counters.rejected += 1;
+            let reject = match key.proto {
+                L4Proto::Tcp => tcp_reset(buf, ip),
+                _ => icmp_port_unreachable(buf, ip),
+            };
+            return Err(match reject {
+                Ok(Some(len)) => Verdict::Answer(len),
+                Ok(None) => Verdict::Drop(DropReason::NoBackend),
+                Err(r) => Verdict::Drop(r),
+            });
+        };
+        let b = svc.backends[i];
+        // A port-0 service keeps the port the client asked for.
+        let backend = Endpoint {
+            addr: b.endpoint.addr,
+            port: if b.endpoint.port == 0 {
+                key.dst_port
+            } else {
+                b.endpoint.port
+            },
+        };
+        let snat = self
+            .snat_port(backend, key.proto)
+            .ok_or(Verdict::Drop(DropReason::SnatExhausted))?;
+        let new = NewFlow {
+            client: key.source(),
+            vip: key.destination(),
+            backend,
+            snat,
+            proto: key.proto,
+            service: svc.id,
+            backend_id: b.id,
+            client_mac: src_mac,
+        };
+        let mut obs = ServiceCounts {
+            table: &self.services,
+            worker,
+        };
+        match self.table.insert(&new, first, now, &mut obs) {
+            Ok(id) => {
+                self.counters.new_flows += 1;
+                Ok(id)
+            }
+            Err(InsertError::TableFull) => Err(Verdict::Drop(DropReason::ConntrackFull)),
+            Err(InsertError::Exists) => Err(Verdict::Drop(DropReason::ConntrackInsertFailed)),
+        }
+    }
+
+    /// A free SNAT endpoint towards `backend`: the next port of the slice
+    /// whose reply key is not tracked.
+    fn snat_port(&mut self, backend: Endpoint, proto: L4Proto) -> Option<Endpoint> {
+        let range = self.cfg.snat_ports;
+        for _ in 0..SNAT_TRIES.min(range.size()) {
+            let port = self.next_port as u16;
+            self.next_port = if self.next_port >= u32::from(range.last) {
+                u32::from(range.first)
+            } else {
+                self.next_port + 1
+            };
+            let snat = Endpoint {
+                addr: self.cfg.snat_addr,
+                port,
+            };
+            if self
+                .table
+                .lookup(&FlowKey::between(backend, snat, proto))
+                .is_none()
+            {
+                return Some(snat);
+            }
+        }
+        None
+    }
+
+    /// An ICMP error about a tracked flow, translated like the flow.
+    fn related(&mut self, buf: &mut [u8], _len: usize, ip: &Ipv4, _now: u32) -> Verdict {
+        let Some(key) = ip.flow_key() else {
+            return Verdict::Drop(DropReason::IcmpErrorNoFlow);
+        };
+        let Some((id, dir)) = self.table.lookup(&key) else {
+            return Verdict::Drop(DropReason::IcmpErrorNoFlow);
+        };
+        let f = self.table.flow(id);
+        let (m, mac) = match dir {
+            // From the backend side about what we sent the backend.
+            Direction::Reply => (
+                IcmpErrorNat {
+                    outer_src: f.vip().addr,
+                    outer_dst: f.client().addr,
+                    inner: Nat {
+                        src: f.client(),
+                        dst: f.vip(),
+                    },
+                },
+                Some(f.client_mac()),
+            ),
+            // From the client side about what we sent the client.
+            Direction::Original => (
+                IcmpErrorNat {
+                    outer_src: f.snat().addr,
+                    outer_dst: f.backend().addr,
+                    inner: Nat {
+                        src: f.backend(),
+                        dst: f.snat(),
+                    },
+                },
+                self.neigh.get(&f.backend().addr).copied(),
+            ),
+        };
+        let Some(mac) = mac else {
+            return Verdict::Drop(DropReason::NextHopUnresolved);
+        };
+        match icmp_error::forward(buf, ip, &m, self.cfg.mac, EthernetAddress(mac)) {
+            Ok(()) => Verdict::Forward(ip.end()),
+            Err(r) => Verdict::Drop(r),
+        }
+    }
+
+    /// Advances conntrack's timers by at most `budget` entries.
+    pub fn advance(&mut self, now: u32, budget: u32) -> xvs_conntrack::Advance {
+        let mut obs = ServiceCounts {
+            table: &self.services,
+            worker: self.cfg.worker,
+        };
+        self.table.advance(now, budget, &mut obs)
+    }
+}
+
+fn answer(r: Result<Option<usize>, DropReason>) -> Verdict {
+    match r {
+        Ok(Some(len)) => Verdict::Answer(len),
+        Ok(None) => Verdict::Drop(DropReason::IcmpUnsupportedType),
+        Err(reason) => Verdict::Drop(reason),
+    }
+}

@@ -1,0 +1,267 @@
+//! The per-packet pipeline on byte fixtures: new flow to a backend with
+//! SNAT, the reply back to the client, ICMP errors of the flow, ARP and
+//! echo answers, REJECT when no backend is eligible, and a counted drop
+//! for everything else; the counters always add up.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+#[path = "fixtures/fixtures.rs"]
+mod fixtures;
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use fixtures::*;
+use smoltcp::wire::EthernetAddress;
+use xvs_config::{
+    Backend, ForwardMethod, PortRange, Protocol, Scheduler, Service, ServiceKey, Timeouts,
+};
+use xvs_dataplane::pipeline::{Pipeline, PipelineConfig, Verdict};
+use xvs_dataplane::services::CompiledService;
+use xvs_dataplane::wire::{classify, DropReason, Frame, L4};
+
+const GW_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
+const BACKEND_MAC: [u8; 6] = [2, 0, 0, 0, 0, 3];
+const VIP: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
+const CLIENT: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 10);
+const BACKEND: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 1);
+const SNAT: Ipv4Addr = Ipv4Addr::new(198, 18, 2, 1);
+
+fn service(port: u16, proto: Protocol, backend_port: u16, weight: u32) -> Service {
+    let mut s = Service::new(ServiceKey {
+        vip: VIP,
+        protocol: proto,
+        port,
+    });
+    s.scheduler = Scheduler::Rr;
+    s.backends = vec![Backend {
+        address: BACKEND,
+        port: backend_port,
+        weight,
+        forward: ForwardMethod::Masq,
+    }];
+    s
+}
+
+fn pipeline() -> Pipeline {
+    let mut p = Pipeline::new(
+        PipelineConfig {
+            worker: 0,
+            mac: EthernetAddress(GW_MAC),
+            snat_addr: SNAT,
+            snat_ports: PortRange {
+                first: 1024,
+                last: 1100,
+            },
+            capacity: 1024,
+            timeouts: Timeouts::default(),
+        },
+        0,
+    );
+    p.own(VIP);
+    p.services.upsert(Arc::new(CompiledService::new(
+        1,
+        &service(80, Protocol::Tcp, 8080, 1),
+        1,
+        None,
+    )));
+    p.services.upsert(Arc::new(CompiledService::new(
+        2,
+        &service(53, Protocol::Udp, 5353, 1),
+        1,
+        None,
+    )));
+    p
+}
+
+/// An ARP reply from the backend: the pipeline learns its MAC.
+fn backend_arp_reply() -> Vec<u8> {
+    let mut f = vec![0u8; 60];
+    f[0..6].copy_from_slice(&GW_MAC);
+    f[6..12].copy_from_slice(&BACKEND_MAC);
+    f[12..14].copy_from_slice(&[0x08, 0x06]);
+    f[14..22].copy_from_slice(&[0, 1, 0x08, 0, 6, 4, 0, 2]);
+    f[22..28].copy_from_slice(&BACKEND_MAC);
+    f[28..32].copy_from_slice(&BACKEND.octets());
+    f[32..38].copy_from_slice(&GW_MAC);
+    f[38..42].copy_from_slice(&SNAT.octets());
+    f
+}
+
+fn run(p: &mut Pipeline, frame: &[u8], now: u32) -> (Verdict, Vec<u8>) {
+    let mut buf = vec![0u8; 2048];
+    buf[..frame.len()].copy_from_slice(frame);
+    let v = p.process(&mut buf, frame.len(), now);
+    let len = match v {
+        Verdict::Forward(n) | Verdict::Answer(n) => n,
+        _ => 0,
+    };
+    buf.truncate(len);
+    (v, buf)
+}
+
+fn assert_counters_add_up(p: &Pipeline) {
+    let c = p.counters();
+    assert_eq!(
+        c.rx,
+        c.forwarded + c.answered + c.consumed + c.dropped(),
+        "{c:?}"
+    );
+}
+
+#[test]
+fn a_tcp_flow_through_full_nat_and_back() {
+    let mut p = pipeline();
+    assert_eq!(run(&mut p, &backend_arp_reply(), 0).0, Verdict::Consumed);
+    let (v, out) = run(&mut p, TCP_SYN, 1);
+    assert_eq!(v, Verdict::Forward(TCP_SYN_FORWARDED.len()));
+    assert_eq!(out, TCP_SYN_FORWARDED);
+    let (v, out) = run(&mut p, TCP_REPLY, 1);
+    assert_eq!(v, Verdict::Forward(TCP_REPLY_FORWARDED.len()));
+    assert_eq!(out, TCP_REPLY_FORWARDED);
+    assert_eq!(p.counters().new_flows, 1);
+    assert_eq!(p.table.len(), 1);
+    // The service's global counts saw one inactive (SYN_RECV) flow.
+    let slot = p.services.by_id(1).unwrap();
+    assert_eq!(
+        (slot.svc.counts.active(0), slot.svc.counts.inactive(0)),
+        (0, 1)
+    );
+    assert_counters_add_up(&p);
+}
+
+#[test]
+fn icmp_errors_of_a_flow_are_translated_to_the_client() {
+    let mut p = pipeline();
+    run(&mut p, &backend_arp_reply(), 0);
+    run(&mut p, TCP_SYN, 1);
+    let (v, out) = run(&mut p, ICMP_FRAG_NEEDED_TCP8, 2);
+    assert!(matches!(v, Verdict::Forward(_)), "{v:?}");
+    let Ok(Frame::Ipv4(ip)) = classify(&out) else {
+        panic!()
+    };
+    assert_eq!((ip.src, ip.dst, ip.ttl), (VIP, CLIENT, 63));
+    let L4::IcmpError(e) = ip.l4 else { panic!() };
+    assert_eq!(
+        (e.inner.src, e.inner.src_port, e.inner.dst, e.inner.dst_port),
+        (CLIENT, 40_000, VIP, 80)
+    );
+    assert_eq!(&out[0..6], &[2, 0, 0, 0, 0, 1], "to the client's MAC");
+    // An error about no flow is dropped, counted.
+    let mut q = pipeline();
+    assert_eq!(
+        run(&mut q, ICMP_FRAG_NEEDED_UDP, 2).0,
+        Verdict::Drop(DropReason::IcmpErrorNoFlow)
+    );
+}
+
+#[test]
+fn arp_and_echo_are_answered_for_owned_addresses() {
+    let mut p = pipeline();
+    let (v, out) = run(&mut p, ARP_REQUEST, 0);
+    assert_eq!(v, Verdict::Answer(ARP_REPLY.len()));
+    assert_eq!(out, ARP_REPLY);
+    let (v, out) = run(&mut p, ICMP_ECHO_REQUEST, 0);
+    assert_eq!(v, Verdict::Answer(ICMP_ECHO_REPLY.len()));
+    assert_eq!(out, ICMP_ECHO_REPLY);
+    p.disown(VIP);
+    assert_eq!(
+        run(&mut p, ARP_REQUEST, 0).0,
+        Verdict::Drop(DropReason::ArpNotOwned)
+    );
+    assert_eq!(
+        run(&mut p, ICMP_ECHO_REQUEST, 0).0,
+        Verdict::Drop(DropReason::NotOwned)
+    );
+    assert_counters_add_up(&p);
+}
+
+#[test]
+fn no_eligible_backend_is_rejected_like_kube_proxy() {
+    let mut p = pipeline();
+    p.services.upsert(Arc::new(CompiledService::new(
+        3,
+        &service(80, Protocol::Tcp, 8080, 0),
+        1,
+        None,
+    )));
+    p.services.upsert(Arc::new(CompiledService::new(
+        4,
+        &service(53, Protocol::Udp, 5353, 0),
+        1,
+        None,
+    )));
+    let (v, out) = run(&mut p, TCP_SYN, 0);
+    assert_eq!(v, Verdict::Answer(TCP_RST_FOR_SYN.len()));
+    assert_eq!(out, TCP_RST_FOR_SYN);
+    let (v, out) = run(&mut p, UDP, 0);
+    assert_eq!(v, Verdict::Answer(ICMP_PORT_UNREACHABLE.len()));
+    assert_eq!(out, ICMP_PORT_UNREACHABLE);
+    assert_eq!(p.counters().rejected, 2);
+    assert!(p.table.is_empty());
+    assert_counters_add_up(&p);
+}
+
+#[test]
+fn everything_else_is_a_counted_drop() {
+    let mut p = pipeline();
+    run(&mut p, &backend_arp_reply(), 0);
+    // A TCP segment without SYN for no flow.
+    assert_eq!(
+        run(&mut p, TCP_64, 0).0,
+        Verdict::Drop(DropReason::TcpNoFlow)
+    );
+    assert_eq!(p.table.stats().invalid, 1);
+    // A reply to the SNAT address for no flow.
+    assert_eq!(
+        run(&mut p, TCP_REPLY, 0).0,
+        Verdict::Drop(DropReason::ReplyNoFlow)
+    );
+    // No service on the port.
+    p.services.remove(&ServiceKey {
+        vip: VIP,
+        protocol: Protocol::Udp,
+        port: 53,
+    });
+    assert_eq!(run(&mut p, UDP, 0).0, Verdict::Drop(DropReason::NoService));
+    // Fragments, malformed frames, TTL 1.
+    assert_eq!(
+        run(&mut p, UDP_LATER_FRAGMENT, 0).0,
+        Verdict::Drop(DropReason::Fragment)
+    );
+    assert_eq!(
+        run(&mut p, BAD_IPV4_CHECKSUM, 0).0,
+        Verdict::Drop(DropReason::Ipv4BadChecksum)
+    );
+    assert_eq!(
+        run(&mut p, TCP_TTL1, 0).0,
+        Verdict::Drop(DropReason::TtlExceeded)
+    );
+    assert_counters_add_up(&p);
+    let c = p.counters();
+    assert_eq!(c.drops[DropReason::Fragment.index()], 1);
+}
+
+#[test]
+fn an_unresolved_backend_is_counted_and_arp_requested() {
+    let mut p = pipeline();
+    assert_eq!(
+        run(&mut p, TCP_SYN, 0).0,
+        Verdict::Drop(DropReason::NextHopUnresolved)
+    );
+    let queued: Vec<Ipv4Addr> = p.drain_arp().collect();
+    assert_eq!(queued, [BACKEND]);
+    let mut buf = [0u8; 64];
+    let len = p.build_arp_request(&mut buf, BACKEND).unwrap();
+    let Ok(Frame::Arp(arp)) = classify(&buf[..len]) else {
+        panic!()
+    };
+    assert_eq!((arp.sender_ip, arp.target_ip), (SNAT, BACKEND));
+    // Once the backend answers, the SYN's retransmission goes through.
+    run(&mut p, &backend_arp_reply(), 1);
+    assert_eq!(
+        run(&mut p, TCP_SYN, 1).0,
+        Verdict::Forward(TCP_SYN_FORWARDED.len())
+    );
+    assert_counters_add_up(&p);
+}
