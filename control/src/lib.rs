@@ -5,3 +5,4 @@
 //! data plane.
 
 pub mod check_config;
+pub mod run;

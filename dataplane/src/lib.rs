@@ -6,9 +6,12 @@
 //! on tokio, kube or a serde format.
 
 pub mod pipeline;
+pub mod runtime;
 pub mod sched;
 pub mod services;
 pub mod steer;
 pub mod wire;
+pub mod worker;
+pub mod xsk;
 
 pub use xvs_config::{Backend, Service, ServiceKey};

@@ -3,7 +3,8 @@
 //! ever signalled, by their own PID.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A running process, killed on drop.
@@ -11,6 +12,7 @@ use std::time::Duration;
 pub struct Spawned {
     child: Child,
     what: String,
+    output: Arc<Mutex<String>>,
 }
 
 impl Spawned {
@@ -29,9 +31,11 @@ impl Spawned {
             .stdout
             .take()
             .ok_or_else(|| std::io::Error::other("no stdout"))?;
+        let output = Arc::new(Mutex::new(String::new()));
         let guard = Spawned {
             child,
             what: what.to_owned(),
+            output: output.clone(),
         };
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -39,8 +43,16 @@ impl Spawned {
             let mut reader = BufReader::new(stdout);
             let _ = reader.read_line(&mut line);
             let _ = tx.send(line);
-            // Keep draining so the process never blocks on a full pipe.
-            let _ = std::io::copy(&mut reader, &mut std::io::sink());
+            // Keep reading (and keeping) what it prints, so it never
+            // blocks on a full pipe.
+            let mut rest = String::new();
+            while reader.read_line(&mut rest).is_ok_and(|n| n > 0) {
+                output
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push_str(&rest);
+                rest.clear();
+            }
         });
         match rx.recv_timeout(ready_within) {
             Ok(line) if !line.is_empty() => Ok((guard, line.trim().to_owned())),
@@ -53,6 +65,34 @@ impl Spawned {
     /// Its process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Sends `signal` to the process (ours, by its PID), waits for it to
+    /// exit (at most `within`, then kills it), and returns its exit status
+    /// and what it printed after the ready line.
+    pub fn stop(mut self, signal: i32, within: Duration) -> (Option<ExitStatus>, String) {
+        // SAFETY: signals only the child this guard started.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+        let step = Duration::from_millis(20);
+        let mut waited = Duration::ZERO;
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if waited < within => {
+                    std::thread::sleep(step);
+                    waited += step;
+                }
+                _ => break None,
+            }
+        };
+        // Let the reader thread take the last lines.
+        std::thread::sleep(Duration::from_millis(100));
+        let out = self
+            .output
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        (status, out)
     }
 }
 

@@ -24,6 +24,14 @@ enum Command {
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
     },
+    /// Run the data plane from a config file until SIGINT or SIGTERM.
+    /// Prints a `ready` line once serving and a counter line per worker
+    /// on stop; the XDP program is detached on every exit.
+    Run {
+        /// Config file.
+        #[arg(long, short, value_name = "FILE", default_value = xvs_config::DEFAULT_CONFIG_PATH)]
+        config: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -37,5 +45,6 @@ fn main() -> ExitCode {
             );
             ExitCode::from(status)
         }
+        Command::Run { config } => ExitCode::from(xvs_control::run::run(&config)),
     }
 }

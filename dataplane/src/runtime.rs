@@ -1,0 +1,255 @@
+//! Starting and stopping the data plane from a validated configuration:
+//! the steering program on the interface, one AF_XDP port and one pinned
+//! worker per queue, the services compiled once and shared, and a
+//! [`DataplaneHandle`] to send updates and read snapshots.
+//!
+//! Invariant: [`Dataplane::stop`] (and dropping a [`Dataplane`]) stops and
+//! joins every worker before the steering program is detached, so no
+//! packet is steered to a socket that is gone; the program is detached on
+//! every path that unwinds.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{bounded, Sender};
+use smoltcp::wire::EthernetAddress;
+use xvs_config::{ArmMode, Config, Steering as SteeringMode, ZeroCopy};
+
+use crate::pipeline::{Pipeline, PipelineConfig};
+use crate::services::CompiledService;
+use crate::steer::{SteerError, Steering};
+use crate::worker::{Control, Snapshot, Worker};
+use crate::xsk::{XskError, XskPort};
+
+/// Capacity of each worker's control channel.
+const CONTROL_QUEUE: usize = 4096;
+
+/// Why the data plane could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The configuration asks for something this data plane does not do.
+    #[error("{0}")]
+    Unsupported(String),
+    /// Reading the interface failed.
+    #[error("interface {ifname}: {source}")]
+    Interface {
+        /// Interface.
+        ifname: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The steering program.
+    #[error(transparent)]
+    Steer(#[from] SteerError),
+    /// An AF_XDP socket.
+    #[error(transparent)]
+    Xsk(#[from] XskError),
+}
+
+struct WorkerHandle {
+    control: Sender<Control>,
+    wake_fd: i32,
+    join: Option<JoinHandle<Snapshot>>,
+}
+
+/// Sends updates to every worker and reads their snapshots.
+pub struct DataplaneHandle {
+    workers: Vec<WorkerHandle>,
+}
+
+impl DataplaneHandle {
+    fn send_to(&self, w: &WorkerHandle, msg: Control) -> bool {
+        let ok = w.control.send_timeout(msg, Duration::from_secs(1)).is_ok();
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from `one` to the worker's eventfd.
+        unsafe { libc::write(w.wake_fd, (&one as *const u64).cast(), 8) };
+        ok
+    }
+
+    /// Adds or replaces a service on every worker.
+    pub fn upsert(&self, svc: Arc<CompiledService>) {
+        for w in &self.workers {
+            self.send_to(w, Control::Upsert(svc.clone()));
+        }
+    }
+
+    /// Every worker's snapshot.
+    pub fn snapshots(&self) -> Vec<Snapshot> {
+        let (tx, rx) = bounded(self.workers.len().max(1));
+        for w in &self.workers {
+            self.send_to(w, Control::Snapshot(tx.clone()));
+        }
+        drop(tx);
+        let mut v: Vec<Snapshot> = rx.iter().take(self.workers.len()).collect();
+        v.sort_by_key(|s| s.worker);
+        v
+    }
+}
+
+/// A running data plane.
+pub struct Dataplane {
+    handle: DataplaneHandle,
+    steering: Option<Steering>,
+    ifname: String,
+}
+
+fn interface_mac(ifname: &str) -> Result<EthernetAddress, StartError> {
+    let err = |source| StartError::Interface {
+        ifname: ifname.to_owned(),
+        source,
+    };
+    let text = std::fs::read_to_string(format!("/sys/class/net/{ifname}/address")).map_err(err)?;
+    let bytes: Vec<u8> = text
+        .trim()
+        .split(':')
+        .filter_map(|h| u8::from_str_radix(h, 16).ok())
+        .collect();
+    let mac: [u8; 6] = bytes.try_into().map_err(|_| {
+        err(std::io::Error::other(format!(
+            "unreadable address {text:?}"
+        )))
+    })?;
+    Ok(EthernetAddress(mac))
+}
+
+impl Dataplane {
+    /// Starts the data plane described by `cfg`. `clock` gives seconds on
+    /// a monotonic clock (shared by every worker).
+    pub fn start(
+        cfg: &Config,
+        clock: impl Fn() -> u32 + Clone + Send + 'static,
+    ) -> Result<Dataplane, StartError> {
+        let i = &cfg.interfaces;
+        if i.mode == ArmMode::TwoArm {
+            return Err(StartError::Unsupported(
+                "interfaces.mode two-arm: this data plane runs one-arm only so far".into(),
+            ));
+        }
+        if i.steering == SteeringMode::All {
+            return Err(StartError::Unsupported(
+                "interfaces.steering all: only vip steering is implemented".into(),
+            ));
+        }
+        let snat_addr = *cfg
+            .snat
+            .addresses
+            .first()
+            .ok_or_else(|| StartError::Unsupported("snat.addresses is empty".into()))?;
+        let mac = interface_mac(&i.client)?;
+        let steering = Steering::attach(&i.client, i.xdp_mode)?;
+        let workers = cfg.workers();
+        let services: Vec<Arc<CompiledService>> = cfg
+            .services
+            .iter()
+            .enumerate()
+            .map(|(n, s)| Arc::new(CompiledService::new(n as u32 + 1, s, workers, None)))
+            .collect();
+        let mut owned: Vec<Ipv4Addr> = cfg.snat.addresses.clone();
+        owned.extend(services.iter().map(|s| s.key.vip));
+        for a in &owned {
+            steering.add_address(*a)?;
+        }
+        let zero_copy = match i.zero_copy {
+            ZeroCopy::Auto => None,
+            ZeroCopy::On => Some(true),
+            ZeroCopy::Off => Some(false),
+        };
+        let mut handles = Vec::new();
+        for (w, (&queue, &core)) in i.queues.iter().zip(&i.cores).enumerate() {
+            let port = XskPort::open(&i.client, queue, zero_copy)?;
+            steering.register_socket(queue, port.fd())?;
+            let mut pipeline = Pipeline::new(
+                PipelineConfig {
+                    worker: w,
+                    mac,
+                    snat_addr,
+                    snat_ports: cfg.snat.worker_ports[w],
+                    capacity: (cfg.conntrack.capacity / workers as u32).max(1),
+                    timeouts: cfg.conntrack.timeouts,
+                },
+                clock(),
+            );
+            for a in &owned {
+                pipeline.own(*a);
+            }
+            for s in &services {
+                for b in &s.backends {
+                    pipeline.resolve(b.endpoint.addr);
+                }
+                pipeline.services.upsert(s.clone());
+            }
+            let (tx, rx) = bounded(CONTROL_QUEUE);
+            // SAFETY: plain syscall; the fd is closed when the handle drops.
+            let wake_fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+            let worker = Worker::new(w, pipeline, port, rx, wake_fd, i.poll);
+            let clock = clock.clone();
+            let join = std::thread::Builder::new()
+                .name(format!("xvs-q{queue}"))
+                .spawn(move || {
+                    if !core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
+                        eprintln!("xvs: worker of queue {queue}: cannot pin to core {core}; running unpinned");
+                    }
+                    worker.run(clock)
+                })
+                .map_err(|e| StartError::Unsupported(format!("cannot start a worker thread: {e}")))?;
+            handles.push(WorkerHandle {
+                control: tx,
+                wake_fd,
+                join: Some(join),
+            });
+        }
+        Ok(Dataplane {
+            handle: DataplaneHandle { workers: handles },
+            steering: Some(steering),
+            ifname: i.client.clone(),
+        })
+    }
+
+    /// The handle for updates and snapshots.
+    pub fn handle(&self) -> &DataplaneHandle {
+        &self.handle
+    }
+
+    /// The interface it serves.
+    pub fn interface(&self) -> &str {
+        &self.ifname
+    }
+
+    /// Stops every worker, then detaches the steering program; returns the
+    /// workers' final snapshots.
+    pub fn stop(mut self) -> Vec<Snapshot> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Vec<Snapshot> {
+        let mut out = Vec::new();
+        for w in &mut self.handle.workers {
+            let one = 1u64;
+            let _ = w
+                .control
+                .send_timeout(Control::Stop, Duration::from_secs(1));
+            // SAFETY: writes 8 bytes from `one` to the worker's eventfd.
+            unsafe { libc::write(w.wake_fd, (&one as *const u64).cast(), 8) };
+            if let Some(j) = w.join.take() {
+                if let Ok(s) = j.join() {
+                    out.push(s);
+                }
+            }
+            // SAFETY: the fd was created by eventfd and is closed once.
+            unsafe { libc::close(w.wake_fd) };
+            w.wake_fd = -1;
+        }
+        self.steering.take();
+        out
+    }
+}
+
+impl Drop for Dataplane {
+    fn drop(&mut self) {
+        if self.steering.is_some() {
+            self.shutdown();
+        }
+    }
+}
