@@ -55,11 +55,10 @@ fuzz:
 bench: deps
 	$(CARGO) bench --workspace
 
-## demo: the main job on a built-in network-namespace topology
+## demo: the main job on a built-in network-namespace topology (as root)
 demo: deps
-	@echo "make demo: the demo runs xvs's AF_XDP data plane on a network-namespace" >&2
-	@echo "topology; this build has no data plane yet, so there is nothing to run." >&2
-	@exit 1
+	$(CARGO) build --release -p xvs-control -p xvs-vm-tests --bins
+	./target/release/xvs-demo
 
 clean:
 	$(CARGO) clean

@@ -1,0 +1,161 @@
+//! `make demo`: xvs's main job on a built-in network-namespace topology —
+//! a client, a gateway running xvs (AF_XDP, full NAT) and three backends
+//! running real TCP servers — then real connections to the VIP, the
+//! per-backend connection counts and the throughput, and cleanup.
+
+#![allow(clippy::disallowed_types)] // a demo measures real time
+#![allow(clippy::print_stdout)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use xvs_vm_tests::procs::Spawned;
+use xvs_vm_tests::topology::{backend_addr, Arms, Spec, Topology};
+
+const VIP: &str = "198.19.0.1:80";
+
+fn sibling(name: &str) -> Result<PathBuf, String> {
+    let mut p = std::env::current_exe().map_err(|e| e.to_string())?;
+    p.set_file_name(name);
+    if p.exists() {
+        Ok(p)
+    } else {
+        Err(format!(
+            "{} not found (build the workspace first)",
+            p.display()
+        ))
+    }
+}
+
+fn demo() -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("the demo creates network namespaces and attaches XDP: run it as root".into());
+    }
+    let xvs = sibling("xvs")?;
+    let testnet = sibling("xvs-testnet")?;
+    let t = Topology::build(Spec {
+        arms: Arms::One,
+        backends: 3,
+        queues: 1,
+    })
+    .map_err(|e| e.to_string())?;
+    println!(
+        "topology {}: client 198.18.0.2 -> gateway (xvs on {}) -> backends 198.18.1.10-12:8080",
+        t.tag, t.gateway_client_if
+    );
+
+    let mut servers = Vec::new();
+    for (i, b) in t.backends.iter().enumerate() {
+        let mut cmd = b.ns.command(testnet.to_str().unwrap_or_default());
+        cmd.args([
+            "serve",
+            "--name",
+            &format!("backend-{i}"),
+            "--tcp",
+            &format!("{}:8080", b.addr),
+        ]);
+        servers.push(
+            Spawned::start(cmd, "echo server", Duration::from_secs(5))
+                .map_err(|e| e.to_string())?
+                .0,
+        );
+    }
+    let backends: Vec<String> = (0..3)
+        .map(|i| format!("{{ address = \"{}\", port = 8080 }}", backend_addr(i)))
+        .collect();
+    let config = format!(
+        "[interfaces]\nmode = \"one-arm\"\nclient = \"{}\"\nqueues = [0]\ncores = [0]\npoll = \"adaptive\"\nzero_copy = \"off\"\n\n\
+         [snat]\naddresses = [\"198.18.1.2\"]\n\n\
+         [[services]]\nvip = \"198.19.0.1\"\nport = 80\nscheduler = \"wlc\"\nbackends = [{}]\n",
+        t.gateway_client_if,
+        backends.join(", ")
+    );
+    let dir = std::env::temp_dir().join(format!("xvs-demo-{}", t.tag));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let cfg = dir.join("xvs.toml");
+    std::fs::write(&cfg, &config).map_err(|e| e.to_string())?;
+    println!("\nconfig {}:\n{config}", cfg.display());
+
+    let mut cmd = t.gateway.command(xvs.to_str().unwrap_or_default());
+    cmd.args(["run", "--config", cfg.to_str().unwrap_or_default()]);
+    let (xvs_proc, ready) =
+        Spawned::start(cmd, "xvs", Duration::from_secs(20)).map_err(|e| e.to_string())?;
+    println!("xvs: {ready}");
+
+    let load = |args: &[&str]| -> Result<(String, Duration), String> {
+        let start = Instant::now();
+        let out = t
+            .client
+            .ns
+            .exec(testnet.to_str().unwrap_or_default(), args)
+            .map_err(|e| e.to_string())?;
+        Ok((
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+            start.elapsed(),
+        ))
+    };
+    let n = 3000;
+    let (summary, took) = load(&[
+        "tcp",
+        "--connect",
+        VIP,
+        "--connections",
+        &n.to_string(),
+        "--concurrency",
+        "32",
+        "--payload",
+        "1000",
+    ])?;
+    println!("\n{n} connections to {VIP}, 1000 bytes echoed each: {summary}");
+    println!("  {:.0} connections/s", f64::from(n) / took.as_secs_f64());
+    for part in summary.rsplit("by=").next().unwrap_or_default().split(',') {
+        if let Some((name, count)) = part.split_once(':') {
+            println!("  {name}: {count} connections");
+        }
+    }
+    let bytes = 3 * 64 * 1024 * 1024u64;
+    let (summary, took) = load(&[
+        "tcp",
+        "--connect",
+        VIP,
+        "--connections",
+        "3",
+        "--concurrency",
+        "3",
+        "--payload",
+        "67108864",
+        "--timeout-ms",
+        "20000",
+    ])?;
+    println!("\n3 streams of 64 MiB echoed through the VIP: {summary}");
+    println!(
+        "  {:.1} MB/s each way",
+        bytes as f64 / took.as_secs_f64() / 1e6
+    );
+
+    let (status, printed) = xvs_proc.stop(libc::SIGTERM, Duration::from_secs(10));
+    println!(
+        "\nxvs stopped ({}):",
+        status.map_or("killed".into(), |s| s.to_string())
+    );
+    for line in printed.lines() {
+        println!("  {line}");
+    }
+    drop(servers);
+    drop(t);
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("\nnamespaces removed; done.");
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match demo() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xvs-demo: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
