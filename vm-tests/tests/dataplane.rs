@@ -47,10 +47,17 @@ ports = "1024-65535"
 vip = "198.19.0.1"
 port = 80
 scheduler = "{scheduler}"
-backends = [{}]
+backends = [{b}]
+
+[[services]]
+vip = "198.19.0.1"
+protocol = "udp"
+port = 53
+scheduler = "{scheduler}"
+backends = [{b}]
 "#,
         t.gateway_client_if,
-        backends.join(", ")
+        b = backends.join(", ")
     )
 }
 
@@ -60,12 +67,15 @@ fn servers(t: &Topology) -> Vec<Spawned> {
         .enumerate()
         .map(|(i, b)| {
             let mut cmd = b.ns.command(TESTNET);
+            let addr = format!("{}:8080", b.addr);
             cmd.args([
                 "serve",
                 "--name",
                 &format!("b{i}"),
                 "--tcp",
-                &format!("{}:8080", b.addr),
+                &addr,
+                "--udp",
+                &addr,
             ]);
             Spawned::start(cmd, "echo server", Duration::from_secs(5))
                 .unwrap()
@@ -82,80 +92,175 @@ fn field(line: &str, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("{key} not in {line}"))
 }
 
-#[test]
-fn a_thousand_tcp_connections_through_a_vip() {
-    if !privileged("a_thousand_tcp_connections_through_a_vip") {
-        return;
-    }
+/// xvs running in the gateway of a one-arm topology with three backends.
+struct Running {
+    t: Topology,
+    _servers: Vec<Spawned>,
+    xvs: Spawned,
+    dir: PathBuf,
+}
+
+fn start(scheduler: &str) -> Running {
     let t = Topology::build(Spec {
         arms: Arms::One,
         backends: 3,
         queues: 1,
     })
     .unwrap();
-    let _servers = servers(&t);
+    let servers = servers(&t);
     let dir = std::env::temp_dir().join(format!("xvs-e2e-{}", t.tag));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("xvs.toml");
-    std::fs::write(&cfg, config(&t, "rr")).unwrap();
+    std::fs::write(&cfg, config(&t, scheduler)).unwrap();
     let mut cmd = t.gateway.command(xvs_bin().to_str().unwrap());
     cmd.args(["run", "--config", cfg.to_str().unwrap()]);
     let (xvs, ready) = Spawned::start(cmd, "xvs", Duration::from_secs(20)).unwrap();
-    assert!(ready.starts_with("ready: 1 services on g0"), "{ready}");
+    assert!(ready.starts_with("ready: 2 services on g0"), "{ready}");
+    Running {
+        t,
+        _servers: servers,
+        xvs,
+        dir,
+    }
+}
 
-    let out = t
-        .client
-        .ns
-        .exec(
-            TESTNET,
-            &[
-                "tcp",
-                "--connect",
-                "198.19.0.1:80",
-                "--connections",
-                "1000",
-                "--concurrency",
-                "32",
-            ],
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-    let summary = String::from_utf8(out.stdout).unwrap();
-    assert!(summary.starts_with("ok=1000 failed=0 by="), "{summary}");
-    // rr with one worker: the counts differ by at most one.
-    let counts: Vec<u32> = summary
-        .trim()
+impl Running {
+    fn client(&self, args: &[&str]) -> String {
+        let out = self
+            .t
+            .client
+            .ns
+            .exec(TESTNET, args)
+            .unwrap_or_else(|e| panic!("{e}"));
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
+    /// Stops xvs; checks its exit, counters and frames, and that the
+    /// program left the link; returns its worker line.
+    fn stop(self) -> String {
+        let (status, printed) = self.xvs.stop(libc::SIGTERM, Duration::from_secs(10));
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "xvs exit {status:?}: {printed}"
+        );
+        let line = printed
+            .lines()
+            .find(|l| l.starts_with("worker 0:"))
+            .unwrap_or_else(|| panic!("{printed}"))
+            .to_owned();
+        let rx = field(&line, "rx");
+        let sum = field(&line, "forwarded")
+            + field(&line, "answered")
+            + field(&line, "consumed")
+            + field(&line, "dropped");
+        assert_eq!(rx, sum, "{line}");
+        assert!(line.contains("frames_accounted=true"), "{line}");
+        let link = self
+            .t
+            .gateway
+            .ip(&["-d", "link", "show", "g0"])
+            .unwrap()
+            .stdout;
+        assert!(!String::from_utf8_lossy(&link).contains("prog/xdp"));
+        let _ = std::fs::remove_dir_all(&self.dir);
+        line
+    }
+}
+
+/// Per-backend counts of a load summary (`... by=b0:N,b1:M,...`).
+fn by_backend(summary: &str) -> Vec<u32> {
+    summary
         .rsplit("by=")
         .next()
         .unwrap()
         .split(',')
+        .filter(|kv| !kv.is_empty())
         .map(|kv| kv.split(':').nth(1).unwrap().parse().unwrap())
-        .collect();
-    assert_eq!(counts.len(), 3, "{summary}");
+        .collect()
+}
+
+fn thousand_connections(scheduler: &str) -> (Vec<u32>, String) {
+    let r = start(scheduler);
+    let summary = r.client(&[
+        "tcp",
+        "--connect",
+        "198.19.0.1:80",
+        "--connections",
+        "1000",
+        "--concurrency",
+        "32",
+    ]);
+    assert!(
+        summary.starts_with("ok=1000 failed=0 by="),
+        "{scheduler}: {summary}"
+    );
+    let line = r.stop();
+    assert_eq!(field(&line, "new_flows"), 1000, "{line}");
+    (by_backend(&summary), line)
+}
+
+#[test]
+fn a_thousand_tcp_connections_through_a_vip_rr() {
+    if !privileged("a_thousand_tcp_connections_through_a_vip_rr") {
+        return;
+    }
+    let (counts, _) = thousand_connections("rr");
+    // rr with one worker: the counts differ by at most one.
+    assert_eq!(counts.len(), 3, "{counts:?}");
     assert!(
         counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1,
-        "{summary}"
+        "{counts:?}"
     );
+}
 
-    let (status, printed) = xvs.stop(libc::SIGTERM, Duration::from_secs(10));
+#[test]
+fn a_thousand_tcp_connections_through_a_vip_wlc_and_mh() {
+    if !privileged("a_thousand_tcp_connections_through_a_vip_wlc_and_mh") {
+        return;
+    }
+    for scheduler in ["wlc", "mh"] {
+        let (counts, _) = thousand_connections(scheduler);
+        assert_eq!(counts.iter().sum::<u32>(), 1000);
+        // wlc spreads the connections; mh hashes the client address, and
+        // there is one client, so one backend takes them all.
+        match scheduler {
+            "wlc" => assert_eq!(counts.len(), 3, "{counts:?}"),
+            _ => assert_eq!(counts, [1000], "{counts:?}"),
+        }
+    }
+}
+
+#[test]
+fn udp_arp_and_ping_for_the_vip_and_the_gateway_stays_reachable() {
+    if !privileged("udp_arp_and_ping_for_the_vip_and_the_gateway_stays_reachable") {
+        return;
+    }
+    let r = start("rr");
+    let summary = r.client(&["udp", "--connect", "198.19.0.1:53", "--requests", "90"]);
+    assert_eq!(by_backend(&summary).iter().sum::<u32>(), 90, "{summary}");
+    assert!(summary.starts_with("ok=90 failed=0"), "{summary}");
+    // xvs answers ARP and ping for the VIP ...
+    r.t.client
+        .ns
+        .exec("arping", &["-c", "2", "-w", "3", "-I", "c0", "198.19.0.1"])
+        .unwrap();
+    r.t.client
+        .ns
+        .exec("ping", &["-c", "3", "-i", "0.2", "-W", "2", "198.19.0.1"])
+        .unwrap();
+    // ... while the kernel keeps the gateway's own address: ping and TCP.
+    r.t.client
+        .ns
+        .exec("ping", &["-c", "3", "-i", "0.2", "-W", "2", "198.18.0.1"])
+        .unwrap();
+    let mut gw_server = r.t.gateway.command(TESTNET);
+    gw_server.args(["serve", "--name", "gw", "--tcp", "198.18.0.1:2222"]);
+    let (_gw, _) = Spawned::start(gw_server, "gateway server", Duration::from_secs(5)).unwrap();
+    let summary = r.client(&["tcp", "--connect", "198.18.0.1:2222", "--connections", "20"]);
+    assert_eq!(summary, "ok=20 failed=0 by=gw:20");
+    let line = r.stop();
     assert!(
-        status.is_some_and(|s| s.success()),
-        "xvs exit {status:?}: {printed}"
+        field(&line, "answered") >= 5,
+        "ARP and echo answered: {line}"
     );
-    let line = printed
-        .lines()
-        .find(|l| l.starts_with("worker 0:"))
-        .unwrap_or_else(|| panic!("{printed}"));
-    eprintln!("{summary}{line}");
-    let rx = field(line, "rx");
-    let sum = field(line, "forwarded")
-        + field(line, "answered")
-        + field(line, "consumed")
-        + field(line, "dropped");
-    assert_eq!(rx, sum, "{line}");
-    assert!(line.contains("frames_accounted=true"), "{line}");
-    assert_eq!(field(line, "new_flows"), 1000, "{line}");
-    // The steering program is gone from the interface.
-    let link = t.gateway.ip(&["-d", "link", "show", "g0"]).unwrap().stdout;
-    assert!(!String::from_utf8_lossy(&link).contains("prog/xdp"));
-    let _ = std::fs::remove_dir_all(&dir);
 }
