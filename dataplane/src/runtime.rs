@@ -75,6 +75,13 @@ impl DataplaneHandle {
         }
     }
 
+    /// Removes a service from every worker.
+    pub fn remove(&self, key: xvs_config::ServiceKey) {
+        for w in &self.workers {
+            self.send_to(w, Control::Remove(key));
+        }
+    }
+
     /// Every worker's snapshot.
     pub fn snapshots(&self) -> Vec<Snapshot> {
         let (tx, rx) = bounded(self.workers.len().max(1));
@@ -93,24 +100,48 @@ pub struct Dataplane {
     handle: DataplaneHandle,
     steering: Option<Steering>,
     ifname: String,
+    /// Service ids by key (an update keeps its service's id).
+    ids: std::collections::HashMap<xvs_config::ServiceKey, u32>,
+    next_id: u32,
+    workers: usize,
 }
 
+/// The interface's Ethernet address, asked of the kernel with
+/// SIOCGIFHWADDR (which follows the calling thread's network namespace;
+/// /sys would show the namespace it was mounted in).
 fn interface_mac(ifname: &str) -> Result<EthernetAddress, StartError> {
     let err = |source| StartError::Interface {
         ifname: ifname.to_owned(),
         source,
     };
-    let text = std::fs::read_to_string(format!("/sys/class/net/{ifname}/address")).map_err(err)?;
-    let bytes: Vec<u8> = text
-        .trim()
-        .split(':')
-        .filter_map(|h| u8::from_str_radix(h, 16).ok())
-        .collect();
-    let mac: [u8; 6] = bytes.try_into().map_err(|_| {
-        err(std::io::Error::other(format!(
-            "unreadable address {text:?}"
-        )))
-    })?;
+    if ifname.len() >= libc::IFNAMSIZ {
+        return Err(err(std::io::Error::other("name too long")));
+    }
+    // SAFETY: plain syscall; the fd is closed below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(err(std::io::Error::last_os_error()));
+    }
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in ifr.ifr_name.iter_mut().zip(ifname.bytes()) {
+        *dst = src as libc::c_char;
+    }
+    // SAFETY: `ifr` is a valid ifreq with a NUL-terminated name (the
+    // name is shorter than IFNAMSIZ and the rest is zero).
+    let ret = unsafe { libc::ioctl(fd, libc::SIOCGIFHWADDR, &mut ifr) };
+    let io = std::io::Error::last_os_error();
+    // SAFETY: `fd` is ours and closed once.
+    unsafe { libc::close(fd) };
+    if ret != 0 {
+        return Err(err(io));
+    }
+    // SAFETY: SIOCGIFHWADDR filled the hwaddr member of the union.
+    let sa = unsafe { ifr.ifr_ifru.ifru_hwaddr };
+    let mut mac = [0u8; 6];
+    for (m, b) in mac.iter_mut().zip(sa.sa_data.iter()) {
+        *m = *b as u8;
+    }
     Ok(EthernetAddress(mac))
 }
 
@@ -204,7 +235,42 @@ impl Dataplane {
             handle: DataplaneHandle { workers: handles },
             steering: Some(steering),
             ifname: i.client.clone(),
+            ids: services.iter().map(|s| (s.key, s.id)).collect(),
+            next_id: services.len() as u32 + 1,
+            workers,
         })
+    }
+
+    /// Adds or replaces a service (by its key) on every worker: compiled
+    /// once, O(that service); other services are not touched. Flows of a
+    /// replaced service keep their backend.
+    pub fn upsert_service(&mut self, svc: &xvs_config::Service) -> Result<(), SteerError> {
+        let id = match self.ids.get(&svc.key) {
+            Some(&id) => id,
+            None => {
+                let id = self.next_id;
+                self.next_id += 1;
+                id
+            }
+        };
+        if let Some(st) = &self.steering {
+            st.add_address(svc.key.vip)?;
+        }
+        for w in &self.handle.workers {
+            self.handle.send_to(w, Control::Own(svc.key.vip));
+        }
+        self.ids.insert(svc.key, id);
+        self.handle
+            .upsert(Arc::new(CompiledService::new(id, svc, self.workers, None)));
+        Ok(())
+    }
+
+    /// Removes a service: new flows to it are refused (`no_service`);
+    /// flows already established continue until they close or expire, so
+    /// its VIP stays steered and answered (ARP) for them.
+    pub fn remove_service(&mut self, key: xvs_config::ServiceKey) {
+        self.ids.remove(&key);
+        self.handle.remove(key);
     }
 
     /// The handle for updates and snapshots.

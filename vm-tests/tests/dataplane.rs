@@ -264,3 +264,171 @@ fn udp_arp_and_ping_for_the_vip_and_the_gateway_stays_reachable() {
         "ARP and echo answered: {line}"
     );
 }
+
+/// A data plane run in-process inside the gateway namespace (its own
+/// thread, which stays there), driven by jobs sent to that thread.
+struct InProcess {
+    jobs: std::sync::mpsc::Sender<Box<dyn FnOnce(&mut xvs_dataplane::runtime::Dataplane) + Send>>,
+    thread: Option<std::thread::JoinHandle<Vec<xvs_dataplane::worker::Snapshot>>>,
+}
+
+impl InProcess {
+    fn start(t: &Topology, cfg_text: String) -> InProcess {
+        let gw = t.gateway.name().to_owned();
+        let (jobs, rx) = std::sync::mpsc::channel::<
+            Box<dyn FnOnce(&mut xvs_dataplane::runtime::Dataplane) + Send>,
+        >();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            xvs_vm_tests::netns::Netns::existing(&gw)
+                .enter_current_thread()
+                .unwrap();
+            let cfg = xvs_config::parse_str("test.toml", &cfg_text).unwrap();
+            let start = std::time::Instant::now();
+            let mut dp = xvs_dataplane::runtime::Dataplane::start(&cfg, move || {
+                start.elapsed().as_secs() as u32
+            })
+            .unwrap();
+            ready_tx.send(()).unwrap();
+            for job in rx {
+                job(&mut dp);
+            }
+            dp.stop()
+        });
+        ready_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+        InProcess {
+            jobs,
+            thread: Some(thread),
+        }
+    }
+
+    fn run(&self, job: impl FnOnce(&mut xvs_dataplane::runtime::Dataplane) + Send + 'static) {
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        self.jobs
+            .send(Box::new(move |dp| {
+                job(dp);
+                done_tx.send(()).unwrap();
+            }))
+            .unwrap();
+        done_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        // Control messages are applied between batches; give the workers
+        // a moment.
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    fn stop(mut self) -> Vec<xvs_dataplane::worker::Snapshot> {
+        let (tx, _) = std::sync::mpsc::channel();
+        drop(std::mem::replace(&mut self.jobs, tx));
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+fn service(port: u16, weights: &[(usize, u32)]) -> xvs_config::Service {
+    let mut s = xvs_config::Service::new(xvs_config::ServiceKey {
+        vip: std::net::Ipv4Addr::new(198, 19, 0, 1),
+        protocol: xvs_config::Protocol::Tcp,
+        port,
+    });
+    s.scheduler = xvs_config::Scheduler::Rr;
+    s.backends = weights
+        .iter()
+        .map(|&(i, weight)| xvs_config::Backend {
+            address: backend_addr(i),
+            port: 8080,
+            weight,
+            forward: xvs_config::ForwardMethod::Masq,
+        })
+        .collect();
+    s
+}
+
+#[test]
+fn weight_zero_and_live_changes_never_disturb_established_connections() {
+    if !privileged("weight_zero_and_live_changes_never_disturb_established_connections") {
+        return;
+    }
+    let t = Topology::build(Spec {
+        arms: Arms::One,
+        backends: 3,
+        queues: 1,
+    })
+    .unwrap();
+    let _servers = servers(&t);
+    let dp = InProcess::start(&t, config(&t, "rr"));
+
+    // A long-lived connection; it tells which backend it reached.
+    let mut hold = t.client.ns.command(TESTNET);
+    hold.args(["hold", "--connect", "198.19.0.1:80", "--seconds", "4"]);
+    let (hold, first) =
+        Spawned::start(hold, "long-lived connection", Duration::from_secs(5)).unwrap();
+    let held: usize = first.strip_prefix("connected b").unwrap().parse().unwrap();
+
+    // Quiesce the held backend: new connections avoid it, the held one goes on.
+    let weights: Vec<(usize, u32)> = (0..3).map(|i| (i, u32::from(i != held))).collect();
+    let svc = service(80, &weights);
+    dp.run(move |dp| dp.upsert_service(&svc).unwrap());
+    let load = |n: &str| {
+        let out = t
+            .client
+            .ns
+            .exec(
+                TESTNET,
+                &["tcp", "--connect", "198.19.0.1:80", "--connections", n],
+            )
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let summary = load("200");
+    assert!(summary.starts_with("ok=200 failed=0"), "{summary}");
+    assert!(
+        !summary.contains(&format!("b{held}:")),
+        "weight 0 took new flows: {summary}"
+    );
+
+    // Remove another backend, add a service on another port, remove it.
+    let other = (held + 1) % 3;
+    let svc = service(80, &[(held, 0), ((held + 2) % 3, 1)]);
+    dp.run(move |dp| dp.upsert_service(&svc).unwrap());
+    let summary = load("50");
+    assert_eq!(
+        summary,
+        format!("ok=50 failed=0 by=b{}:50", (held + 2) % 3),
+        "backend b{other} removed"
+    );
+    let extra = service(81, &[(0, 1), (1, 1), (2, 1)]);
+    dp.run(move |dp| dp.upsert_service(&extra).unwrap());
+    let out = t
+        .client
+        .ns
+        .exec(
+            TESTNET,
+            &["tcp", "--connect", "198.19.0.1:81", "--connections", "30"],
+        )
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("ok=30 failed=0"));
+    dp.run(|dp| dp.remove_service(service(81, &[]).key));
+    let refused = t.client.ns.exec(
+        TESTNET,
+        &[
+            "tcp",
+            "--connect",
+            "198.19.0.1:81",
+            "--connections",
+            "1",
+            "--timeout-ms",
+            "500",
+        ],
+    );
+    assert!(refused.is_err(), "a removed service takes no new flow");
+
+    // The held connection saw none of it.
+    let (status, printed) = hold.stop(0, Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.success()), "{printed}");
+    assert!(printed.trim().starts_with("ok rounds="), "{printed}");
+
+    let snaps = dp.stop();
+    let c = &snaps[0].counters;
+    assert_eq!(c.rx, c.forwarded + c.answered + c.consumed + c.dropped());
+    assert!(snaps[0].frames_accounted);
+    assert!(c.drops[xvs_dataplane::wire::DropReason::NoService.index()] >= 1);
+}

@@ -64,6 +64,20 @@ enum Cmd {
         #[arg(long, default_value_t = 5000)]
         timeout_ms: u64,
     },
+    /// One long-lived connection: prints `connected NAME` once the banner
+    /// arrives, then echoes a small message every interval for the given
+    /// time, checking each; prints `ok rounds=N` at the end.
+    Hold {
+        /// Address to connect to.
+        #[arg(long)]
+        connect: SocketAddr,
+        /// How long to hold the connection, in seconds.
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
+        /// Time between messages, in milliseconds.
+        #[arg(long, default_value_t = 50)]
+        interval_ms: u64,
+    },
     /// UDP request/response load.
     Udp {
         /// Address to send to.
@@ -99,6 +113,20 @@ fn main() -> ExitCode {
             requests,
             timeout_ms,
         } => udp_load(connect, requests, Duration::from_millis(timeout_ms)),
+        Cmd::Hold {
+            connect,
+            seconds,
+            interval_ms,
+        } => match hold(connect, seconds, Duration::from_millis(interval_ms)) {
+            Ok(rounds) => {
+                println!("ok rounds={rounds}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                println!("failed: {e}");
+                ExitCode::from(1)
+            }
+        },
     }
 }
 
@@ -197,6 +225,36 @@ fn one_connection(
         return Err("echo differs from what was sent".into());
     }
     Ok(name.trim().to_owned())
+}
+
+fn hold(to: SocketAddr, seconds: u64, interval: Duration) -> Result<u64, String> {
+    let timeout = Duration::from_secs(5);
+    let conn = TcpStream::connect_timeout(&to, timeout).map_err(|e| format!("connect: {e}"))?;
+    conn.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    let mut reader = BufReader::new(conn.try_clone().map_err(|e| e.to_string())?);
+    let mut name = String::new();
+    reader
+        .read_line(&mut name)
+        .map_err(|e| format!("banner: {e}"))?;
+    println!("connected {}", name.trim());
+    let _ = std::io::stdout().flush();
+    let rounds = seconds * 1000 / (interval.as_millis().max(1) as u64);
+    let mut w = &conn;
+    for r in 0..rounds {
+        let msg = payload_of(r as u32, 64);
+        w.write_all(&msg)
+            .map_err(|e| format!("round {r}: write: {e}"))?;
+        let mut got = [0u8; 64];
+        reader
+            .read_exact(&mut got)
+            .map_err(|e| format!("round {r}: read: {e}"))?;
+        if got[..] != msg[..] {
+            return Err(format!("round {r}: echo differs"));
+        }
+        std::thread::sleep(interval);
+    }
+    Ok(rounds)
 }
 
 fn report(ok: u32, failed: u32, by: &BTreeMap<String, u32>) -> ExitCode {
