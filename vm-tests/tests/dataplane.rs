@@ -3,6 +3,7 @@
 //! and frames accounted for when it stops.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+#![allow(clippy::disallowed_types)] // the in-process data plane needs a real clock
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -267,8 +268,10 @@ fn udp_arp_and_ping_for_the_vip_and_the_gateway_stays_reachable() {
 
 /// A data plane run in-process inside the gateway namespace (its own
 /// thread, which stays there), driven by jobs sent to that thread.
+type Job = Box<dyn FnOnce(&mut xvs_dataplane::runtime::Dataplane) + Send>;
+
 struct InProcess {
-    jobs: std::sync::mpsc::Sender<Box<dyn FnOnce(&mut xvs_dataplane::runtime::Dataplane) + Send>>,
+    jobs: std::sync::mpsc::Sender<Job>,
     thread: Option<std::thread::JoinHandle<Vec<xvs_dataplane::worker::Snapshot>>>,
 }
 
