@@ -28,7 +28,7 @@ pub fn summary(s: &Snapshot) -> String {
         .map(|r| format!("{}={}", r.name(), c.drops[r.index()]))
         .collect();
     format!(
-        "worker {}: rx={} forwarded={} answered={} consumed={} dropped={} tx={} new_flows={} flows={} frames_accounted={} busy={} idle={} drops=[{}]",
+        "worker {}: rx={} forwarded={} answered={} consumed={} dropped={} tx={} new_flows={} flows={} frames_accounted={} busy={} idle={} handed_off={} handed_in={} handoff_full={} handoff_left={} drops=[{}]",
         s.worker,
         c.rx,
         c.forwarded,
@@ -41,6 +41,10 @@ pub fn summary(s: &Snapshot) -> String {
         s.frames_accounted,
         s.busy,
         s.idle,
+        s.handed_off,
+        s.handed_in,
+        s.handoff_full,
+        s.handoff_left,
         drops.join(",")
     )
 }

@@ -143,6 +143,23 @@ impl Pipeline {
         }
     }
 
+    /// The SNAT port a frame is addressed to, if it is a reply (or an
+    /// ICMP error about a flow) to this pipeline's SNAT address: its
+    /// owner is the worker whose slice holds that port.
+    pub fn snat_port_of(&self, frame: &[u8]) -> Option<u16> {
+        let Ok(Frame::Ipv4(ip)) = classify(frame) else {
+            return None;
+        };
+        if ip.dst != self.cfg.snat_addr {
+            return None;
+        }
+        match ip.l4 {
+            L4::Tcp { dst_port, .. } | L4::Udp { dst_port, .. } => Some(dst_port),
+            L4::IcmpError(e) if e.inner.src == self.cfg.snat_addr => Some(e.inner.src_port),
+            _ => None,
+        }
+    }
+
     /// Counters so far.
     pub fn counters(&self) -> &Counters {
         &self.counters

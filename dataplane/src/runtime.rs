@@ -20,7 +20,7 @@ use xvs_config::{ArmMode, Config, Steering as SteeringMode, ZeroCopy};
 use crate::pipeline::{Pipeline, PipelineConfig};
 use crate::services::CompiledService;
 use crate::steer::{SteerError, Steering};
-use crate::worker::{Control, Snapshot, Worker};
+use crate::worker::{Control, Handoff, Peers, Snapshot, Worker, HANDOFF_RING};
 use crate::xsk::{XskError, XskPort};
 
 /// Capacity of each worker's control channel.
@@ -52,6 +52,8 @@ struct WorkerHandle {
     control: Sender<Control>,
     wake_fd: i32,
     join: Option<JoinHandle<Snapshot>>,
+    /// Its incoming hand-off ring, when there are several workers.
+    ring: Option<Arc<Handoff>>,
 }
 
 /// Sends updates to every worker and reads their snapshots.
@@ -187,6 +189,14 @@ impl Dataplane {
             ZeroCopy::On => Some(true),
             ZeroCopy::Off => Some(false),
         };
+        // With several workers, replies can land on any queue: each worker
+        // hands frames of another's SNAT slice over to it.
+        let peers = (workers > 1).then(|| Peers {
+            slices: cfg.snat.worker_ports.clone().into(),
+            rings: (0..workers)
+                .map(|_| Arc::new(Handoff::new(HANDOFF_RING)))
+                .collect(),
+        });
         let mut handles = Vec::new();
         for (w, (&queue, &core)) in i.queues.iter().zip(&i.cores).enumerate() {
             let port = XskPort::open(&i.client, queue, zero_copy)?;
@@ -214,7 +224,7 @@ impl Dataplane {
             let (tx, rx) = bounded(CONTROL_QUEUE);
             // SAFETY: plain syscall; the fd is closed when the handle drops.
             let wake_fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-            let worker = Worker::new(w, pipeline, port, rx, wake_fd, i.poll);
+            let worker = Worker::new(w, pipeline, port, rx, wake_fd, i.poll, peers.clone());
             let clock = clock.clone();
             let join = std::thread::Builder::new()
                 .name(format!("xvs-q{queue}"))
@@ -229,6 +239,7 @@ impl Dataplane {
                 control: tx,
                 wake_fd,
                 join: Some(join),
+                ring: peers.as_ref().map(|p| p.rings[w].clone()),
             });
         }
         Ok(Dataplane {
@@ -290,14 +301,17 @@ impl Dataplane {
     }
 
     fn shutdown(&mut self) -> Vec<Snapshot> {
-        let mut out = Vec::new();
-        for w in &mut self.handle.workers {
+        // Every worker is told first, so they stop together.
+        for w in &self.handle.workers {
             let one = 1u64;
             let _ = w
                 .control
                 .send_timeout(Control::Stop, Duration::from_secs(1));
             // SAFETY: writes 8 bytes from `one` to the worker's eventfd.
             unsafe { libc::write(w.wake_fd, (&one as *const u64).cast(), 8) };
+        }
+        let mut out = Vec::new();
+        for w in &mut self.handle.workers {
             if let Some(j) = w.join.take() {
                 if let Ok(s) = j.join() {
                     out.push(s);
@@ -306,6 +320,17 @@ impl Dataplane {
             // SAFETY: the fd was created by eventfd and is closed once.
             unsafe { libc::close(w.wake_fd) };
             w.wake_fd = -1;
+        }
+        // What was handed over after its owner stopped is counted, not lost.
+        for s in &mut out {
+            if let Some(ring) = self
+                .handle
+                .workers
+                .get(s.worker)
+                .and_then(|w| w.ring.as_ref())
+            {
+                s.handoff_left = ring.len() as u64;
+            }
         }
         self.steering.take();
         out

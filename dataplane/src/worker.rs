@@ -5,6 +5,13 @@
 //! the pipeline queued), and advances the conntrack timers by a bounded
 //! amount.
 //!
+//! Cross-queue replies: RSS hashes a reply (backend → SNAT address:port)
+//! independently of its flow, so it may arrive on another worker's queue.
+//! The SNAT port says which worker owns the flow (each has its own slice):
+//! a frame for another worker is copied into that worker's bounded
+//! lock-free [`Handoff`] ring and processed there; a full ring drops it,
+//! counted.
+//!
 //! Poll modes: `busy` spins; `adaptive` spins while there is traffic and,
 //! after a run of empty polls, sleeps in poll(2) on the socket and an
 //! eventfd that the control side writes after sending a message, so
@@ -13,8 +20,9 @@
 use std::sync::Arc;
 
 use crossbeam_channel::Receiver;
+use crossbeam_queue::ArrayQueue;
 use xsk_rs::FrameDesc;
-use xvs_config::{PollMode, ServiceKey};
+use xvs_config::{PollMode, PortRange, ServiceKey};
 
 use crate::pipeline::{Counters, Pipeline, Verdict};
 use crate::services::CompiledService;
@@ -26,6 +34,38 @@ const SPIN_BEFORE_SLEEP: u32 = 256;
 const SLEEP_MS: i32 = 100;
 /// Conntrack entries examined per loop iteration.
 const EXPIRY_BUDGET: u32 = 256;
+
+/// Largest frame handed between workers.
+pub const HANDOFF_FRAME: usize = 2048;
+/// Frames a hand-off ring holds.
+pub const HANDOFF_RING: usize = 1024;
+
+/// A frame copied for another worker.
+#[derive(Clone, Copy)]
+pub struct HandoffFrame {
+    len: u16,
+    bytes: [u8; HANDOFF_FRAME],
+}
+
+/// A worker's incoming hand-off ring (many producers: the other workers).
+pub type Handoff = ArrayQueue<HandoffFrame>;
+
+/// Which worker owns each SNAT port, and the rings to reach them.
+#[derive(Clone)]
+pub struct Peers {
+    /// SNAT port slice of each worker, by index.
+    pub slices: Arc<[PortRange]>,
+    /// Hand-off ring of each worker, by index.
+    pub rings: Arc<[Arc<Handoff>]>,
+}
+
+impl Peers {
+    fn owner(&self, port: u16) -> Option<usize> {
+        self.slices
+            .iter()
+            .position(|s| s.first <= port && port <= s.last)
+    }
+}
 
 /// A message from the control side.
 #[derive(Debug)]
@@ -65,6 +105,16 @@ pub struct Snapshot {
     pub idle: u64,
     /// Frames sent.
     pub tx: u64,
+    /// Frames received on this queue but owned by another worker, handed
+    /// over.
+    pub handed_off: u64,
+    /// Frames handed over that the owner's ring could not take (dropped).
+    pub handoff_full: u64,
+    /// Frames received from other workers.
+    pub handed_in: u64,
+    /// Frames other workers handed to this one that were still in its
+    /// ring when it stopped (filled in by the runtime after the stop).
+    pub handoff_left: u64,
 }
 
 /// Everything a worker thread owns.
@@ -81,9 +131,13 @@ pub struct Worker {
     pub wake_fd: i32,
     /// Poll mode.
     pub poll: PollMode,
+    peers: Option<Peers>,
     busy: u64,
     idle: u64,
     tx: u64,
+    handed_off: u64,
+    handoff_full: u64,
+    handed_in: u64,
 }
 
 impl Worker {
@@ -95,6 +149,7 @@ impl Worker {
         control: Receiver<Control>,
         wake_fd: i32,
         poll: PollMode,
+        peers: Option<Peers>,
     ) -> Worker {
         Worker {
             index,
@@ -103,9 +158,13 @@ impl Worker {
             control,
             wake_fd,
             poll,
+            peers,
             busy: 0,
             idle: 0,
             tx: 0,
+            handed_off: 0,
+            handoff_full: 0,
+            handed_in: 0,
         }
     }
 
@@ -120,6 +179,10 @@ impl Worker {
             busy: self.busy,
             idle: self.idle,
             tx: self.tx,
+            handed_off: self.handed_off,
+            handoff_full: self.handoff_full,
+            handed_in: self.handed_in,
+            handoff_left: 0,
         }
     }
 
@@ -158,7 +221,8 @@ impl Worker {
             let now = clock();
             self.port.reclaim();
             self.port.refill();
-            let n = self.port.receive(&mut rx);
+            let received = self.port.receive(&mut rx);
+            let n = received + self.take_handed_in(&mut rx[received..]);
             if n == 0 {
                 self.idle += 1;
                 empty_streak += 1;
@@ -176,10 +240,15 @@ impl Worker {
             }
             empty_streak = 0;
             self.busy += 1;
-            for desc in rx.iter_mut().take(n) {
+            for (k, desc) in rx.iter_mut().take(n).enumerate() {
+                // Frames handed in are this worker's: never handed on.
+                if k < received && self.hand_off(desc) {
+                    drop.push(*desc);
+                    continue;
+                }
                 let pipeline = &mut self.pipeline;
-                // SAFETY: `desc` was just received on this port and is
-                // referenced nowhere else.
+                // SAFETY: `desc` was just received on this port (or filled
+                // from the hand-off ring) and is referenced nowhere else.
                 let verdict = unsafe {
                     self.port
                         .with_frame(desc, |buf, len| pipeline.process(buf, len, now))
@@ -201,6 +270,104 @@ impl Worker {
             self.pipeline.advance(now, EXPIRY_BUDGET);
         }
         self.snapshot()
+    }
+
+    /// If the frame belongs to another worker's flow, copies it into that
+    /// worker's ring (or counts it dropped when full) and returns true.
+    fn hand_off(&mut self, desc: &mut FrameDesc) -> bool {
+        let Some(peers) = &self.peers else {
+            return false;
+        };
+        let pipeline = &self.pipeline;
+        // SAFETY: `desc` is a received frame referenced nowhere else.
+        let copy = unsafe {
+            self.port.with_frame(desc, |buf, len| {
+                let owner = pipeline
+                    .snat_port_of(&buf[..len])
+                    .and_then(|p| peers.owner(p))?;
+                if owner == self.index || len > HANDOFF_FRAME {
+                    return None;
+                }
+                let mut f = HandoffFrame {
+                    len: len as u16,
+                    bytes: [0; HANDOFF_FRAME],
+                };
+                f.bytes[..len].copy_from_slice(&buf[..len]);
+                Some((owner, f))
+            })
+        };
+        let Some((owner, frame)) = copy else {
+            self.share_arp_reply(desc);
+            return false;
+        };
+        if peers.rings[owner].push(frame).is_ok() {
+            self.handed_off += 1;
+        } else {
+            self.handoff_full += 1;
+        }
+        true
+    }
+
+    /// Every worker resolves next hops for its own flows, but an ARP reply
+    /// lands on one queue: copies of it go to the other workers too (it is
+    /// also processed here).
+    fn share_arp_reply(&mut self, desc: &mut FrameDesc) {
+        let Some(peers) = &self.peers else { return };
+        // SAFETY: `desc` is a received frame referenced nowhere else.
+        let copy = unsafe {
+            self.port.with_frame(desc, |buf, len| {
+                let is_reply = (22..=HANDOFF_FRAME).contains(&len)
+                    && buf[12..14] == [0x08, 0x06]
+                    && buf[20..22] == [0, 2];
+                is_reply.then(|| {
+                    let mut f = HandoffFrame {
+                        len: len as u16,
+                        bytes: [0; HANDOFF_FRAME],
+                    };
+                    f.bytes[..len].copy_from_slice(&buf[..len]);
+                    f
+                })
+            })
+        };
+        let Some(frame) = copy else { return };
+        for (i, ring) in peers.rings.iter().enumerate() {
+            if i != self.index {
+                if ring.push(frame).is_ok() {
+                    self.handed_off += 1;
+                } else {
+                    self.handoff_full += 1;
+                }
+            }
+        }
+    }
+
+    /// Fills free frames with frames other workers handed over; returns
+    /// how many were placed in `slots`.
+    fn take_handed_in(&mut self, slots: &mut [FrameDesc]) -> usize {
+        let Some(peers) = &self.peers else { return 0 };
+        let ring = peers.rings[self.index].clone();
+        let mut n = 0;
+        while n < slots.len() {
+            let Some(mut desc) = self.port.alloc() else {
+                break;
+            };
+            let Some(frame) = ring.pop() else {
+                self.port.release(&[desc]);
+                break;
+            };
+            let len = usize::from(frame.len);
+            // SAFETY: a free frame of this port, referenced nowhere else.
+            unsafe {
+                self.port.with_frame(&mut desc, |buf, _| {
+                    buf[..len].copy_from_slice(&frame.bytes[..len])
+                });
+                self.port.set_len(&mut desc, len);
+            }
+            slots[n] = desc;
+            n += 1;
+            self.handed_in += 1;
+        }
+        n
     }
 
     /// Builds the ARP requests the pipeline queued into free frames,

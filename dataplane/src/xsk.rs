@@ -211,12 +211,18 @@ impl XskPort {
         f: impl FnOnce(&mut [u8], usize) -> R,
     ) -> R {
         let len = desc.lengths().data();
+        let r = {
+            // SAFETY: guaranteed by the caller.
+            let mut data = unsafe { self.umem.data_mut(desc) };
+            let mut cur = data.cursor();
+            let cap = cur.buf_len();
+            cur.set_pos(cap);
+            f(data.contents_mut(), len)
+        };
+        // The frame keeps its length until the caller sets another.
         // SAFETY: guaranteed by the caller.
-        let mut data = unsafe { self.umem.data_mut(desc) };
-        let mut cur = data.cursor();
-        let cap = cur.buf_len();
-        cur.set_pos(cap);
-        f(data.contents_mut(), len)
+        unsafe { self.umem.data_mut(desc) }.cursor().set_pos(len);
+        r
     }
 
     /// Sets the length of a frame about to be transmitted.
