@@ -5,6 +5,7 @@
 //! It consumes the shared service model of [`xvs_config`] and never depends
 //! on tokio, kube or a serde format.
 
+pub mod counters;
 pub mod pipeline;
 pub mod runtime;
 pub mod sched;

@@ -498,6 +498,21 @@ impl Pipeline {
         }
     }
 
+    /// Deletes the flows matching `filter` among `budget` slots from
+    /// `cursor`, keeping the services' connection counts right.
+    pub fn delete_matching(
+        &mut self,
+        filter: &xvs_conntrack::Filter,
+        cursor: u32,
+        budget: u32,
+    ) -> (u32, Option<u32>) {
+        let mut obs = ServiceCounts {
+            table: &self.services,
+            worker: self.cfg.worker,
+        };
+        self.table.delete_matching(filter, cursor, budget, &mut obs)
+    }
+
     /// Advances conntrack's timers by at most `budget` entries.
     pub fn advance(&mut self, now: u32, budget: u32) -> xvs_conntrack::Advance {
         let mut obs = ServiceCounts {

@@ -17,11 +17,13 @@ use crossbeam_channel::{bounded, Sender};
 use smoltcp::wire::EthernetAddress;
 use xvs_config::{ArmMode, Config, Steering as SteeringMode, ZeroCopy};
 
+use crate::counters::{CountersReading, LiveCounters};
 use crate::pipeline::{Pipeline, PipelineConfig};
 use crate::services::CompiledService;
 use crate::steer::{SteerError, Steering};
-use crate::worker::{Control, Handoff, Peers, Snapshot, Worker, HANDOFF_RING};
+use crate::worker::{Control, Handoff, Peers, Snapshot, Worker, WorkerLinks, HANDOFF_RING};
 use crate::xsk::{XskError, XskPort};
+use xvs_conntrack::{Filter, FlowInfo};
 
 /// Capacity of each worker's control channel.
 const CONTROL_QUEUE: usize = 4096;
@@ -54,6 +56,8 @@ struct WorkerHandle {
     join: Option<JoinHandle<Snapshot>>,
     /// Its incoming hand-off ring, when there are several workers.
     ring: Option<Arc<Handoff>>,
+    /// Its published counters.
+    live: Arc<LiveCounters>,
 }
 
 /// Sends updates to every worker and reads their snapshots.
@@ -82,6 +86,76 @@ impl DataplaneHandle {
         for w in &self.workers {
             self.send_to(w, Control::Remove(key));
         }
+    }
+
+    /// Every worker's counters, read from what the workers publish (no
+    /// round trip; at most one batch old).
+    pub fn counters(&self) -> Vec<CountersReading> {
+        self.workers.iter().map(|w| w.live.read()).collect()
+    }
+
+    /// The flows matching `filter` on every worker, fetched chunk by
+    /// chunk so no worker pauses for long.
+    pub fn dump(&self, filter: Filter) -> Vec<FlowInfo> {
+        let mut out = Vec::new();
+        for w in &self.workers {
+            let mut cursor = Some(0);
+            while let Some(c) = cursor {
+                let (tx, rx) = bounded(1);
+                if !self.send_to(
+                    w,
+                    Control::Dump {
+                        filter,
+                        cursor: c,
+                        reply: tx,
+                    },
+                ) {
+                    break;
+                }
+                let Ok((flows, next)) = rx.recv_timeout(Duration::from_secs(5)) else {
+                    break;
+                };
+                out.extend(flows);
+                cursor = next;
+            }
+        }
+        out
+    }
+
+    /// Deletes the flows matching `filter` on every worker (chunked);
+    /// returns how many.
+    pub fn delete(&self, filter: Filter) -> u64 {
+        let mut total = 0;
+        for w in &self.workers {
+            let mut cursor = Some(0);
+            while let Some(c) = cursor {
+                let (tx, rx) = bounded(1);
+                if !self.send_to(
+                    w,
+                    Control::Delete {
+                        filter,
+                        cursor: c,
+                        reply: tx,
+                    },
+                ) {
+                    break;
+                }
+                let Ok((n, next)) = rx.recv_timeout(Duration::from_secs(5)) else {
+                    break;
+                };
+                total += u64::from(n);
+                cursor = next;
+            }
+        }
+        total
+    }
+
+    /// Deletes every flow and persistence template.
+    pub fn flush(&self) -> u64 {
+        self.delete(Filter {
+            templates: true,
+            ..Filter::default()
+        })
     }
 
     /// Every worker's snapshot.
@@ -224,7 +298,19 @@ impl Dataplane {
             let (tx, rx) = bounded(CONTROL_QUEUE);
             // SAFETY: plain syscall; the fd is closed when the handle drops.
             let wake_fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-            let worker = Worker::new(w, pipeline, port, rx, wake_fd, i.poll, peers.clone());
+            let live = Arc::new(LiveCounters::default());
+            let worker = Worker::new(
+                w,
+                pipeline,
+                port,
+                i.poll,
+                WorkerLinks {
+                    control: rx,
+                    wake_fd,
+                    peers: peers.clone(),
+                    live: live.clone(),
+                },
+            );
             let clock = clock.clone();
             let join = std::thread::Builder::new()
                 .name(format!("xvs-q{queue}"))
@@ -240,6 +326,7 @@ impl Dataplane {
                 wake_fd,
                 join: Some(join),
                 ring: peers.as_ref().map(|p| p.rings[w].clone()),
+                live,
             });
         }
         Ok(Dataplane {

@@ -23,7 +23,9 @@ use crossbeam_channel::Receiver;
 use crossbeam_queue::ArrayQueue;
 use xsk_rs::FrameDesc;
 use xvs_config::{PollMode, PortRange, ServiceKey};
+use xvs_conntrack::{Filter, FlowInfo};
 
+use crate::counters::{CountersReading, LiveCounters};
 use crate::pipeline::{Counters, Pipeline, Verdict};
 use crate::services::CompiledService;
 use crate::xsk::{XskPort, BATCH};
@@ -34,6 +36,8 @@ const SPIN_BEFORE_SLEEP: u32 = 256;
 const SLEEP_MS: i32 = 100;
 /// Conntrack entries examined per loop iteration.
 const EXPIRY_BUDGET: u32 = 256;
+/// Flow-table slots one dump or delete request walks (bounded pause).
+const CHUNK_SLOTS: u32 = 16_384;
 
 /// Largest frame handed between workers.
 pub const HANDOFF_FRAME: usize = 2048;
@@ -80,6 +84,26 @@ pub enum Control {
     Disown(std::net::Ipv4Addr),
     /// Report a snapshot.
     Snapshot(crossbeam_channel::Sender<Snapshot>),
+    /// List flows matching a filter: one chunk of slots from `cursor`,
+    /// answered with the flows and where to continue (`None`: done).
+    Dump {
+        /// Which flows.
+        filter: Filter,
+        /// Slot to start at.
+        cursor: u32,
+        /// The answer.
+        reply: crossbeam_channel::Sender<(Vec<FlowInfo>, Option<u32>)>,
+    },
+    /// Delete flows matching a filter, one chunk from `cursor`; answered
+    /// with how many and where to continue.
+    Delete {
+        /// Which flows (with `templates` set and nothing else: a flush).
+        filter: Filter,
+        /// Slot to start at.
+        cursor: u32,
+        /// The answer.
+        reply: crossbeam_channel::Sender<(u32, Option<u32>)>,
+    },
     /// Stop the worker.
     Stop,
 }
@@ -117,6 +141,19 @@ pub struct Snapshot {
     pub handoff_left: u64,
 }
 
+/// How a worker is reached: its control channel and wake-up eventfd, the
+/// other workers' hand-off rings, and where it publishes its counters.
+pub struct WorkerLinks {
+    /// Control messages.
+    pub control: Receiver<Control>,
+    /// Eventfd the control side writes to wake the worker.
+    pub wake_fd: i32,
+    /// Peers, when there are several workers.
+    pub peers: Option<Peers>,
+    /// Published counters.
+    pub live: Arc<LiveCounters>,
+}
+
 /// Everything a worker thread owns.
 pub struct Worker {
     /// Index.
@@ -132,6 +169,8 @@ pub struct Worker {
     /// Poll mode.
     pub poll: PollMode,
     peers: Option<Peers>,
+    live: Arc<LiveCounters>,
+    last_now: u32,
     busy: u64,
     idle: u64,
     tx: u64,
@@ -146,19 +185,19 @@ impl Worker {
         index: usize,
         pipeline: Pipeline,
         port: XskPort,
-        control: Receiver<Control>,
-        wake_fd: i32,
         poll: PollMode,
-        peers: Option<Peers>,
+        links: WorkerLinks,
     ) -> Worker {
         Worker {
             index,
             pipeline,
             port,
-            control,
-            wake_fd,
+            control: links.control,
+            wake_fd: links.wake_fd,
             poll,
-            peers,
+            peers: links.peers,
+            live: links.live,
+            last_now: 0,
             busy: 0,
             idle: 0,
             tx: 0,
@@ -166,6 +205,20 @@ impl Worker {
             handoff_full: 0,
             handed_in: 0,
         }
+    }
+
+    /// Publishes the counters for readers on other threads.
+    fn publish(&self) {
+        self.live.publish(&CountersReading {
+            pipeline: *self.pipeline.counters(),
+            tx: self.tx,
+            busy: self.busy,
+            idle: self.idle,
+            flows: u64::from(self.pipeline.table.len()),
+            handed_off: self.handed_off,
+            handed_in: self.handed_in,
+            handoff_full: self.handoff_full,
+        });
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -202,6 +255,26 @@ impl Worker {
                 Control::Snapshot(reply) => {
                     let _ = reply.send(self.snapshot());
                 }
+                Control::Dump {
+                    filter,
+                    cursor,
+                    reply,
+                } => {
+                    let mut flows = Vec::new();
+                    let now = self.last_now;
+                    let next =
+                        self.pipeline
+                            .table
+                            .dump(&filter, cursor, CHUNK_SLOTS, now, &mut flows);
+                    let _ = reply.send((flows, next));
+                }
+                Control::Delete {
+                    filter,
+                    cursor,
+                    reply,
+                } => {
+                    let _ = reply.send(self.pipeline.delete_matching(&filter, cursor, CHUNK_SLOTS));
+                }
                 Control::Stop => return false,
             }
         }
@@ -219,6 +292,7 @@ impl Worker {
                 break;
             }
             let now = clock();
+            self.last_now = now;
             self.port.reclaim();
             self.port.refill();
             let received = self.port.receive(&mut rx);
@@ -232,6 +306,9 @@ impl Worker {
                     out.clear();
                 }
                 self.pipeline.advance(now, EXPIRY_BUDGET);
+                if empty_streak.is_multiple_of(SPIN_BEFORE_SLEEP) {
+                    self.publish();
+                }
                 if self.poll == PollMode::Adaptive && empty_streak >= SPIN_BEFORE_SLEEP {
                     self.sleep();
                     empty_streak = 0;
@@ -268,7 +345,9 @@ impl Worker {
             self.tx += self.port.transmit(&out) as u64;
             out.clear();
             self.pipeline.advance(now, EXPIRY_BUDGET);
+            self.publish();
         }
+        self.publish();
         self.snapshot()
     }
 

@@ -434,6 +434,36 @@ fn weight_zero_and_live_changes_never_disturb_established_connections() {
     assert!(status.is_some_and(|s| s.success()), "{printed}");
     assert!(printed.trim().starts_with("ok rounds="), "{printed}");
 
+    // Counters are readable live, without a round trip; dump and flush
+    // work in chunks on the running workers.
+    let (tx, rx) = std::sync::mpsc::channel();
+    dp.run(move |dp| {
+        let h = dp.handle();
+        let live = h.counters();
+        let backend = xvs_conntrack::Filter {
+            backend: Some(backend_addr((held + 2) % 3)),
+            ..Default::default()
+        };
+        let to_backend = h.dump(backend).len();
+        let all = h.dump(xvs_conntrack::Filter::default()).len();
+        let flushed = h.flush();
+        let after = h.dump(xvs_conntrack::Filter::default()).len();
+        tx.send((live, to_backend, all, flushed, after)).unwrap();
+    });
+    let (live, to_backend, all, flushed, after) = rx.recv().unwrap();
+    let c = &live[0].pipeline;
+    assert_eq!(
+        c.rx,
+        c.forwarded + c.answered + c.consumed + c.dropped(),
+        "{c:?}"
+    );
+    assert!(c.new_flows >= 281, "{c:?}");
+    assert!(
+        to_backend >= 50 && to_backend <= all,
+        "{to_backend} of {all}"
+    );
+    assert_eq!((flushed as usize, after), (all, 0));
+
     let snaps = dp.stop();
     let c = &snaps[0].counters;
     assert_eq!(c.rx, c.forwarded + c.answered + c.consumed + c.dropped());

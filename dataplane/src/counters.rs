@@ -1,0 +1,126 @@
+//! A worker's counters as the rest of the process reads them: Relaxed
+//! atomics in one cache-line-padded block per worker, written only by that
+//! worker (plain stores of its own tallies, once per batch), read by anyone
+//! at any time without a round trip to the worker.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crossbeam_utils::CachePadded;
+
+use crate::pipeline::Counters;
+use crate::wire::DropReason;
+
+/// The published counters of one worker.
+#[derive(Debug, Default)]
+pub struct LiveCounters {
+    inner: CachePadded<Block>,
+}
+
+#[derive(Debug, Default)]
+struct Block {
+    rx: AtomicU64,
+    forwarded: AtomicU64,
+    answered: AtomicU64,
+    consumed: AtomicU64,
+    new_flows: AtomicU64,
+    rejected: AtomicU64,
+    drops: [AtomicU64; DropReason::COUNT],
+    tx: AtomicU64,
+    busy: AtomicU64,
+    idle: AtomicU64,
+    flows: AtomicU64,
+    handed_off: AtomicU64,
+    handed_in: AtomicU64,
+    handoff_full: AtomicU64,
+}
+
+/// A reading of [`LiveCounters`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CountersReading {
+    /// Pipeline counters.
+    pub pipeline: Counters,
+    /// Frames sent.
+    pub tx: u64,
+    /// Loop iterations that received packets.
+    pub busy: u64,
+    /// Loop iterations that received nothing.
+    pub idle: u64,
+    /// Live flows.
+    pub flows: u64,
+    /// Frames handed to other workers.
+    pub handed_off: u64,
+    /// Frames received from other workers.
+    pub handed_in: u64,
+    /// Hand-offs dropped (ring full).
+    pub handoff_full: u64,
+}
+
+impl LiveCounters {
+    /// Publishes the worker's tallies (its thread only).
+    pub(crate) fn publish(&self, r: &CountersReading) {
+        let b = &self.inner;
+        let c = &r.pipeline;
+        b.rx.store(c.rx, Relaxed);
+        b.forwarded.store(c.forwarded, Relaxed);
+        b.answered.store(c.answered, Relaxed);
+        b.consumed.store(c.consumed, Relaxed);
+        b.new_flows.store(c.new_flows, Relaxed);
+        b.rejected.store(c.rejected, Relaxed);
+        for (a, v) in b.drops.iter().zip(c.drops) {
+            a.store(v, Relaxed);
+        }
+        b.tx.store(r.tx, Relaxed);
+        b.busy.store(r.busy, Relaxed);
+        b.idle.store(r.idle, Relaxed);
+        b.flows.store(r.flows, Relaxed);
+        b.handed_off.store(r.handed_off, Relaxed);
+        b.handed_in.store(r.handed_in, Relaxed);
+        b.handoff_full.store(r.handoff_full, Relaxed);
+    }
+
+    /// Reads the last published values.
+    pub fn read(&self) -> CountersReading {
+        let b = &self.inner;
+        let mut drops = [0; DropReason::COUNT];
+        for (d, a) in drops.iter_mut().zip(&b.drops) {
+            *d = a.load(Relaxed);
+        }
+        CountersReading {
+            pipeline: Counters {
+                rx: b.rx.load(Relaxed),
+                forwarded: b.forwarded.load(Relaxed),
+                answered: b.answered.load(Relaxed),
+                consumed: b.consumed.load(Relaxed),
+                drops,
+                new_flows: b.new_flows.load(Relaxed),
+                rejected: b.rejected.load(Relaxed),
+            },
+            tx: b.tx.load(Relaxed),
+            busy: b.busy.load(Relaxed),
+            idle: b.idle.load(Relaxed),
+            flows: b.flows.load(Relaxed),
+            handed_off: b.handed_off.load(Relaxed),
+            handed_in: b.handed_in.load(Relaxed),
+            handoff_full: b.handoff_full.load(Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn publish_then_read_round_trips_and_blocks_are_padded() {
+        let live = LiveCounters::default();
+        let mut r = CountersReading::default();
+        r.pipeline.rx = 10;
+        r.pipeline.forwarded = 7;
+        r.pipeline.drops[DropReason::NoService.index()] = 3;
+        r.tx = 7;
+        r.flows = 2;
+        live.publish(&r);
+        assert_eq!(live.read(), r);
+        assert!(std::mem::align_of::<LiveCounters>() >= 64);
+    }
+}
