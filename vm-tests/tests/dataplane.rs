@@ -542,3 +542,32 @@ fn two_queues_two_workers_hand_replies_to_their_owner() {
     assert!(new_flows >= 1000, "{new_flows}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Millions of packets through the data plane (bulk streams both ways):
+/// every UMEM frame is still accounted for and the counters add up.
+#[test]
+fn millions_of_packets_leave_every_frame_accounted() {
+    if !privileged("millions_of_packets_leave_every_frame_accounted") {
+        return;
+    }
+    let r = start("rr");
+    // 3 streams x 512 MiB echoed: about 370k data segments each way
+    // per stream plus their ACKs.
+    let summary = r.client(&[
+        "tcp",
+        "--connect",
+        "198.19.0.1:80",
+        "--connections",
+        "3",
+        "--concurrency",
+        "3",
+        "--payload",
+        "536870912",
+        "--timeout-ms",
+        "60000",
+    ]);
+    assert!(summary.starts_with("ok=3 failed=0"), "{summary}");
+    let line = r.stop();
+    eprintln!("{line}");
+    assert!(field(&line, "rx") >= 2_000_000, "{line}");
+}

@@ -187,7 +187,7 @@ fn serve(name: &str, tcp: SocketAddr, udp: Option<SocketAddr>) -> ExitCode {
 fn payload_of(id: u32, len: usize) -> Vec<u8> {
     let seed = id.wrapping_mul(2_654_435_761);
     (0..len)
-        .map(|i| (seed.wrapping_add(i as u32 * 31) >> 7) as u8)
+        .map(|i| (seed.wrapping_add((i as u32).wrapping_mul(31)) >> 7) as u8)
         .collect()
 }
 
@@ -301,7 +301,10 @@ fn tcp_load(
         })
         .collect();
     for w in workers {
-        let _ = w.join();
+        // A worker that panicked lost its connection: a failure.
+        if w.join().is_err() {
+            failed.fetch_add(1, Ordering::Relaxed);
+        }
     }
     let by = by.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let ok = by.values().sum();
