@@ -42,12 +42,28 @@ const ARP_QUEUE: usize = 256;
 /// SNAT ports tried for one new flow before giving up.
 const SNAT_TRIES: u32 = 64;
 
+/// Which side of the gateway a frame comes from or goes to. In one-arm
+/// mode both sides are the same interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// Towards clients.
+    Client,
+    /// Towards backends.
+    Backend,
+}
+
 /// What to do with a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
-    /// Transmit the rewritten frame (`len` bytes).
-    Forward(usize),
-    /// Transmit the answer built in the frame (`len` bytes).
+    /// Transmit the rewritten frame (`len` bytes) on side `to`.
+    Forward {
+        /// Length.
+        len: usize,
+        /// Side to send it on.
+        to: Side,
+    },
+    /// Transmit the answer built in the frame (`len` bytes) back on the
+    /// side it came from.
     Answer(usize),
     /// Used up (an ARP reply learned); nothing to send.
     Consumed,
@@ -100,8 +116,11 @@ impl Counters {
 pub struct PipelineConfig {
     /// Worker index (its row in the connection counts).
     pub worker: usize,
-    /// The gateway interface's Ethernet address.
+    /// The client-facing interface's Ethernet address.
     pub mac: EthernetAddress,
+    /// The backend-facing interface's Ethernet address (the same in
+    /// one-arm mode).
+    pub backend_mac: EthernetAddress,
     /// SNAT address.
     pub snat_addr: Ipv4Addr,
     /// This worker's SNAT ports.
@@ -193,15 +212,16 @@ impl Pipeline {
     }
 
     /// Builds an ARP request for `target` from the SNAT address into
-    /// `buf`; returns its length (60) or `None` if `buf` is too short.
+    /// `buf` (to send on the backend side); returns its length (60) or
+    /// `None` if `buf` is too short.
     pub fn build_arp_request(&self, buf: &mut [u8], target: Ipv4Addr) -> Option<usize> {
         let f = buf.get_mut(..60)?;
         f.fill(0);
         f[0..6].fill(0xff);
-        f[6..12].copy_from_slice(&self.cfg.mac.0);
+        f[6..12].copy_from_slice(&self.cfg.backend_mac.0);
         f[12..14].copy_from_slice(&[0x08, 0x06]);
         f[14..22].copy_from_slice(&[0, 1, 0x08, 0, 6, 4, 0, 1]);
-        f[22..28].copy_from_slice(&self.cfg.mac.0);
+        f[22..28].copy_from_slice(&self.cfg.backend_mac.0);
         f[28..32].copy_from_slice(&self.cfg.snat_addr.octets());
         f[38..42].copy_from_slice(&target.octets());
         Some(60)
@@ -214,12 +234,17 @@ impl Pipeline {
     }
 
     /// Processes one frame of `len` bytes in `buf` (the buffer may be
-    /// longer: answers may grow into it).
+    /// longer: answers may grow into it) received on the client side.
     pub fn process(&mut self, buf: &mut [u8], len: usize, now: u32) -> Verdict {
+        self.process_on(Side::Client, buf, len, now)
+    }
+
+    /// Processes one frame received on side `ingress`.
+    pub fn process_on(&mut self, ingress: Side, buf: &mut [u8], len: usize, now: u32) -> Verdict {
         self.counters.rx += 1;
-        let verdict = self.verdict(buf, len.min(buf.len()), now);
+        let verdict = self.verdict(ingress, buf, len.min(buf.len()), now);
         match verdict {
-            Verdict::Forward(_) => self.counters.forwarded += 1,
+            Verdict::Forward { .. } => self.counters.forwarded += 1,
             Verdict::Answer(_) => self.counters.answered += 1,
             Verdict::Consumed => self.counters.consumed += 1,
             Verdict::Drop(r) => self.counters.drops[r.index()] += 1,
@@ -227,7 +252,7 @@ impl Pipeline {
         verdict
     }
 
-    fn verdict(&mut self, buf: &mut [u8], len: usize, now: u32) -> Verdict {
+    fn verdict(&mut self, ingress: Side, buf: &mut [u8], len: usize, now: u32) -> Verdict {
         let frame = match classify(&buf[..len]) {
             Ok(f) => f,
             Err(r) => return Verdict::Drop(r),
@@ -241,7 +266,11 @@ impl Pipeline {
                 if !self.owned.contains(&arp.target_ip) {
                     return Verdict::Drop(DropReason::ArpNotOwned);
                 }
-                return answer(arp_reply(buf, &arp, self.cfg.mac));
+                let mac = match ingress {
+                    Side::Client => self.cfg.mac,
+                    Side::Backend => self.cfg.backend_mac,
+                };
+                return answer(arp_reply(buf, &arp, mac));
             }
             Frame::Ipv4(ip) => ip,
         };
@@ -295,13 +324,15 @@ impl Pipeline {
     /// Full-NAT rewrite of a tracked flow's packet.
     fn forward(&mut self, buf: &mut [u8], ip: &Ipv4, id: FlowId, dir: Direction) -> Verdict {
         let f = self.table.flow(id);
-        let (nat, next_hop) = match dir {
+        let (nat, next_hop, side, our_mac) = match dir {
             Direction::Original => (
                 Nat {
                     src: f.snat(),
                     dst: f.backend(),
                 },
                 self.neigh.get(&f.backend().addr).copied(),
+                Side::Backend,
+                self.cfg.backend_mac,
             ),
             Direction::Reply => (
                 Nat {
@@ -309,6 +340,8 @@ impl Pipeline {
                     dst: f.client(),
                 },
                 Some(f.client_mac()),
+                Side::Client,
+                self.cfg.mac,
             ),
         };
         let Some(dst_mac) = next_hop else {
@@ -316,8 +349,11 @@ impl Pipeline {
             self.resolve(backend);
             return Verdict::Drop(DropReason::NextHopUnresolved);
         };
-        match nat::forward(buf, ip, &nat, self.cfg.mac, EthernetAddress(dst_mac)) {
-            Ok(()) => Verdict::Forward(ip.end()),
+        match nat::forward(buf, ip, &nat, our_mac, EthernetAddress(dst_mac)) {
+            Ok(()) => Verdict::Forward {
+                len: ip.end(),
+                to: side,
+            },
             Err(r) => Verdict::Drop(r),
         }
     }
@@ -463,7 +499,7 @@ impl Pipeline {
             return Verdict::Drop(DropReason::IcmpErrorNoFlow);
         };
         let f = self.table.flow(id);
-        let (m, mac) = match dir {
+        let (m, mac, side, our_mac) = match dir {
             // From the backend side about what we sent the backend.
             Direction::Reply => (
                 IcmpErrorNat {
@@ -475,6 +511,8 @@ impl Pipeline {
                     },
                 },
                 Some(f.client_mac()),
+                Side::Client,
+                self.cfg.mac,
             ),
             // From the client side about what we sent the client.
             Direction::Original => (
@@ -487,13 +525,18 @@ impl Pipeline {
                     },
                 },
                 self.neigh.get(&f.backend().addr).copied(),
+                Side::Backend,
+                self.cfg.backend_mac,
             ),
         };
         let Some(mac) = mac else {
             return Verdict::Drop(DropReason::NextHopUnresolved);
         };
-        match icmp_error::forward(buf, ip, &m, self.cfg.mac, EthernetAddress(mac)) {
-            Ok(()) => Verdict::Forward(ip.end()),
+        match icmp_error::forward(buf, ip, &m, our_mac, EthernetAddress(mac)) {
+            Ok(()) => Verdict::Forward {
+                len: ip.end(),
+                to: side,
+            },
             Err(r) => Verdict::Drop(r),
         }
     }

@@ -174,7 +174,8 @@ impl DataplaneHandle {
 /// A running data plane.
 pub struct Dataplane {
     handle: DataplaneHandle,
-    steering: Option<Steering>,
+    /// One per interface; emptied (detaching) at stop.
+    steerings: Vec<Steering>,
     ifname: String,
     /// Service ids by key (an update keeps its service's id).
     ids: std::collections::HashMap<xvs_config::ServiceKey, u32>,
@@ -229,11 +230,6 @@ impl Dataplane {
         clock: impl Fn() -> u32 + Clone + Send + 'static,
     ) -> Result<Dataplane, StartError> {
         let i = &cfg.interfaces;
-        if i.mode == ArmMode::TwoArm {
-            return Err(StartError::Unsupported(
-                "interfaces.mode two-arm: this data plane runs one-arm only so far".into(),
-            ));
-        }
         if i.steering == SteeringMode::All {
             return Err(StartError::Unsupported(
                 "interfaces.steering all: only vip steering is implemented".into(),
@@ -244,8 +240,18 @@ impl Dataplane {
             .addresses
             .first()
             .ok_or_else(|| StartError::Unsupported("snat.addresses is empty".into()))?;
-        let mac = interface_mac(&i.client)?;
-        let steering = Steering::attach(&i.client, i.xdp_mode)?;
+        // Two-arm: a socket on each interface per queue, sharing a UMEM;
+        // the steering program on both.
+        let mut ifnames: Vec<&str> = vec![i.client.as_str()];
+        if let (ArmMode::TwoArm, Some(b)) = (i.mode, &i.backend) {
+            ifnames.push(b.as_str());
+        }
+        let mac = interface_mac(ifnames[0])?;
+        let backend_mac = interface_mac(ifnames[ifnames.len() - 1])?;
+        let steerings: Vec<Steering> = ifnames
+            .iter()
+            .map(|n| Steering::attach(n, i.xdp_mode))
+            .collect::<Result<_, _>>()?;
         let workers = cfg.workers();
         let services: Vec<Arc<CompiledService>> = cfg
             .services
@@ -255,8 +261,10 @@ impl Dataplane {
             .collect();
         let mut owned: Vec<Ipv4Addr> = cfg.snat.addresses.clone();
         owned.extend(services.iter().map(|s| s.key.vip));
-        for a in &owned {
-            steering.add_address(*a)?;
+        for st in &steerings {
+            for a in &owned {
+                st.add_address(*a)?;
+            }
         }
         let zero_copy = match i.zero_copy {
             ZeroCopy::Auto => None,
@@ -273,12 +281,15 @@ impl Dataplane {
         });
         let mut handles = Vec::new();
         for (w, (&queue, &core)) in i.queues.iter().zip(&i.cores).enumerate() {
-            let port = XskPort::open(&i.client, queue, zero_copy)?;
-            steering.register_socket(queue, port.fd())?;
+            let port = XskPort::open(&ifnames, queue, zero_copy)?;
+            for (k, st) in steerings.iter().enumerate() {
+                st.register_socket(queue, port.fd(k))?;
+            }
             let mut pipeline = Pipeline::new(
                 PipelineConfig {
                     worker: w,
                     mac,
+                    backend_mac,
                     snat_addr,
                     snat_ports: cfg.snat.worker_ports[w],
                     capacity: (cfg.conntrack.capacity / workers as u32).max(1),
@@ -331,7 +342,7 @@ impl Dataplane {
         }
         Ok(Dataplane {
             handle: DataplaneHandle { workers: handles },
-            steering: Some(steering),
+            steerings,
             ifname: i.client.clone(),
             ids: services.iter().map(|s| (s.key, s.id)).collect(),
             next_id: services.len() as u32 + 1,
@@ -351,7 +362,7 @@ impl Dataplane {
                 id
             }
         };
-        if let Some(st) = &self.steering {
+        for st in &self.steerings {
             st.add_address(svc.key.vip)?;
         }
         for w in &self.handle.workers {
@@ -419,14 +430,14 @@ impl Dataplane {
                 s.handoff_left = ring.len() as u64;
             }
         }
-        self.steering.take();
+        self.steerings.clear();
         out
     }
 }
 
 impl Drop for Dataplane {
     fn drop(&mut self) {
-        if self.steering.is_some() {
+        if !self.steerings.is_empty() {
             self.shutdown();
         }
     }

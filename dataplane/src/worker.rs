@@ -26,7 +26,7 @@ use xvs_config::{PollMode, PortRange, ServiceKey};
 use xvs_conntrack::{Filter, FlowInfo};
 
 use crate::counters::{CountersReading, LiveCounters};
-use crate::pipeline::{Counters, Pipeline, Verdict};
+use crate::pipeline::{Counters, Pipeline, Side, Verdict};
 use crate::services::CompiledService;
 use crate::xsk::{XskPort, BATCH};
 
@@ -48,6 +48,7 @@ pub const HANDOFF_RING: usize = 1024;
 #[derive(Clone, Copy)]
 pub struct HandoffFrame {
     len: u16,
+    side: Side,
     bytes: [u8; HANDOFF_FRAME],
 }
 
@@ -281,10 +282,19 @@ impl Worker {
         true
     }
 
+    /// The socket of a side (one-arm: both are socket 0).
+    fn sock_of(&self, side: Side) -> usize {
+        match side {
+            Side::Client => 0,
+            Side::Backend => self.port.sockets() - 1,
+        }
+    }
+
     /// Runs until stopped; returns the final snapshot.
     pub fn run(mut self, clock: impl Fn() -> u32) -> Snapshot {
         let mut rx = vec![FrameDesc::default(); BATCH];
-        let mut out: Vec<FrameDesc> = Vec::with_capacity(BATCH * 2);
+        let mut outs: [Vec<FrameDesc>; 2] =
+            [Vec::with_capacity(BATCH * 2), Vec::with_capacity(BATCH * 2)];
         let mut drop: Vec<FrameDesc> = Vec::with_capacity(BATCH);
         let mut empty_streak = 0u32;
         loop {
@@ -295,65 +305,99 @@ impl Worker {
             self.last_now = now;
             self.port.reclaim();
             self.port.refill();
-            let received = self.port.receive(&mut rx);
-            let n = received + self.take_handed_in(&mut rx[received..]);
-            if n == 0 {
-                self.idle += 1;
-                empty_streak += 1;
-                self.send_arp(&mut out);
-                if !out.is_empty() {
-                    self.tx += self.port.transmit(&out) as u64;
-                    out.clear();
-                }
-                self.pipeline.advance(now, EXPIRY_BUDGET);
-                if empty_streak.is_multiple_of(SPIN_BEFORE_SLEEP) {
-                    self.publish();
-                }
-                if self.poll == PollMode::Adaptive && empty_streak >= SPIN_BEFORE_SLEEP {
-                    self.sleep();
-                    empty_streak = 0;
-                }
-                continue;
-            }
-            empty_streak = 0;
-            self.busy += 1;
-            for (k, desc) in rx.iter_mut().take(n).enumerate() {
-                // Frames handed in are this worker's: never handed on.
-                if k < received && self.hand_off(desc) {
-                    drop.push(*desc);
-                    continue;
-                }
-                let pipeline = &mut self.pipeline;
-                // SAFETY: `desc` was just received on this port (or filled
-                // from the hand-off ring) and is referenced nowhere else.
-                let verdict = unsafe {
-                    self.port
-                        .with_frame(desc, |buf, len| pipeline.process(buf, len, now))
+            let mut got = 0;
+            for sock in 0..self.port.sockets() {
+                let ingress = if sock == 0 {
+                    Side::Client
+                } else {
+                    Side::Backend
                 };
-                match verdict {
-                    Verdict::Forward(len) | Verdict::Answer(len) => {
-                        // SAFETY: as above; the frame is about to be sent.
-                        unsafe { self.port.set_len(desc, len) };
-                        out.push(*desc);
-                    }
-                    Verdict::Consumed | Verdict::Drop(_) => drop.push(*desc),
-                }
+                let n = self.port.receive(sock, &mut rx);
+                got += n;
+                self.process_batch(&mut rx[..n], ingress, true, now, &mut outs, &mut drop);
+            }
+            for _ in 0..BATCH {
+                let Some((desc, side)) = self.take_handed_in() else {
+                    break;
+                };
+                got += 1;
+                self.process_batch(&mut [desc], side, false, now, &mut outs, &mut drop);
             }
             self.port.release(&drop);
             drop.clear();
-            self.send_arp(&mut out);
-            self.tx += self.port.transmit(&out) as u64;
-            out.clear();
+            self.send_arp(&mut outs[1]);
+            for (side, out) in [Side::Client, Side::Backend]
+                .into_iter()
+                .zip(outs.iter_mut())
+            {
+                if !out.is_empty() {
+                    let sock = self.sock_of(side);
+                    self.tx += self.port.transmit(sock, out) as u64;
+                    out.clear();
+                }
+            }
             self.pipeline.advance(now, EXPIRY_BUDGET);
-            self.publish();
+            if got > 0 {
+                empty_streak = 0;
+                self.busy += 1;
+                self.publish();
+                continue;
+            }
+            self.idle += 1;
+            empty_streak += 1;
+            if empty_streak.is_multiple_of(SPIN_BEFORE_SLEEP) {
+                self.publish();
+            }
+            if self.poll == PollMode::Adaptive && empty_streak >= SPIN_BEFORE_SLEEP {
+                self.sleep();
+                empty_streak = 0;
+            }
         }
         self.publish();
         self.snapshot()
     }
 
+    /// Runs a batch through the pipeline: frames for another worker are
+    /// handed over (only those received from the port), the others get
+    /// their verdict and go to `outs` (by side) or `drop`.
+    fn process_batch(
+        &mut self,
+        descs: &mut [FrameDesc],
+        ingress: Side,
+        from_port: bool,
+        now: u32,
+        outs: &mut [Vec<FrameDesc>; 2],
+        drop: &mut Vec<FrameDesc>,
+    ) {
+        for desc in descs.iter_mut() {
+            if from_port && self.hand_off(desc, ingress) {
+                drop.push(*desc);
+                continue;
+            }
+            let pipeline = &mut self.pipeline;
+            // SAFETY: `desc` was just received on this port (or filled
+            // from the hand-off ring) and is referenced nowhere else.
+            let verdict = unsafe {
+                self.port
+                    .with_frame(desc, |buf, len| pipeline.process_on(ingress, buf, len, now))
+            };
+            let (len, side) = match verdict {
+                Verdict::Forward { len, to } => (len, to),
+                Verdict::Answer(len) => (len, ingress),
+                Verdict::Consumed | Verdict::Drop(_) => {
+                    drop.push(*desc);
+                    continue;
+                }
+            };
+            // SAFETY: as above; the frame is about to be sent.
+            unsafe { self.port.set_len(desc, len) };
+            outs[side as usize].push(*desc);
+        }
+    }
+
     /// If the frame belongs to another worker's flow, copies it into that
     /// worker's ring (or counts it dropped when full) and returns true.
-    fn hand_off(&mut self, desc: &mut FrameDesc) -> bool {
+    fn hand_off(&mut self, desc: &mut FrameDesc, side: Side) -> bool {
         let Some(peers) = &self.peers else {
             return false;
         };
@@ -369,6 +413,7 @@ impl Worker {
                 }
                 let mut f = HandoffFrame {
                     len: len as u16,
+                    side,
                     bytes: [0; HANDOFF_FRAME],
                 };
                 f.bytes[..len].copy_from_slice(&buf[..len]);
@@ -376,7 +421,7 @@ impl Worker {
             })
         };
         let Some((owner, frame)) = copy else {
-            self.share_arp_reply(desc);
+            self.share_arp_reply(desc, side);
             return false;
         };
         if peers.rings[owner].push(frame).is_ok() {
@@ -390,7 +435,7 @@ impl Worker {
     /// Every worker resolves next hops for its own flows, but an ARP reply
     /// lands on one queue: copies of it go to the other workers too (it is
     /// also processed here).
-    fn share_arp_reply(&mut self, desc: &mut FrameDesc) {
+    fn share_arp_reply(&mut self, desc: &mut FrameDesc, side: Side) {
         let Some(peers) = &self.peers else { return };
         // SAFETY: `desc` is a received frame referenced nowhere else.
         let copy = unsafe {
@@ -401,6 +446,7 @@ impl Worker {
                 is_reply.then(|| {
                     let mut f = HandoffFrame {
                         len: len as u16,
+                        side,
                         bytes: [0; HANDOFF_FRAME],
                     };
                     f.bytes[..len].copy_from_slice(&buf[..len]);
@@ -420,33 +466,25 @@ impl Worker {
         }
     }
 
-    /// Fills free frames with frames other workers handed over; returns
-    /// how many were placed in `slots`.
-    fn take_handed_in(&mut self, slots: &mut [FrameDesc]) -> usize {
-        let Some(peers) = &self.peers else { return 0 };
-        let ring = peers.rings[self.index].clone();
-        let mut n = 0;
-        while n < slots.len() {
-            let Some(mut desc) = self.port.alloc() else {
-                break;
-            };
-            let Some(frame) = ring.pop() else {
-                self.port.release(&[desc]);
-                break;
-            };
-            let len = usize::from(frame.len);
-            // SAFETY: a free frame of this port, referenced nowhere else.
-            unsafe {
-                self.port.with_frame(&mut desc, |buf, _| {
-                    buf[..len].copy_from_slice(&frame.bytes[..len])
-                });
-                self.port.set_len(&mut desc, len);
-            }
-            slots[n] = desc;
-            n += 1;
-            self.handed_in += 1;
+    /// Takes one frame another worker handed over into a free frame of
+    /// this port, with the side it arrived on.
+    fn take_handed_in(&mut self) -> Option<(FrameDesc, Side)> {
+        let ring = self.peers.as_ref()?.rings[self.index].clone();
+        let mut desc = self.port.alloc()?;
+        let Some(frame) = ring.pop() else {
+            self.port.release(&[desc]);
+            return None;
+        };
+        let len = usize::from(frame.len);
+        // SAFETY: a free frame of this port, referenced nowhere else.
+        unsafe {
+            self.port.with_frame(&mut desc, |buf, _| {
+                buf[..len].copy_from_slice(&frame.bytes[..len])
+            });
+            self.port.set_len(&mut desc, len);
         }
-        n
+        self.handed_in += 1;
+        Some((desc, frame.side))
     }
 
     /// Builds the ARP requests the pipeline queued into free frames,
@@ -480,21 +518,18 @@ impl Worker {
     /// Sleeps until a packet arrives, a control message is signalled, or
     /// the sleep times out.
     fn sleep(&mut self) {
-        let mut fds = [
-            libc::pollfd {
-                fd: self.port.fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: self.wake_fd,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: `fds` is a valid array of two pollfd for the call.
-        unsafe { libc::poll(fds.as_mut_ptr(), 2, SLEEP_MS) };
-        if fds[1].revents & libc::POLLIN != 0 {
+        let mut fds = [libc::pollfd {
+            fd: self.wake_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        }; 3];
+        let socks = self.port.sockets();
+        for (k, fd) in fds.iter_mut().skip(1).take(socks).enumerate() {
+            fd.fd = self.port.fd(k);
+        }
+        // SAFETY: `fds` holds 1 + socks valid pollfd entries for the call.
+        unsafe { libc::poll(fds.as_mut_ptr(), 1 + socks as libc::nfds_t, SLEEP_MS) };
+        if fds[0].revents & libc::POLLIN != 0 {
             let mut v = 0u64;
             // SAFETY: reads 8 bytes into `v` from the eventfd, which is
             // what an eventfd read is; nonblocking.

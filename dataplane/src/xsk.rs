@@ -1,10 +1,12 @@
-//! One AF_XDP port: a UMEM and a socket bound to (interface, queue), with
-//! frame accounting that cannot leak.
+//! One AF_XDP port: a UMEM and one socket per interface bound to the same
+//! queue (one interface in one-arm mode; client and backend interfaces in
+//! two-arm mode, sharing the UMEM so forwarding from one to the other
+//! never copies), with frame accounting that cannot leak.
 //!
 //! Invariant (checked by [`XskPort::frames_accounted`]): every one of the
-//! UMEM's frames is in exactly one place — the free list (userspace), the
-//! fill ring or RX ring (kernel, counted by `in_fill`), or the TX ring
-//! awaiting completion (counted by `in_tx`). Frames move between them only
+//! UMEM's frames is in exactly one place — the free list (userspace), a
+//! socket's fill ring or RX ring (kernel, counted by its `in_fill`), or a
+//! socket's TX ring awaiting completion (counted by its `in_tx`). Frames move between them only
 //! in [`XskPort::reclaim`], [`XskPort::refill`], [`XskPort::receive`] and
 //! [`XskPort::transmit`], which update the counts with each move.
 
@@ -32,16 +34,21 @@ pub struct XskError {
     pub what: String,
 }
 
-/// An AF_XDP socket with its own UMEM.
-pub struct XskPort {
-    umem: Umem,
+/// One socket of a port and its rings.
+struct Sock {
     rx: RxQueue,
     tx: TxQueue,
     fq: FillQueue,
     cq: CompQueue,
-    free: Vec<FrameDesc>,
     in_fill: u32,
     in_tx: u32,
+}
+
+/// AF_XDP sockets sharing one UMEM.
+pub struct XskPort {
+    umem: Umem,
+    socks: Vec<Sock>,
+    free: Vec<FrameDesc>,
     scratch: Vec<FrameDesc>,
     zero_copy: bool,
 }
@@ -49,36 +56,35 @@ pub struct XskPort {
 impl std::fmt::Debug for XskPort {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("XskPort")
-            .field("free", &self.free.len())
-            .field("in_fill", &self.in_fill)
-            .field("in_tx", &self.in_tx)
+            .field("sockets", &self.socks.len())
+            .field("frames", &self.frame_counts())
             .finish()
     }
 }
 
 impl XskPort {
-    /// Opens a socket on (`ifname`, `queue`): zero-copy if `zero_copy`
-    /// is `Some(true)`, copy if `Some(false)`, zero-copy else copy if
-    /// `None`. No XDP program is loaded (the steering program is ours).
-    pub fn open(ifname: &str, queue: u32, zero_copy: Option<bool>) -> Result<XskPort, XskError> {
+    /// Opens one socket per interface of `ifnames` on `queue`, sharing
+    /// one UMEM: zero-copy if `zero_copy` is `Some(true)`, copy if
+    /// `Some(false)`, zero-copy else copy if `None`. No XDP program is
+    /// loaded (the steering program is ours).
+    pub fn open(
+        ifnames: &[&str],
+        queue: u32,
+        zero_copy: Option<bool>,
+    ) -> Result<XskPort, XskError> {
         let err = |what: String| XskError {
-            ifname: ifname.to_owned(),
+            ifname: ifnames.join(","),
             queue,
             what,
         };
         let attempts: &[bool] = match zero_copy {
-            Some(z) => {
-                if z {
-                    &[true]
-                } else {
-                    &[false]
-                }
-            }
+            Some(true) => &[true],
+            Some(false) => &[false],
             None => &[true, false],
         };
         let mut last = String::new();
         for &zc in attempts {
-            match Self::open_mode(ifname, queue, zc) {
+            match Self::open_mode(ifnames, queue, zc) {
                 Ok(p) => return Ok(p),
                 Err(e) => last = e,
             }
@@ -86,7 +92,7 @@ impl XskPort {
         Err(err(last))
     }
 
-    fn open_mode(ifname: &str, queue: u32, zero_copy: bool) -> Result<XskPort, String> {
+    fn open_mode(ifnames: &[&str], queue: u32, zero_copy: bool) -> Result<XskPort, String> {
         let ring = QueueSize::new(RING).map_err(|e| e.to_string())?;
         let umem_cfg = UmemConfig::builder()
             .fill_queue_size(ring)
@@ -106,23 +112,29 @@ impl XskPort {
             .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
             .bind_flags(mode | BindFlags::XDP_USE_NEED_WAKEUP)
             .build();
-        let iface = ifname
-            .parse()
-            .map_err(|_| "bad interface name".to_owned())?;
-        // SAFETY: this UMEM is not shared, and the program-load inhibit
-        // flag is set.
-        let (tx, rx, fq_cq) =
-            unsafe { Socket::new(cfg, &umem, &iface, queue) }.map_err(|e| e.to_string())?;
-        let (fq, cq) = fq_cq.ok_or("no fill/completion queues")?;
+        let mut socks = Vec::new();
+        for ifname in ifnames {
+            let iface = ifname
+                .parse()
+                .map_err(|_| format!("bad interface name {ifname}"))?;
+            // SAFETY: the program-load inhibit flag is set, as sharing a
+            // UMEM requires; each (interface, queue) pair is bound once.
+            let (tx, rx, fq_cq) = unsafe { Socket::new(cfg, &umem, &iface, queue) }
+                .map_err(|e| format!("{ifname}: {e}"))?;
+            let (fq, cq) = fq_cq.ok_or_else(|| format!("{ifname}: no fill/completion queues"))?;
+            socks.push(Sock {
+                rx,
+                tx,
+                fq,
+                cq,
+                in_fill: 0,
+                in_tx: 0,
+            });
+        }
         let mut port = XskPort {
             umem,
-            rx,
-            tx,
-            fq,
-            cq,
+            socks,
             free: descs,
-            in_fill: 0,
-            in_tx: 0,
             scratch: Vec::with_capacity(RING as usize),
             zero_copy,
         };
@@ -130,71 +142,87 @@ impl XskPort {
         Ok(port)
     }
 
+    /// Number of sockets (interfaces).
+    pub fn sockets(&self) -> usize {
+        self.socks.len()
+    }
+
     /// Whether the socket runs in zero-copy mode.
     pub fn is_zero_copy(&self) -> bool {
         self.zero_copy
     }
 
-    /// The socket's file descriptor (for the XSKMAP and poll).
-    pub fn fd(&self) -> i32 {
-        self.rx.fd().as_raw_fd()
+    /// Socket `i`'s file descriptor (for the XSKMAP and poll).
+    pub fn fd(&self, i: usize) -> i32 {
+        self.socks[i].rx.fd().as_raw_fd()
     }
 
     /// Whether every frame is accounted for.
     pub fn frames_accounted(&self) -> bool {
-        self.free.len() as u32 + self.in_fill + self.in_tx == FRAMES
+        let (free, fill, tx) = self.frame_counts();
+        free + fill + tx == FRAMES
     }
 
-    /// Frames in userspace, in the fill/RX rings, and in TX.
+    /// Frames in userspace, in fill/RX rings, and in TX.
     pub fn frame_counts(&self) -> (u32, u32, u32) {
-        (self.free.len() as u32, self.in_fill, self.in_tx)
+        let fill = self.socks.iter().map(|s| s.in_fill).sum();
+        let tx = self.socks.iter().map(|s| s.in_tx).sum();
+        (self.free.len() as u32, fill, tx)
     }
 
     /// Takes back the frames the kernel finished transmitting.
     pub fn reclaim(&mut self) {
-        if self.in_tx == 0 {
-            return;
+        for s in &mut self.socks {
+            if s.in_tx == 0 {
+                continue;
+            }
+            self.scratch.clear();
+            self.scratch
+                .resize(s.in_tx.min(RING) as usize, FrameDesc::default());
+            // SAFETY: descriptors written here are completed TX frames of
+            // this UMEM, which the kernel no longer reads.
+            let n = unsafe { s.cq.consume(&mut self.scratch) };
+            s.in_tx -= n as u32;
+            self.free.extend_from_slice(&self.scratch[..n]);
         }
-        self.scratch.clear();
-        self.scratch
-            .resize(self.in_tx.min(RING) as usize, FrameDesc::default());
-        // SAFETY: descriptors written here are completed TX frames of this
-        // UMEM, which the kernel no longer reads.
-        let n = unsafe { self.cq.consume(&mut self.scratch) };
-        self.in_tx -= n as u32;
-        self.free.extend_from_slice(&self.scratch[..n]);
     }
 
-    /// Keeps the fill ring stocked, keeping `reserve` frames in userspace
-    /// for answers and ARP requests.
+    /// Keeps every fill ring stocked, sharing the free frames between the
+    /// sockets and keeping some in userspace for answers and ARP requests.
     pub fn refill(&mut self) {
         let reserve = BATCH * 2;
-        if self.free.len() <= reserve {
-            return;
-        }
-        let want = (self.free.len() - reserve).min((RING - self.in_fill) as usize);
-        if want == 0 {
-            return;
-        }
-        let start = self.free.len() - want;
-        // SAFETY: these frames belong to this UMEM and are owned by
-        // userspace (on the free list); they are handed to the kernel once.
-        let n = unsafe { self.fq.produce(&self.free[start..]) };
-        self.in_fill += n as u32;
-        self.free.truncate(self.free.len() - n);
-        if n > 0 && self.fq.needs_wakeup() {
-            let _ = self.fq.wakeup(self.rx.fd_mut(), 0);
+        let socks = self.socks.len();
+        for (k, s) in self.socks.iter_mut().enumerate() {
+            if self.free.len() <= reserve {
+                return;
+            }
+            let share = (self.free.len() - reserve) / (socks - k);
+            let want = share.min((RING - s.in_fill) as usize);
+            if want == 0 {
+                continue;
+            }
+            let start = self.free.len() - want;
+            // SAFETY: these frames belong to this UMEM and are owned by
+            // userspace (on the free list); they are handed to the kernel
+            // once.
+            let n = unsafe { s.fq.produce(&self.free[start..]) };
+            s.in_fill += n as u32;
+            self.free.truncate(self.free.len() - n);
+            if n > 0 && s.fq.needs_wakeup() {
+                let _ = s.fq.wakeup(s.rx.fd_mut(), 0);
+            }
         }
     }
 
-    /// Receives up to `out.len()` frames into `out`; returns how many.
+    /// Receives up to `out.len()` frames from socket `i`; returns how many.
     /// The frames are userspace's until passed to [`XskPort::transmit`]
     /// or [`XskPort::release`].
-    pub fn receive(&mut self, out: &mut [FrameDesc]) -> usize {
+    pub fn receive(&mut self, i: usize, out: &mut [FrameDesc]) -> usize {
+        let s = &mut self.socks[i];
         // SAFETY: frames read from the RX ring belong to this UMEM; the
         // kernel is done with them.
-        let n = unsafe { self.rx.consume(out) };
-        self.in_fill -= n as u32;
+        let n = unsafe { s.rx.consume(out) };
+        s.in_fill -= n as u32;
         n
     }
 
@@ -245,16 +273,18 @@ impl XskPort {
         self.free.extend_from_slice(descs);
     }
 
-    /// Queues frames for transmission; frames the TX ring cannot take are
-    /// released (returns how many were queued).
-    pub fn transmit(&mut self, descs: &[FrameDesc]) -> usize {
+    /// Queues frames for transmission on socket `i`; frames its TX ring
+    /// cannot take are released (returns how many were queued).
+    pub fn transmit(&mut self, i: usize, descs: &[FrameDesc]) -> usize {
         if descs.is_empty() {
             return 0;
         }
-        // SAFETY: the frames belong to this UMEM, are owned by userspace,
-        // and are handed to the kernel once.
-        let n = unsafe { self.tx.produce_and_wakeup(descs) }.unwrap_or(0);
-        self.in_tx += n as u32;
+        let s = &mut self.socks[i];
+        // SAFETY: the frames belong to this UMEM (shared by every socket
+        // of the port), are owned by userspace, and are handed to the
+        // kernel once.
+        let n = unsafe { s.tx.produce_and_wakeup(descs) }.unwrap_or(0);
+        s.in_tx += n as u32;
         self.free.extend_from_slice(&descs[n..]);
         n
     }

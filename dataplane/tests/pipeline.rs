@@ -16,7 +16,7 @@ use smoltcp::wire::EthernetAddress;
 use xvs_config::{
     Backend, ForwardMethod, PortRange, Protocol, Scheduler, Service, ServiceKey, Timeouts,
 };
-use xvs_dataplane::pipeline::{Pipeline, PipelineConfig, Verdict};
+use xvs_dataplane::pipeline::{Pipeline, PipelineConfig, Side, Verdict};
 use xvs_dataplane::services::CompiledService;
 use xvs_dataplane::wire::{classify, DropReason, Frame, L4};
 
@@ -48,6 +48,7 @@ fn pipeline() -> Pipeline {
         PipelineConfig {
             worker: 0,
             mac: EthernetAddress(GW_MAC),
+            backend_mac: EthernetAddress(GW_MAC),
             snat_addr: SNAT,
             snat_ports: PortRange {
                 first: 1024,
@@ -93,7 +94,7 @@ fn run(p: &mut Pipeline, frame: &[u8], now: u32) -> (Verdict, Vec<u8>) {
     buf[..frame.len()].copy_from_slice(frame);
     let v = p.process(&mut buf, frame.len(), now);
     let len = match v {
-        Verdict::Forward(n) | Verdict::Answer(n) => n,
+        Verdict::Forward { len: n, .. } | Verdict::Answer(n) => n,
         _ => 0,
     };
     buf.truncate(len);
@@ -114,10 +115,22 @@ fn a_tcp_flow_through_full_nat_and_back() {
     let mut p = pipeline();
     assert_eq!(run(&mut p, &backend_arp_reply(), 0).0, Verdict::Consumed);
     let (v, out) = run(&mut p, TCP_SYN, 1);
-    assert_eq!(v, Verdict::Forward(TCP_SYN_FORWARDED.len()));
+    assert_eq!(
+        v,
+        Verdict::Forward {
+            len: TCP_SYN_FORWARDED.len(),
+            to: Side::Backend
+        }
+    );
     assert_eq!(out, TCP_SYN_FORWARDED);
     let (v, out) = run(&mut p, TCP_REPLY, 1);
-    assert_eq!(v, Verdict::Forward(TCP_REPLY_FORWARDED.len()));
+    assert_eq!(
+        v,
+        Verdict::Forward {
+            len: TCP_REPLY_FORWARDED.len(),
+            to: Side::Client
+        }
+    );
     assert_eq!(out, TCP_REPLY_FORWARDED);
     assert_eq!(p.counters().new_flows, 1);
     assert_eq!(p.table.len(), 1);
@@ -136,7 +149,16 @@ fn icmp_errors_of_a_flow_are_translated_to_the_client() {
     run(&mut p, &backend_arp_reply(), 0);
     run(&mut p, TCP_SYN, 1);
     let (v, out) = run(&mut p, ICMP_FRAG_NEEDED_TCP8, 2);
-    assert!(matches!(v, Verdict::Forward(_)), "{v:?}");
+    assert!(
+        matches!(
+            v,
+            Verdict::Forward {
+                to: Side::Client,
+                ..
+            }
+        ),
+        "{v:?}"
+    );
     let Ok(Frame::Ipv4(ip)) = classify(&out) else {
         panic!()
     };
@@ -261,7 +283,10 @@ fn an_unresolved_backend_is_counted_and_arp_requested() {
     run(&mut p, &backend_arp_reply(), 1);
     assert_eq!(
         run(&mut p, TCP_SYN, 1).0,
-        Verdict::Forward(TCP_SYN_FORWARDED.len())
+        Verdict::Forward {
+            len: TCP_SYN_FORWARDED.len(),
+            to: Side::Backend
+        }
     );
     assert_counters_add_up(&p);
 }

@@ -571,3 +571,84 @@ fn millions_of_packets_leave_every_frame_accounted() {
     eprintln!("{line}");
     assert!(field(&line, "rx") >= 2_000_000, "{line}");
 }
+
+/// Two-arm: clients on one interface, backends on another; each worker's
+/// two sockets share one UMEM, so a frame received on one interface is
+/// sent on the other without a copy.
+#[test]
+fn two_arm_full_nat_between_two_interfaces() {
+    if !privileged("two_arm_full_nat_between_two_interfaces") {
+        return;
+    }
+    let t = Topology::build(Spec {
+        arms: Arms::Two,
+        backends: 3,
+        queues: 1,
+    })
+    .unwrap();
+    let _servers = servers(&t);
+    let text = config(&t, "rr").replace(
+        "mode = \"one-arm\"\nclient = \"gc\"",
+        "mode = \"two-arm\"\nclient = \"gc\"\nbackend = \"gb\"",
+    );
+    assert!(text.contains("two-arm"), "{text}");
+    let dir = std::env::temp_dir().join(format!("xvs-e2e-{}", t.tag));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("xvs.toml");
+    std::fs::write(&cfg, text).unwrap();
+    let mut cmd = t.gateway.command(xvs_bin().to_str().unwrap());
+    cmd.args(["run", "--config", cfg.to_str().unwrap()]);
+    let (xvs, ready) = Spawned::start(cmd, "xvs", Duration::from_secs(20)).unwrap();
+    assert!(ready.starts_with("ready: 2 services on gc"), "{ready}");
+    let out = t.client.ns.exec(
+        TESTNET,
+        &[
+            "tcp",
+            "--connect",
+            "198.19.0.1:80",
+            "--connections",
+            "1000",
+            "--concurrency",
+            "32",
+        ],
+    );
+    let udp = t.client.ns.exec(
+        TESTNET,
+        &["udp", "--connect", "198.19.0.1:53", "--requests", "30"],
+    );
+    let (status, printed) = xvs.stop(libc::SIGTERM, Duration::from_secs(10));
+    let out = out.unwrap_or_else(|e| panic!("{e}\nxvs:\n{printed}"));
+    let summary = String::from_utf8(out.stdout).unwrap();
+    assert!(summary.starts_with("ok=1000 failed=0"), "{summary}");
+    let counts = by_backend(summary.trim());
+    assert!(
+        counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1,
+        "{summary}"
+    );
+    let udp = udp.unwrap_or_else(|e| panic!("{e}"));
+    assert!(String::from_utf8_lossy(&udp.stdout).starts_with("ok=30 failed=0"));
+    assert!(status.is_some_and(|s| s.success()), "{printed}");
+    let line = printed
+        .lines()
+        .find(|l| l.starts_with("worker 0:"))
+        .unwrap();
+    let rx = field(line, "rx");
+    let sum = field(line, "forwarded")
+        + field(line, "answered")
+        + field(line, "consumed")
+        + field(line, "dropped");
+    assert_eq!(rx, sum, "{line}");
+    assert!(line.contains("frames_accounted=true"), "{line}");
+    for ifname in ["gc", "gb"] {
+        let link = t
+            .gateway
+            .ip(&["-d", "link", "show", ifname])
+            .unwrap()
+            .stdout;
+        assert!(
+            !String::from_utf8_lossy(&link).contains("prog/xdp"),
+            "program left on {ifname}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
