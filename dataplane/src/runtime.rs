@@ -23,6 +23,7 @@ use crate::services::CompiledService;
 use crate::steer::{SteerError, Steering};
 use crate::worker::{Control, Handoff, Peers, Snapshot, Worker, WorkerLinks, HANDOFF_RING};
 use crate::xsk::{XskError, XskPort};
+use xsk_rs::config::XdpFlags;
 use xvs_conntrack::{Filter, FlowInfo};
 
 /// Capacity of each worker's control channel.
@@ -230,11 +231,6 @@ impl Dataplane {
         clock: impl Fn() -> u32 + Clone + Send + 'static,
     ) -> Result<Dataplane, StartError> {
         let i = &cfg.interfaces;
-        if i.steering == SteeringMode::All {
-            return Err(StartError::Unsupported(
-                "interfaces.steering all: only vip steering is implemented".into(),
-            ));
-        }
         let snat_addr = *cfg
             .snat
             .addresses
@@ -248,10 +244,22 @@ impl Dataplane {
         }
         let mac = interface_mac(ifnames[0])?;
         let backend_mac = interface_mac(ifnames[ifnames.len() - 1])?;
-        let steerings: Vec<Steering> = ifnames
-            .iter()
-            .map(|n| Steering::attach(n, i.xdp_mode))
-            .collect::<Result<_, _>>()?;
+        // `steering = "all"`: libxdp's default program instead of ours,
+        // attached with the sockets; everything goes to xvs.
+        let all = i.steering == SteeringMode::All;
+        let default_program = all.then(|| match i.xdp_mode {
+            xvs_config::XdpAttachMode::Native => XdpFlags::XDP_FLAGS_DRV_MODE,
+            xvs_config::XdpAttachMode::Generic => XdpFlags::XDP_FLAGS_SKB_MODE,
+            xvs_config::XdpAttachMode::Auto => XdpFlags::empty(),
+        });
+        let steerings: Vec<Steering> = if all {
+            Vec::new()
+        } else {
+            ifnames
+                .iter()
+                .map(|n| Steering::attach(n, i.xdp_mode))
+                .collect::<Result<_, _>>()?
+        };
         let workers = cfg.workers();
         let services: Vec<Arc<CompiledService>> = cfg
             .services
@@ -281,7 +289,7 @@ impl Dataplane {
         });
         let mut handles = Vec::new();
         for (w, (&queue, &core)) in i.queues.iter().zip(&i.cores).enumerate() {
-            let port = XskPort::open(&ifnames, queue, zero_copy)?;
+            let port = XskPort::open(&ifnames, queue, zero_copy, default_program)?;
             for (k, st) in steerings.iter().enumerate() {
                 st.register_socket(queue, port.fd(k))?;
             }
@@ -437,7 +445,7 @@ impl Dataplane {
 
 impl Drop for Dataplane {
     fn drop(&mut self) {
-        if !self.steerings.is_empty() {
+        if self.handle.workers.iter().any(|w| w.join.is_some()) {
             self.shutdown();
         }
     }

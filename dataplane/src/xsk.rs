@@ -13,7 +13,7 @@
 use std::num::NonZeroU32;
 use std::os::fd::AsRawFd;
 
-use xsk_rs::config::{BindFlags, LibxdpFlags, QueueSize, SocketConfig, UmemConfig};
+use xsk_rs::config::{BindFlags, LibxdpFlags, QueueSize, SocketConfig, UmemConfig, XdpFlags};
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
 
 /// Frames per RX/TX batch.
@@ -65,12 +65,15 @@ impl std::fmt::Debug for XskPort {
 impl XskPort {
     /// Opens one socket per interface of `ifnames` on `queue`, sharing
     /// one UMEM: zero-copy if `zero_copy` is `Some(true)`, copy if
-    /// `Some(false)`, zero-copy else copy if `None`. No XDP program is
-    /// loaded (the steering program is ours).
+    /// `Some(false)`, zero-copy else copy if `None`. With `default_program`
+    /// unset no XDP program is loaded (the steering program is ours); set,
+    /// libxdp attaches its default program, which sends every packet of
+    /// the queue to the socket, and removes it with the last socket.
     pub fn open(
         ifnames: &[&str],
         queue: u32,
         zero_copy: Option<bool>,
+        default_program: Option<XdpFlags>,
     ) -> Result<XskPort, XskError> {
         let err = |what: String| XskError {
             ifname: ifnames.join(","),
@@ -84,7 +87,7 @@ impl XskPort {
         };
         let mut last = String::new();
         for &zc in attempts {
-            match Self::open_mode(ifnames, queue, zc) {
+            match Self::open_mode(ifnames, queue, zc, default_program) {
                 Ok(p) => return Ok(p),
                 Err(e) => last = e,
             }
@@ -92,7 +95,12 @@ impl XskPort {
         Err(err(last))
     }
 
-    fn open_mode(ifnames: &[&str], queue: u32, zero_copy: bool) -> Result<XskPort, String> {
+    fn open_mode(
+        ifnames: &[&str],
+        queue: u32,
+        zero_copy: bool,
+        default_program: Option<XdpFlags>,
+    ) -> Result<XskPort, String> {
         let ring = QueueSize::new(RING).map_err(|e| e.to_string())?;
         let umem_cfg = UmemConfig::builder()
             .fill_queue_size(ring)
@@ -106,10 +114,18 @@ impl XskPort {
         } else {
             BindFlags::XDP_COPY
         };
+        let (libxdp, xdp) = match default_program {
+            Some(flags) => (LibxdpFlags::empty(), flags),
+            None => (
+                LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD,
+                XdpFlags::empty(),
+            ),
+        };
         let cfg = SocketConfig::builder()
             .rx_queue_size(ring)
             .tx_queue_size(ring)
-            .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
+            .libxdp_flags(libxdp)
+            .xdp_flags(xdp)
             .bind_flags(mode | BindFlags::XDP_USE_NEED_WAKEUP)
             .build();
         let mut socks = Vec::new();
@@ -117,8 +133,9 @@ impl XskPort {
             let iface = ifname
                 .parse()
                 .map_err(|_| format!("bad interface name {ifname}"))?;
-            // SAFETY: the program-load inhibit flag is set, as sharing a
-            // UMEM requires; each (interface, queue) pair is bound once.
+            // SAFETY: each (interface, queue) pair is bound once, so the
+            // program-load inhibit flag that a second binding of a pair on
+            // a shared UMEM would require is not needed.
             let (tx, rx, fq_cq) = unsafe { Socket::new(cfg, &umem, &iface, queue) }
                 .map_err(|e| format!("{ifname}: {e}"))?;
             let (fq, cq) = fq_cq.ok_or_else(|| format!("{ifname}: no fill/completion queues"))?;
