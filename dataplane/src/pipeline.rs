@@ -274,7 +274,11 @@ impl Pipeline {
             }
             Frame::Ipv4(ip) => ip,
         };
-        if !self.owned.contains(&ip.dst) {
+        // TCP and UDP look their flow up first: a flow key names an owned
+        // address, so a hit needs no ownership check (one hash lookup less
+        // on the established path); a miss is checked below.
+        let tcp_udp = matches!(ip.l4, L4::Tcp { .. } | L4::Udp { .. });
+        if !tcp_udp && !self.owned.contains(&ip.dst) {
             return Verdict::Drop(DropReason::NotOwned);
         }
         if ip.fragment != Fragment::Whole {
@@ -311,6 +315,7 @@ impl Pipeline {
                 self.table.on_packet(id, dir, pkt, now, &mut obs);
                 (id, dir)
             }
+            None if !self.owned.contains(&ip.dst) => return Verdict::Drop(DropReason::NotOwned),
             None if ip.dst == self.cfg.snat_addr => return Verdict::Drop(DropReason::ReplyNoFlow),
             // A new flow is inserted with its first packet accounted.
             None => match self.new_flow(buf, &ip, key, src_mac, pkt, now) {

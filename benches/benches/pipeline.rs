@@ -1,0 +1,223 @@
+//! The whole per-packet pipeline of one worker, sans-IO: a frame in, the
+//! verdict and the rewritten frame out. With 100,000 services and
+//! 1,000,000 flows in the table: a packet of an established flow (flows
+//! taken in random order), a new flow (SYN to a random service: service
+//! lookup, scheduler, SNAT port, insert, rewrite), and the service lookup
+//! alone.
+
+#![allow(clippy::unwrap_used)] // benches: a failed unwrap is a broken bench
+#![allow(clippy::disallowed_types)] // a benchmark measures wall-clock time
+
+use std::hint::black_box;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use smoltcp::wire::{EthernetAddress, IpAddress, Ipv4Packet, TcpPacket};
+use xvs_config::{
+    Backend, ForwardMethod, PortRange, Protocol, Scheduler, Service, ServiceKey, Timeouts,
+};
+use xvs_conntrack::{Filter, L4Proto};
+use xvs_dataplane::pipeline::{Pipeline, PipelineConfig, Verdict};
+use xvs_dataplane::services::CompiledService;
+
+const SERVICES: u32 = 100_000;
+const FLOWS: u32 = 1_000_000;
+const GW: [u8; 6] = [2, 0, 0, 0, 0, 2];
+
+fn vip(n: u32) -> Ipv4Addr {
+    Ipv4Addr::from(0xc613_0000 + n)
+}
+
+fn backend(n: u32, k: u32) -> Ipv4Addr {
+    Ipv4Addr::from(0xc612_0100 + (n * 3 + k) % 60_000)
+}
+
+/// A 64-byte TCP frame client → VIP with `flags`.
+fn tcp_frame(client: Ipv4Addr, port: u16, dst: Ipv4Addr, flags: u8) -> [u8; 64] {
+    let mut f = [0u8; 64];
+    f[0..6].copy_from_slice(&GW);
+    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    {
+        let ip = &mut f[14..34];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&50u16.to_be_bytes());
+        ip[8] = 64;
+        ip[9] = 6;
+        ip[12..16].copy_from_slice(&client.octets());
+        ip[16..20].copy_from_slice(&dst.octets());
+        Ipv4Packet::new_unchecked(ip).fill_checksum();
+    }
+    {
+        let t = &mut f[34..64];
+        t[0..2].copy_from_slice(&port.to_be_bytes());
+        t[2..4].copy_from_slice(&80u16.to_be_bytes());
+        t[12] = 5 << 4;
+        t[13] = flags;
+        t[14..16].copy_from_slice(&1000u16.to_be_bytes());
+        TcpPacket::new_unchecked(&mut t[..30])
+            .fill_checksum(&IpAddress::Ipv4(client), &IpAddress::Ipv4(dst));
+    }
+    f
+}
+
+/// An ARP reply from `ip`, so the pipeline knows the backend's MAC.
+fn arp_reply(ip: Ipv4Addr) -> [u8; 60] {
+    let mut f = [0u8; 60];
+    f[0..6].copy_from_slice(&GW);
+    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 3]);
+    f[12..14].copy_from_slice(&[0x08, 0x06]);
+    f[14..22].copy_from_slice(&[0, 1, 0x08, 0, 6, 4, 0, 2]);
+    f[22..28].copy_from_slice(&[2, 0, 0, 0, 0, 3]);
+    f[28..32].copy_from_slice(&ip.octets());
+    f
+}
+
+fn client_of(i: u32) -> (Ipv4Addr, u16) {
+    (
+        Ipv4Addr::from(0xc612_8000 + (i >> 14)),
+        (i & 0x3fff) as u16 + 1024,
+    )
+}
+
+fn setup() -> Pipeline {
+    let mut p = Pipeline::new(
+        PipelineConfig {
+            worker: 0,
+            mac: EthernetAddress(GW),
+            backend_mac: EthernetAddress(GW),
+            snat_addr: Ipv4Addr::new(198, 18, 254, 1),
+            snat_ports: PortRange {
+                first: 1024,
+                last: 65_535,
+            },
+            capacity: FLOWS + 200_000,
+            timeouts: Timeouts::default(),
+        },
+        0,
+    );
+    for n in 0..SERVICES {
+        let mut s = Service::new(ServiceKey {
+            vip: vip(n),
+            protocol: Protocol::Tcp,
+            port: 80,
+        });
+        s.scheduler = Scheduler::Rr;
+        s.backends = (0..3)
+            .map(|k| Backend {
+                address: backend(n, k),
+                port: 8080,
+                weight: 1,
+                forward: ForwardMethod::Masq,
+            })
+            .collect();
+        p.services
+            .upsert(Arc::new(CompiledService::new(n + 1, &s, 1, None)));
+        p.own(vip(n));
+    }
+    for a in 0..60_000 {
+        let mut f = arp_reply(Ipv4Addr::from(0xc612_0100 + a));
+        p.process(&mut f, 60, 0);
+    }
+    // 1M flows, 10 per service, ESTABLISHED.
+    for i in 0..FLOWS {
+        let (c, port) = client_of(i);
+        let mut syn = tcp_frame(c, port, vip(i % SERVICES), 0x02);
+        assert!(matches!(
+            p.process(&mut syn, 64, 0),
+            Verdict::Forward { .. }
+        ));
+        let mut ack = tcp_frame(c, port, vip(i % SERVICES), 0x10);
+        p.process(&mut ack, 64, 0);
+    }
+    p
+}
+
+fn pipeline(c: &mut Criterion) {
+    let mut p = setup();
+    println!(
+        "pipeline: {} services, {} flows",
+        p.services.len(),
+        p.table.len()
+    );
+    // Established flows in random order (a multiplicative permutation).
+    let acks: Vec<[u8; 64]> = (0..FLOWS)
+        .map(|k| {
+            let i = ((u64::from(k) * 2_654_435_761) % u64::from(FLOWS)) as u32;
+            let (c, port) = client_of(i);
+            tcp_frame(c, port, vip(i % SERVICES), 0x10)
+        })
+        .collect();
+    let mut g = c.benchmark_group("pipeline_100k_services_1M_flows");
+    g.throughput(Throughput::Elements(1));
+    g.sample_size(20);
+    g.measurement_time(Duration::from_secs(4));
+    let mut k = 0usize;
+    let mut buf = [0u8; 2048];
+    g.bench_function("established_packet", |b| {
+        b.iter(|| {
+            k = (k + 1) % acks.len();
+            buf[..64].copy_from_slice(&acks[k]);
+            let v = p.process(&mut buf, 64, 1);
+            debug_assert!(matches!(v, Verdict::Forward { .. }));
+            black_box(v)
+        })
+    });
+
+    let mut next = FLOWS;
+    g.bench_function("new_flow_syn", |b| {
+        b.iter_custom(|iters| {
+            let mut spent = Duration::ZERO;
+            let mut left = iters;
+            while left > 0 {
+                let n = left.min(20_000) as u32;
+                let frames: Vec<[u8; 64]> = (0..n)
+                    .map(|j| {
+                        let i = next + j;
+                        let (c, port) = client_of(i);
+                        let s = ((u64::from(i) * 2_654_435_761) % u64::from(SERVICES)) as u32;
+                        tcp_frame(c, port, vip(s), 0x02)
+                    })
+                    .collect();
+                let start = Instant::now();
+                for f in &frames {
+                    buf[..64].copy_from_slice(f);
+                    black_box(p.process(&mut buf, 64, 2));
+                }
+                spent += start.elapsed();
+                // Take the new flows out again (not timed).
+                let filter = Filter {
+                    client: None,
+                    state: Some(xvs_conntrack::FlowState::SynRecv),
+                    proto: Some(L4Proto::Tcp),
+                    ..Filter::default()
+                };
+                let mut cursor = Some(0);
+                while let Some(c) = cursor {
+                    cursor = p.delete_matching(&filter, c, u32::MAX).1;
+                }
+                next = FLOWS + (next - FLOWS + n) % (1 << 22);
+                left -= u64::from(n);
+            }
+            spent
+        })
+    });
+
+    let mut n = 0u32;
+    g.bench_function("service_lookup", |b| {
+        b.iter(|| {
+            n = (n + 7919) % SERVICES;
+            black_box(
+                p.services
+                    .find(black_box(vip(n)), L4Proto::Tcp, 80)
+                    .is_some(),
+            )
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, pipeline);
+criterion_main!(benches);
