@@ -19,7 +19,7 @@ use xvs_config::{
     Backend, ForwardMethod, PortRange, Protocol, Scheduler, Service, ServiceKey, Timeouts,
 };
 use xvs_conntrack::{Filter, L4Proto};
-use xvs_dataplane::pipeline::{Pipeline, PipelineConfig, Verdict};
+use xvs_dataplane::pipeline::{Pipeline, PipelineConfig, Prepared, Side, Verdict};
 use xvs_dataplane::services::CompiledService;
 
 const SERVICES: u32 = 100_000;
@@ -165,6 +165,28 @@ fn pipeline(c: &mut Criterion) {
             black_box(v)
         })
     });
+
+    // The worker's way: a batch of 64 classified, looked up together, then
+    // processed.
+    g.throughput(Throughput::Elements(64));
+    let mut bufs = vec![[0u8; 2048]; 64];
+    let mut preps = Vec::with_capacity(64);
+    let mut looked = vec![None; 64];
+    g.bench_function("established_batch64", |b| {
+        b.iter(|| {
+            preps.clear();
+            for buf in bufs.iter_mut() {
+                k = (k + 1) % acks.len();
+                buf[..64].copy_from_slice(&acks[k]);
+                preps.push(Prepared::of(&buf[..64]));
+            }
+            p.lookup_prepared(&preps, &mut looked);
+            for ((buf, prep), look) in bufs.iter_mut().zip(&preps).zip(&looked) {
+                black_box(p.process_prepared(Side::Client, buf, 64, 1, prep, *look));
+            }
+        })
+    });
+    g.throughput(Throughput::Elements(1));
 
     let mut next = FLOWS;
     g.bench_function("new_flow_syn", |b| {

@@ -285,6 +285,15 @@ impl FlowTable {
         }
     }
 
+    /// Whether `id` is a live flow whose `dir` key is still `key` (a
+    /// lookup result may be stale once the table has changed).
+    pub fn holds(&self, id: FlowId, dir: Direction, key: &FlowKey) -> bool {
+        self.slab
+            .entries
+            .get(id.0 as usize)
+            .is_some_and(|e| e.is_live() && !e.is_template() && e.key(dir) == *key)
+    }
+
     /// Read access to a live entry.
     pub fn flow(&self, id: FlowId) -> FlowRef<'_> {
         FlowRef(&self.slab.entries[id.0 as usize])

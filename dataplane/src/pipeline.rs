@@ -111,6 +111,31 @@ impl Counters {
     }
 }
 
+/// A frame classified ahead of processing, with its flow key (TCP and
+/// UDP only), so a batch's flows can be looked up together.
+#[derive(Debug, Clone, Copy)]
+pub struct Prepared {
+    frame: Result<Frame, DropReason>,
+    key: Option<FlowKey>,
+}
+
+impl Prepared {
+    /// Classifies `frame` (no state is touched).
+    pub fn of(frame: &[u8]) -> Prepared {
+        let frame = classify(frame);
+        let key = match &frame {
+            Ok(Frame::Ipv4(ip))
+                if matches!(ip.l4, L4::Tcp { .. } | L4::Udp { .. })
+                    && ip.fragment == Fragment::Whole =>
+            {
+                ip.flow_key()
+            }
+            _ => None,
+        };
+        Prepared { frame, key }
+    }
+}
+
 /// Static settings of one worker's pipeline.
 #[derive(Debug, Clone)]
 pub struct PipelineConfig {
@@ -241,8 +266,68 @@ impl Pipeline {
 
     /// Processes one frame received on side `ingress`.
     pub fn process_on(&mut self, ingress: Side, buf: &mut [u8], len: usize, now: u32) -> Verdict {
+        let len = len.min(buf.len());
+        let prepared = Prepared::of(&buf[..len]);
+        self.process_prepared(ingress, buf, len, now, &prepared, None)
+    }
+
+    /// Looks up the flows of a batch of prepared frames at once
+    /// ([`FlowTable::lookup_batch`]: the flow-table reads of the batch
+    /// overlap); `out[i]` is `Some(hit)` for every frame with a flow key.
+    pub fn lookup_prepared(
+        &mut self,
+        prepared: &[Prepared],
+        out: &mut [Option<Option<(FlowId, Direction)>>],
+    ) {
+        let mut keys = [FlowKey::between(
+            Endpoint {
+                addr: Ipv4Addr::UNSPECIFIED,
+                port: 0,
+            },
+            Endpoint {
+                addr: Ipv4Addr::UNSPECIFIED,
+                port: 0,
+            },
+            L4Proto::Tcp,
+        ); xvs_conntrack::BATCH];
+        let mut at = [0usize; xvs_conntrack::BATCH];
+        let mut hits = [None; xvs_conntrack::BATCH];
+        for (prep, out) in prepared
+            .chunks(xvs_conntrack::BATCH)
+            .zip(out.chunks_mut(xvs_conntrack::BATCH))
+        {
+            let mut n = 0;
+            for (i, p) in prep.iter().enumerate() {
+                out[i] = None;
+                if let Some(k) = p.key {
+                    keys[n] = k;
+                    at[n] = i;
+                    n += 1;
+                }
+            }
+            self.table.lookup_batch(&keys[..n], &mut hits[..n]);
+            for j in 0..n {
+                out[at[j]] = Some(hits[j]);
+            }
+        }
+    }
+
+    /// Processes a frame already classified by [`Prepared::of`], with its
+    /// flow looked up in advance (`looked`), or not (`None`). A hit found
+    /// in advance is used only if the entry still holds that key (a flow
+    /// of the same batch may have replaced it); a miss is looked up again
+    /// (a flow of the same batch may have created it).
+    pub fn process_prepared(
+        &mut self,
+        ingress: Side,
+        buf: &mut [u8],
+        len: usize,
+        now: u32,
+        prepared: &Prepared,
+        looked: Option<Option<(FlowId, Direction)>>,
+    ) -> Verdict {
         self.counters.rx += 1;
-        let verdict = self.verdict(ingress, buf, len.min(buf.len()), now);
+        let verdict = self.verdict(ingress, buf, len.min(buf.len()), now, prepared, looked);
         match verdict {
             Verdict::Forward { .. } => self.counters.forwarded += 1,
             Verdict::Answer(_) => self.counters.answered += 1,
@@ -252,8 +337,16 @@ impl Pipeline {
         verdict
     }
 
-    fn verdict(&mut self, ingress: Side, buf: &mut [u8], len: usize, now: u32) -> Verdict {
-        let frame = match classify(&buf[..len]) {
+    fn verdict(
+        &mut self,
+        ingress: Side,
+        buf: &mut [u8],
+        len: usize,
+        now: u32,
+        prepared: &Prepared,
+        looked: Option<Option<(FlowId, Direction)>>,
+    ) -> Verdict {
+        let frame = match prepared.frame {
             Ok(f) => f,
             Err(r) => return Verdict::Drop(r),
         };
@@ -303,7 +396,11 @@ impl Pipeline {
             tcp_flags,
             len: u32::from(ip.total_len),
         };
-        let (id, dir) = match self.table.lookup(&key) {
+        let hit = match looked {
+            Some(Some((id, dir))) if self.table.holds(id, dir, &key) => Some((id, dir)),
+            _ => self.table.lookup(&key),
+        };
+        let (id, dir) = match hit {
             Some((id, dir)) => {
                 if dir == Direction::Reply {
                     self.learn(ip.src, src_mac);

@@ -23,10 +23,10 @@ use crossbeam_channel::Receiver;
 use crossbeam_queue::ArrayQueue;
 use xsk_rs::FrameDesc;
 use xvs_config::{PollMode, PortRange, ServiceKey};
-use xvs_conntrack::{Filter, FlowInfo};
+use xvs_conntrack::{Direction, Filter, FlowId, FlowInfo};
 
 use crate::counters::{CountersReading, LiveCounters};
-use crate::pipeline::{Counters, Pipeline, Side, Verdict};
+use crate::pipeline::{Counters, Pipeline, Prepared, Side, Verdict};
 use crate::services::CompiledService;
 use crate::xsk::{XskPort, BATCH};
 
@@ -172,6 +172,9 @@ pub struct Worker {
     peers: Option<Peers>,
     live: Arc<LiveCounters>,
     last_now: u32,
+    keep: Vec<usize>,
+    preps: Vec<Prepared>,
+    looked: Vec<Option<Option<(FlowId, Direction)>>>,
     busy: u64,
     idle: u64,
     tx: u64,
@@ -199,6 +202,9 @@ impl Worker {
             peers: links.peers,
             live: links.live,
             last_now: 0,
+            keep: Vec::with_capacity(BATCH),
+            preps: Vec::with_capacity(BATCH),
+            looked: Vec::with_capacity(BATCH),
             busy: 0,
             idle: 0,
             tx: 0,
@@ -358,8 +364,10 @@ impl Worker {
     }
 
     /// Runs a batch through the pipeline: frames for another worker are
-    /// handed over (only those received from the port), the others get
-    /// their verdict and go to `outs` (by side) or `drop`.
+    /// handed over (only those received from the port); the others are
+    /// classified, their flows looked up together (the flow-table reads
+    /// overlap), then each gets its verdict and goes to `outs` (by side)
+    /// or `drop`.
     fn process_batch(
         &mut self,
         descs: &mut [FrameDesc],
@@ -369,17 +377,34 @@ impl Worker {
         outs: &mut [Vec<FrameDesc>; 2],
         drop: &mut Vec<FrameDesc>,
     ) {
-        for desc in descs.iter_mut() {
+        self.keep.clear();
+        self.preps.clear();
+        for (k, desc) in descs.iter_mut().enumerate() {
             if from_port && self.hand_off(desc, ingress) {
                 drop.push(*desc);
                 continue;
             }
-            let pipeline = &mut self.pipeline;
             // SAFETY: `desc` was just received on this port (or filled
             // from the hand-off ring) and is referenced nowhere else.
-            let verdict = unsafe {
+            let prep = unsafe {
                 self.port
-                    .with_frame(desc, |buf, len| pipeline.process_on(ingress, buf, len, now))
+                    .with_frame(desc, |buf, len| Prepared::of(&buf[..len]))
+            };
+            self.keep.push(k);
+            self.preps.push(prep);
+        }
+        self.looked.clear();
+        self.looked.resize(self.preps.len(), None);
+        self.pipeline.lookup_prepared(&self.preps, &mut self.looked);
+        for (j, &k) in self.keep.iter().enumerate() {
+            let desc = &mut descs[k];
+            let (prep, looked) = (self.preps[j], self.looked[j]);
+            let pipeline = &mut self.pipeline;
+            // SAFETY: as above.
+            let verdict = unsafe {
+                self.port.with_frame(desc, |buf, len| {
+                    pipeline.process_prepared(ingress, buf, len, now, &prep, looked)
+                })
             };
             let (len, side) = match verdict {
                 Verdict::Forward { len, to } => (len, to),

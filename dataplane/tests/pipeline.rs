@@ -290,3 +290,37 @@ fn an_unresolved_backend_is_counted_and_arp_requested() {
     );
     assert_counters_add_up(&p);
 }
+
+/// A batch looked up before any of it is processed: a flow the batch
+/// itself creates (SYN, then its reply) is found when its turn comes.
+#[test]
+fn a_batch_looked_up_together_sees_flows_it_creates() {
+    use xvs_dataplane::pipeline::Prepared;
+    let mut p = pipeline();
+    run(&mut p, &backend_arp_reply(), 0);
+    let frames = [TCP_SYN, TCP_REPLY];
+    let prepared: Vec<Prepared> = frames.iter().map(|f| Prepared::of(f)).collect();
+    let mut looked = vec![None; 2];
+    p.lookup_prepared(&prepared, &mut looked);
+    assert_eq!(
+        looked,
+        [Some(None), Some(None)],
+        "both miss before processing"
+    );
+    let want = [TCP_SYN_FORWARDED, TCP_REPLY_FORWARDED];
+    for ((f, prep), (look, want)) in frames.iter().zip(&prepared).zip(looked.iter().zip(want)) {
+        let mut buf = vec![0u8; 2048];
+        buf[..f.len()].copy_from_slice(f);
+        let v = p.process_prepared(Side::Client, &mut buf, f.len(), 1, prep, *look);
+        let Verdict::Forward { len, .. } = v else {
+            panic!("{v:?}")
+        };
+        assert_eq!(&buf[..len], want);
+    }
+    // Looked up now, the reply hits.
+    let prepared = [Prepared::of(TCP_REPLY)];
+    let mut looked = [None];
+    p.lookup_prepared(&prepared, &mut looked);
+    assert!(matches!(looked[0], Some(Some(_))));
+    assert_counters_add_up(&p);
+}
