@@ -98,6 +98,40 @@ fn field(line: &str, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("{key} not in {line}"))
 }
 
+/// Writes `config` beside the test and starts `xvs run` on it in the
+/// gateway namespace; returns the process, its ready line and the folder.
+fn launch(t: &Topology, config: &str) -> (Spawned, String, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("xvs-e2e-{}", t.tag));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("xvs.toml");
+    std::fs::write(&cfg, config).unwrap();
+    let mut cmd = t.gateway.command(xvs_bin().to_str().unwrap());
+    cmd.args(["run", "--config", cfg.to_str().unwrap()]);
+    let (xvs, ready) = Spawned::start(cmd, "xvs", Duration::from_secs(20)).unwrap();
+    (xvs, ready, dir)
+}
+
+/// Checks every worker line xvs printed at stop: the counters add up and
+/// every frame is accounted for; returns the lines.
+fn worker_lines(printed: &str) -> Vec<String> {
+    let lines: Vec<String> = printed
+        .lines()
+        .filter(|l| l.starts_with("worker "))
+        .map(str::to_owned)
+        .collect();
+    assert!(!lines.is_empty(), "{printed}");
+    for line in &lines {
+        let rx = field(line, "rx");
+        let sum = field(line, "forwarded")
+            + field(line, "answered")
+            + field(line, "consumed")
+            + field(line, "dropped");
+        assert_eq!(rx, sum, "{line}");
+        assert!(line.contains("frames_accounted=true"), "{line}");
+    }
+    lines
+}
+
 /// xvs running in the gateway of a one-arm topology with three backends.
 struct Running {
     t: Topology,
@@ -114,13 +148,7 @@ fn start(scheduler: &str) -> Running {
     })
     .unwrap();
     let servers = servers(&t);
-    let dir = std::env::temp_dir().join(format!("xvs-e2e-{}", t.tag));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join("xvs.toml");
-    std::fs::write(&cfg, config(&t, scheduler)).unwrap();
-    let mut cmd = t.gateway.command(xvs_bin().to_str().unwrap());
-    cmd.args(["run", "--config", cfg.to_str().unwrap()]);
-    let (xvs, ready) = Spawned::start(cmd, "xvs", Duration::from_secs(20)).unwrap();
+    let (xvs, ready, dir) = launch(&t, &config(&t, scheduler));
     assert!(ready.starts_with("ready: 2 services on g0"), "{ready}");
     Running {
         t,
@@ -149,18 +177,7 @@ impl Running {
             status.is_some_and(|s| s.success()),
             "xvs exit {status:?}: {printed}"
         );
-        let line = printed
-            .lines()
-            .find(|l| l.starts_with("worker 0:"))
-            .unwrap_or_else(|| panic!("{printed}"))
-            .to_owned();
-        let rx = field(&line, "rx");
-        let sum = field(&line, "forwarded")
-            + field(&line, "answered")
-            + field(&line, "consumed")
-            + field(&line, "dropped");
-        assert_eq!(rx, sum, "{line}");
-        assert!(line.contains("frames_accounted=true"), "{line}");
+        let line = worker_lines(&printed).remove(0);
         let link = self
             .t
             .gateway
@@ -483,13 +500,7 @@ fn two_queues_two_workers_hand_replies_to_their_owner() {
     })
     .unwrap();
     let _servers = servers(&t);
-    let dir = std::env::temp_dir().join(format!("xvs-e2e-{}", t.tag));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join("xvs.toml");
-    std::fs::write(&cfg, config_queues(&t, "rr", 2)).unwrap();
-    let mut cmd = t.gateway.command(xvs_bin().to_str().unwrap());
-    cmd.args(["run", "--config", cfg.to_str().unwrap()]);
-    let (xvs, ready) = Spawned::start(cmd, "xvs", Duration::from_secs(20)).unwrap();
+    let (xvs, ready, dir) = launch(&t, &config_queues(&t, "rr", 2));
     assert!(ready.contains("2 worker(s)"), "{ready}");
     let out = t.client.ns.exec(
         TESTNET,
@@ -509,20 +520,10 @@ fn two_queues_two_workers_hand_replies_to_their_owner() {
     assert!(summary.starts_with("ok=1000 failed=0"), "{summary}");
     assert!(status.is_some_and(|s| s.success()), "{printed}");
     eprintln!("{printed}");
-    let lines: Vec<&str> = printed
-        .lines()
-        .filter(|l| l.starts_with("worker "))
-        .collect();
+    let lines = worker_lines(&printed);
     assert_eq!(lines.len(), 2, "{printed}");
     let (mut off, mut inn, mut new_flows) = (0, 0, 0);
     for line in &lines {
-        let rx = field(line, "rx");
-        let sum = field(line, "forwarded")
-            + field(line, "answered")
-            + field(line, "consumed")
-            + field(line, "dropped");
-        assert_eq!(rx, sum, "{line}");
-        assert!(line.contains("frames_accounted=true"), "{line}");
         assert_eq!(field(line, "handoff_full"), 0, "{line}");
         off += field(line, "handed_off");
         inn += field(line, "handed_in") + field(line, "handoff_left");
@@ -592,13 +593,7 @@ fn two_arm_full_nat_between_two_interfaces() {
         "mode = \"two-arm\"\nclient = \"gc\"\nbackend = \"gb\"",
     );
     assert!(text.contains("two-arm"), "{text}");
-    let dir = std::env::temp_dir().join(format!("xvs-e2e-{}", t.tag));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join("xvs.toml");
-    std::fs::write(&cfg, text).unwrap();
-    let mut cmd = t.gateway.command(xvs_bin().to_str().unwrap());
-    cmd.args(["run", "--config", cfg.to_str().unwrap()]);
-    let (xvs, ready) = Spawned::start(cmd, "xvs", Duration::from_secs(20)).unwrap();
+    let (xvs, ready, dir) = launch(&t, &text);
     assert!(ready.starts_with("ready: 2 services on gc"), "{ready}");
     let out = t.client.ns.exec(
         TESTNET,
@@ -628,17 +623,7 @@ fn two_arm_full_nat_between_two_interfaces() {
     let udp = udp.unwrap_or_else(|e| panic!("{e}"));
     assert!(String::from_utf8_lossy(&udp.stdout).starts_with("ok=30 failed=0"));
     assert!(status.is_some_and(|s| s.success()), "{printed}");
-    let line = printed
-        .lines()
-        .find(|l| l.starts_with("worker 0:"))
-        .unwrap();
-    let rx = field(line, "rx");
-    let sum = field(line, "forwarded")
-        + field(line, "answered")
-        + field(line, "consumed")
-        + field(line, "dropped");
-    assert_eq!(rx, sum, "{line}");
-    assert!(line.contains("frames_accounted=true"), "{line}");
+    worker_lines(&printed);
     for ifname in ["gc", "gb"] {
         let link = t
             .gateway
@@ -698,13 +683,7 @@ fn steering_all_uses_the_default_program() {
         "poll = \"adaptive\"",
         "poll = \"adaptive\"\nsteering = \"all\"",
     );
-    let dir = std::env::temp_dir().join(format!("xvs-e2e-{}", t.tag));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join("xvs.toml");
-    std::fs::write(&cfg, text).unwrap();
-    let mut cmd = t.gateway.command(xvs_bin().to_str().unwrap());
-    cmd.args(["run", "--config", cfg.to_str().unwrap()]);
-    let (xvs, _) = Spawned::start(cmd, "xvs", Duration::from_secs(20)).unwrap();
+    let (xvs, _, dir) = launch(&t, &text);
     let attached = t.gateway.ip(&["-d", "link", "show", "g0"]).unwrap().stdout;
     assert!(
         String::from_utf8_lossy(&attached).contains("xdp"),
@@ -727,12 +706,8 @@ fn steering_all_uses_the_default_program() {
         "ping to the gateway went to the kernel in steering=all"
     );
     assert!(status.is_some_and(|s| s.success()), "{printed}");
-    let line = printed
-        .lines()
-        .find(|l| l.starts_with("worker 0:"))
-        .unwrap();
+    let line = worker_lines(&printed).remove(0);
     assert!(line.contains("not_owned="), "{line}");
-    assert!(line.contains("frames_accounted=true"), "{line}");
     let link = t.gateway.ip(&["-d", "link", "show", "g0"]).unwrap().stdout;
     assert!(
         !String::from_utf8_lossy(&link).contains("prog/xdp"),
