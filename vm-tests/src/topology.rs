@@ -193,6 +193,47 @@ impl Topology {
         })
     }
 
+    /// Starts `xvs-testnet serve` (the binary at `testnet`) in every
+    /// backend: TCP on `tcp_port`, UDP on `udp_port` if given, named
+    /// `{prefix}{i}`; waits until each is ready.
+    pub fn echo_servers(
+        &self,
+        testnet: &str,
+        prefix: &str,
+        tcp_port: u16,
+        udp_port: Option<u16>,
+    ) -> std::io::Result<Vec<crate::procs::Spawned>> {
+        self.backends
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let mut cmd = b.ns.command(testnet);
+                let name = format!("{prefix}{i}");
+                cmd.args([
+                    "serve",
+                    "--name",
+                    &name,
+                    "--tcp",
+                    &format!("{}:{tcp_port}", b.addr),
+                ]);
+                if let Some(p) = udp_port {
+                    cmd.args(["--udp", &format!("{}:{p}", b.addr)]);
+                }
+                let (s, line) = crate::procs::Spawned::start(
+                    cmd,
+                    "echo server",
+                    std::time::Duration::from_secs(5),
+                )?;
+                if line != format!("ready {name}") {
+                    return Err(std::io::Error::other(format!(
+                        "echo server {name} said {line:?}"
+                    )));
+                }
+                Ok(s)
+            })
+            .collect()
+    }
+
     /// Names of every namespace of this topology.
     pub fn namespaces(&self) -> Vec<String> {
         let mut v = vec![

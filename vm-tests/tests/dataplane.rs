@@ -68,26 +68,7 @@ backends = [{b}]
 }
 
 fn servers(t: &Topology) -> Vec<Spawned> {
-    t.backends
-        .iter()
-        .enumerate()
-        .map(|(i, b)| {
-            let mut cmd = b.ns.command(TESTNET);
-            let addr = format!("{}:8080", b.addr);
-            cmd.args([
-                "serve",
-                "--name",
-                &format!("b{i}"),
-                "--tcp",
-                &addr,
-                "--udp",
-                &addr,
-            ]);
-            Spawned::start(cmd, "echo server", Duration::from_secs(5))
-                .unwrap()
-                .0
-        })
-        .collect()
+    t.echo_servers(TESTNET, "b", 8080, Some(8080)).unwrap()
 }
 
 /// `key=value` of a summary line.

@@ -5,8 +5,6 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use std::time::Duration;
-
 use xvs_vm_tests::netns::{leftover_namespaces, run};
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
@@ -24,25 +22,7 @@ fn namespaces_now() -> Vec<String> {
 
 /// Starts an echo server named `b{i}` in every backend.
 fn servers(t: &Topology) -> Vec<Spawned> {
-    t.backends
-        .iter()
-        .enumerate()
-        .map(|(i, b)| {
-            let mut cmd = b.ns.command(TESTNET);
-            cmd.args([
-                "serve",
-                "--name",
-                &format!("b{i}"),
-                "--tcp",
-                &format!("{}:8080", b.addr),
-                "--udp",
-                &format!("{}:5353", b.addr),
-            ]);
-            let (s, line) = Spawned::start(cmd, "echo server", Duration::from_secs(5)).unwrap();
-            assert_eq!(line, format!("ready b{i}"));
-            s
-        })
-        .collect()
+    t.echo_servers(TESTNET, "b", 8080, Some(5353)).unwrap()
 }
 
 fn load(t: &Topology, args: &[&str]) -> String {

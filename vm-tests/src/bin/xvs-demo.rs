@@ -46,22 +46,9 @@ fn demo() -> Result<(), String> {
         t.tag, t.gateway_client_if
     );
 
-    let mut servers = Vec::new();
-    for (i, b) in t.backends.iter().enumerate() {
-        let mut cmd = b.ns.command(testnet.to_str().unwrap_or_default());
-        cmd.args([
-            "serve",
-            "--name",
-            &format!("backend-{i}"),
-            "--tcp",
-            &format!("{}:8080", b.addr),
-        ]);
-        servers.push(
-            Spawned::start(cmd, "echo server", Duration::from_secs(5))
-                .map_err(|e| e.to_string())?
-                .0,
-        );
-    }
+    let servers = t
+        .echo_servers(testnet.to_str().unwrap_or_default(), "backend-", 8080, None)
+        .map_err(|e| e.to_string())?;
     let backends: Vec<String> = (0..3)
         .map(|i| format!("{{ address = \"{}\", port = 8080 }}", backend_addr(i)))
         .collect();
