@@ -192,6 +192,32 @@ fn conntrack(c: &mut Criterion) {
             })
         });
 
+        // What the data plane calls: it has just found both keys free.
+        g.bench_function("insert_new", |b| {
+            b.iter_custom(|iters| {
+                let mut spent = Duration::ZERO;
+                let mut left = iters;
+                while left > 0 {
+                    let n = left.min(u64::from(CHUNK)) as u32;
+                    let start = Instant::now();
+                    for k in 0..n {
+                        black_box(t.insert_new(&flow(next + k), syn, 0, &mut ()).unwrap());
+                    }
+                    spent += start.elapsed();
+                    for k in 0..n {
+                        let f = flow(next + k);
+                        let (id, _) = t
+                            .lookup(&FlowKey::between(f.client, f.vip, f.proto))
+                            .unwrap();
+                        t.remove(id, &mut ());
+                    }
+                    next = bump(size, next, n);
+                    left -= u64::from(n);
+                }
+                spent
+            })
+        });
+
         // Expire: chunks of UDP flows that time out together amid the
         // table's long-lived flows; measured per expired entry, including
         // the lazy re-filing of the long-lived flows the wheel passes

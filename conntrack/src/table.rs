@@ -407,13 +407,39 @@ impl FlowTable {
         self.slab.alloc().ok_or(InsertError::TableFull)
     }
 
-    /// Tracks a new flow with its first packet (original direction).
+    /// Tracks a new flow with its first packet (original direction);
+    /// refuses it ([`InsertError::Exists`]) if either key is tracked.
     pub fn insert(
         &mut self,
         new: &NewFlow,
         pkt: Packet,
         now: u32,
         obs: &mut impl Observer,
+    ) -> Result<FlowId, InsertError> {
+        self.insert_flow(new, pkt, now, obs, true)
+    }
+
+    /// As [`FlowTable::insert`], for a caller that has just looked both
+    /// keys up and found neither tracked (the data plane does: a lookup
+    /// miss, then a SNAT port whose reply key is free): the table does not
+    /// probe for them again. Checked in debug builds.
+    pub fn insert_new(
+        &mut self,
+        new: &NewFlow,
+        pkt: Packet,
+        now: u32,
+        obs: &mut impl Observer,
+    ) -> Result<FlowId, InsertError> {
+        self.insert_flow(new, pkt, now, obs, cfg!(debug_assertions))
+    }
+
+    fn insert_flow(
+        &mut self,
+        new: &NewFlow,
+        pkt: Packet,
+        now: u32,
+        obs: &mut impl Observer,
+        check: bool,
     ) -> Result<FlowId, InsertError> {
         let orig = FlowKey::between(new.client, new.vip, new.proto);
         let reply = FlowKey::between(new.backend, new.snat, new.proto);
@@ -427,7 +453,7 @@ impl FlowTable {
                 })
                 .is_some()
         };
-        if taken(h_orig, &orig) || taken(h_reply, &reply) || orig == reply {
+        if orig == reply || (check && (taken(h_orig, &orig) || taken(h_reply, &reply))) {
             self.stats.insert_failed += 1;
             return Err(InsertError::Exists);
         }

@@ -92,6 +92,20 @@ fn both_directions_find_one_entry() {
 }
 
 #[test]
+fn insert_new_tracks_a_flow_whose_keys_the_caller_checked() {
+    let mut t = FlowTable::new(16, Timeouts::default(), 0);
+    let f = new_flow(3, L4Proto::Udp);
+    let orig = FlowKey::between(f.client, f.vip, L4Proto::Udp);
+    let reply = FlowKey::between(f.backend, f.snat, L4Proto::Udp);
+    assert_eq!(t.lookup(&orig), None);
+    assert_eq!(t.lookup(&reply), None);
+    let id = t.insert_new(&f, Packet::default(), 0, &mut ()).unwrap();
+    assert_eq!(t.lookup(&orig), Some((id, Direction::Original)));
+    assert_eq!(t.lookup(&reply), Some((id, Direction::Reply)));
+    t.check_invariants().unwrap();
+}
+
+#[test]
 fn tcp_lifecycle_reports_active_and_inactive() {
     let mut t = FlowTable::new(16, Timeouts::default(), 0);
     let mut c = Counts::default();

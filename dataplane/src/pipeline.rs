@@ -556,7 +556,9 @@ impl Pipeline {
             table: &self.services,
             worker,
         };
-        match self.table.insert(&new, first, now, &mut obs) {
+        // Both keys were just found free: the orig key missed above, the
+        // reply key in snat_port.
+        match self.table.insert_new(&new, first, now, &mut obs) {
             Ok(id) => {
                 self.counters.new_flows += 1;
                 Ok(id)
