@@ -8,7 +8,7 @@ ifeq ($(shell id -u),0)
 export XVS_REQUIRE_PRIVILEGED := 1
 endif
 
-.PHONY: all deps build test lint unit leak-check fuzz-build fuzz bench demo clean
+.PHONY: all deps build test lint unit leak-check fuzz-build fuzz bench fwd-bench demo clean
 
 all: build
 
@@ -51,9 +51,15 @@ fuzz:
 	cd config && $(CARGO) +nightly fuzz run parse_config -- -max_total_time=$(FUZZ_SECONDS)
 	cd dataplane && $(CARGO) +nightly fuzz run classify_rewrite -- -max_total_time=$(FUZZ_SECONDS)
 
-## bench: criterion micro-benchmarks (release profile)
+## bench: criterion micro-benchmarks (release profile), then the forwarding
+## bench against a raw AF_XDP forwarder on the namespace topology (as root)
 bench: deps
 	$(CARGO) bench --workspace
+	$(MAKE) fwd-bench
+
+fwd-bench: deps
+	$(CARGO) build --release -p xvs-control -p xvs-vm-tests -p xvs-benches --bins
+	./target/release/xvs-fwd-bench
 
 ## demo: the main job on a built-in network-namespace topology (as root)
 demo: deps

@@ -78,6 +78,30 @@ enum Cmd {
         #[arg(long, default_value_t = 50)]
         interval_ms: u64,
     },
+    /// Sends UDP datagrams of `size` bytes to `to` as fast as it can for
+    /// `seconds` (one socket, one source port: one flow); prints
+    /// `sent=N pps=R`.
+    Blast {
+        /// Destination.
+        #[arg(long)]
+        to: SocketAddr,
+        /// Duration in seconds.
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
+        /// Payload bytes.
+        #[arg(long, default_value_t = 18)]
+        size: usize,
+    },
+    /// Counts UDP datagrams received on `listen` for `seconds`; prints
+    /// `received=N pps=R` (R over the time datagrams were arriving).
+    Sink {
+        /// Address to listen on.
+        #[arg(long)]
+        listen: SocketAddr,
+        /// How long to count, in seconds.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+    },
     /// UDP request/response load.
     Udp {
         /// Address to send to.
@@ -113,6 +137,8 @@ fn main() -> ExitCode {
             requests,
             timeout_ms,
         } => udp_load(connect, requests, Duration::from_millis(timeout_ms)),
+        Cmd::Blast { to, seconds, size } => blast(to, seconds, size),
+        Cmd::Sink { listen, seconds } => sink(listen, seconds),
         Cmd::Hold {
             connect,
             seconds,
@@ -225,6 +251,60 @@ fn one_connection(
         return Err("echo differs from what was sent".into());
     }
     Ok(name.trim().to_owned())
+}
+
+#[allow(clippy::disallowed_types)] // a load generator measures real time
+fn blast(to: SocketAddr, seconds: u64, size: usize) -> ExitCode {
+    let Ok(sock) = UdpSocket::bind("0.0.0.0:0") else {
+        eprintln!("xvs-testnet: cannot bind");
+        return ExitCode::from(2);
+    };
+    let payload = vec![0x5au8; size];
+    let start = std::time::Instant::now();
+    let limit = Duration::from_secs(seconds);
+    let mut sent = 0u64;
+    while start.elapsed() < limit {
+        for _ in 0..256 {
+            if sock.send_to(&payload, to).is_ok() {
+                sent += 1;
+            }
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!("sent={sent} pps={:.0}", sent as f64 / secs);
+    ExitCode::SUCCESS
+}
+
+#[allow(clippy::disallowed_types)] // a sink measures real time
+fn sink(listen: SocketAddr, seconds: u64) -> ExitCode {
+    let Ok(sock) = UdpSocket::bind(listen) else {
+        eprintln!("xvs-testnet: cannot bind {listen}");
+        return ExitCode::from(2);
+    };
+    let _ = sock.set_read_timeout(Some(Duration::from_millis(100)));
+    println!("ready sink");
+    let _ = std::io::stdout().flush();
+    let start = std::time::Instant::now();
+    let mut first: Option<std::time::Instant> = None;
+    let mut last = start;
+    let mut received = 0u64;
+    let mut buf = [0u8; 2048];
+    while start.elapsed() < Duration::from_secs(seconds) {
+        if sock.recv_from(&mut buf).is_ok() {
+            received += 1;
+            let now = std::time::Instant::now();
+            first.get_or_insert(now);
+            last = now;
+        }
+    }
+    let active = first.map_or(0.0, |f| last.duration_since(f).as_secs_f64());
+    let pps = if active > 0.0 {
+        received as f64 / active
+    } else {
+        0.0
+    };
+    println!("received={received} pps={pps:.0}");
+    ExitCode::SUCCESS
 }
 
 fn hold(to: SocketAddr, seconds: u64, interval: Duration) -> Result<u64, String> {
