@@ -119,6 +119,41 @@ fn memory_baseline(c: &mut Criterion) {
     g.finish();
 }
 
+/// Times `iters` inserts of fresh flows with `insert`, in chunks; each
+/// chunk is removed again (not timed) so the table stays at its size.
+fn timed_inserts<R>(
+    t: &mut FlowTable,
+    size: u32,
+    next: &mut u32,
+    iters: u64,
+    mut insert: impl FnMut(&mut FlowTable, &NewFlow, Packet) -> R,
+) -> Duration {
+    let syn = Packet {
+        tcp_flags: 0x02,
+        len: 60,
+    };
+    let mut spent = Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let n = left.min(u64::from(CHUNK)) as u32;
+        let start = Instant::now();
+        for k in 0..n {
+            black_box(insert(t, &flow(*next + k), syn));
+        }
+        spent += start.elapsed();
+        for k in 0..n {
+            let f = flow(*next + k);
+            let (id, _) = t
+                .lookup(&FlowKey::between(f.client, f.vip, f.proto))
+                .unwrap();
+            t.remove(id, &mut ());
+        }
+        *next = bump(size, *next, n);
+        left -= u64::from(n);
+    }
+    spent
+}
+
 fn conntrack(c: &mut Criterion) {
     for size in SIZES {
         let mut t = filled(size);
@@ -162,59 +197,20 @@ fn conntrack(c: &mut Criterion) {
         });
         g.throughput(Throughput::Elements(1));
 
-        let syn = Packet {
-            tcp_flags: 0x02,
-            len: 60,
-        };
         let mut next = size;
         g.bench_function("insert", |b| {
             b.iter_custom(|iters| {
-                let mut spent = Duration::ZERO;
-                let mut left = iters;
-                while left > 0 {
-                    let n = left.min(u64::from(CHUNK)) as u32;
-                    let start = Instant::now();
-                    for k in 0..n {
-                        black_box(t.insert(&flow(next + k), syn, 0, &mut ()).unwrap());
-                    }
-                    spent += start.elapsed();
-                    for k in 0..n {
-                        let f = flow(next + k);
-                        let (id, _) = t
-                            .lookup(&FlowKey::between(f.client, f.vip, f.proto))
-                            .unwrap();
-                        t.remove(id, &mut ());
-                    }
-                    next = bump(size, next, n);
-                    left -= u64::from(n);
-                }
-                spent
+                timed_inserts(&mut t, size, &mut next, iters, |t, f, p| {
+                    t.insert(f, p, 0, &mut ()).unwrap()
+                })
             })
         });
-
         // What the data plane calls: it has just found both keys free.
         g.bench_function("insert_new", |b| {
             b.iter_custom(|iters| {
-                let mut spent = Duration::ZERO;
-                let mut left = iters;
-                while left > 0 {
-                    let n = left.min(u64::from(CHUNK)) as u32;
-                    let start = Instant::now();
-                    for k in 0..n {
-                        black_box(t.insert_new(&flow(next + k), syn, 0, &mut ()).unwrap());
-                    }
-                    spent += start.elapsed();
-                    for k in 0..n {
-                        let f = flow(next + k);
-                        let (id, _) = t
-                            .lookup(&FlowKey::between(f.client, f.vip, f.proto))
-                            .unwrap();
-                        t.remove(id, &mut ());
-                    }
-                    next = bump(size, next, n);
-                    left -= u64::from(n);
-                }
-                spent
+                timed_inserts(&mut t, size, &mut next, iters, |t, f, p| {
+                    t.insert_new(f, p, 0, &mut ()).unwrap()
+                })
             })
         });
 

@@ -409,12 +409,7 @@ impl Dataplane {
     fn shutdown(&mut self) -> Vec<Snapshot> {
         // Every worker is told first, so they stop together.
         for w in &self.handle.workers {
-            let one = 1u64;
-            let _ = w
-                .control
-                .send_timeout(Control::Stop, Duration::from_secs(1));
-            // SAFETY: writes 8 bytes from `one` to the worker's eventfd.
-            unsafe { libc::write(w.wake_fd, (&one as *const u64).cast(), 8) };
+            self.handle.send_to(w, Control::Stop);
         }
         let mut out = Vec::new();
         for w in &mut self.handle.workers {
