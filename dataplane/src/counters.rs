@@ -3,7 +3,10 @@
 //! worker (plain stores of its own tallies, once per batch), read by anyone
 //! at any time without a round trip to the worker.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 
 use crossbeam_utils::CachePadded;
 
@@ -32,6 +35,8 @@ struct Block {
     handed_off: AtomicU64,
     handed_in: AtomicU64,
     handoff_full: AtomicU64,
+    /// Control messages applied so far (Release after each one).
+    applied: AtomicU64,
 }
 
 /// A reading of [`LiveCounters`].
@@ -56,6 +61,16 @@ pub struct CountersReading {
 }
 
 impl LiveCounters {
+    /// Marks one more control message as applied by the worker.
+    pub(crate) fn applied_one(&self) {
+        self.inner.applied.fetch_add(1, Release);
+    }
+
+    /// How many control messages the worker has applied.
+    pub fn applied(&self) -> u64 {
+        self.inner.applied.load(Acquire)
+    }
+
     /// Publishes the worker's tallies (its thread only).
     pub(crate) fn publish(&self, r: &CountersReading) {
         let b = &self.inner;

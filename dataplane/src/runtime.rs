@@ -9,6 +9,7 @@
 //! every path that unwinds.
 
 use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -59,6 +60,8 @@ struct WorkerHandle {
     ring: Option<Arc<Handoff>>,
     /// Its published counters.
     live: Arc<LiveCounters>,
+    /// Control messages sent to it (compared with what it has applied).
+    sent: AtomicU64,
 }
 
 /// Sends updates to every worker and reads their snapshots.
@@ -69,6 +72,9 @@ pub struct DataplaneHandle {
 impl DataplaneHandle {
     fn send_to(&self, w: &WorkerHandle, msg: Control) -> bool {
         let ok = w.control.send_timeout(msg, Duration::from_secs(1)).is_ok();
+        if ok {
+            w.sent.fetch_add(1, Ordering::Relaxed);
+        }
         let one = 1u64;
         // SAFETY: writes 8 bytes from `one` to the worker's eventfd.
         unsafe { libc::write(w.wake_fd, (&one as *const u64).cast(), 8) };
@@ -87,6 +93,29 @@ impl DataplaneHandle {
         for w in &self.workers {
             self.send_to(w, Control::Remove(key));
         }
+    }
+
+    /// Whether every worker has applied every control message sent to it
+    /// so far (updates sent before this call are in force when it is true).
+    pub fn applied(&self) -> bool {
+        self.workers
+            .iter()
+            .all(|w| w.live.applied() >= w.sent.load(Ordering::Relaxed))
+    }
+
+    /// Waits, polling, until [`Self::applied`] or `timeout` passes; returns
+    /// whether everything was applied.
+    pub fn wait_applied(&self, timeout: Duration) -> bool {
+        let step = Duration::from_micros(20);
+        let mut waited = Duration::ZERO;
+        while !self.applied() {
+            if waited >= timeout {
+                return false;
+            }
+            std::thread::sleep(step);
+            waited += step;
+        }
+        true
     }
 
     /// Every worker's counters, read from what the workers publish (no
@@ -346,6 +375,7 @@ impl Dataplane {
                 join: Some(join),
                 ring: peers.as_ref().map(|p| p.rings[w].clone()),
                 live,
+                sent: AtomicU64::new(0),
             });
         }
         Ok(Dataplane {

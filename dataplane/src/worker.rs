@@ -284,6 +284,7 @@ impl Worker {
                 }
                 Control::Stop => return false,
             }
+            self.live.applied_one();
         }
         true
     }

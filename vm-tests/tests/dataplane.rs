@@ -313,13 +313,15 @@ impl InProcess {
         self.jobs
             .send(Box::new(move |dp| {
                 job(dp);
-                done_tx.send(()).unwrap();
+                // Control messages are applied between batches: wait until
+                // every worker has them.
+                done_tx
+                    .send(dp.handle().wait_applied(Duration::from_secs(5)))
+                    .unwrap();
             }))
             .unwrap();
-        done_rx.recv_timeout(Duration::from_secs(10)).unwrap();
-        // Control messages are applied between batches; give the workers
-        // a moment.
-        std::thread::sleep(Duration::from_millis(100));
+        let applied = done_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(applied, "every worker applied the update within 5 s");
     }
 
     fn stop(mut self) -> Vec<xvs_dataplane::worker::Snapshot> {
