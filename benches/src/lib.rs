@@ -1,3 +1,6 @@
 //! xvs-benches: criterion micro-benchmarks, the AF_XDP packet generator and
 //! the end-to-end comparison against kube-proxy's iptables and nftables
 //! modes.
+
+pub mod frames;
+pub mod pktgen;

@@ -35,6 +35,12 @@ pub enum CmdError {
         /// What it printed on stderr.
         stderr: String,
     },
+    /// could not read {what}
+    #[error("could not read {what}")]
+    Parse {
+        /// What was read.
+        what: String,
+    },
 }
 
 /// Runs a program with arguments; its output if it exited 0.
@@ -109,6 +115,23 @@ impl Netns {
         let mut all = vec!["-n", self.name.as_str()];
         all.extend_from_slice(args);
         run("ip", &all)
+    }
+
+    /// The MAC address of `ifname` inside the namespace.
+    pub fn mac(&self, ifname: &str) -> Result<[u8; 6], CmdError> {
+        let out = self.ip(&["link", "show", ifname])?.stdout;
+        let text = String::from_utf8_lossy(&out);
+        let bytes: Vec<u8> = text
+            .split("link/ether ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or_default()
+            .split(':')
+            .filter_map(|h| u8::from_str_radix(h, 16).ok())
+            .collect();
+        bytes.try_into().map_err(|_| CmdError::Parse {
+            what: format!("the MAC address of {ifname} in `{}`", text.trim()),
+        })
     }
 
     /// Sets a sysctl inside the namespace.
