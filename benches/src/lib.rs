@@ -4,3 +4,4 @@
 
 pub mod frames;
 pub mod pktgen;
+pub mod rulesets;

@@ -1,0 +1,413 @@
+//! The same set of services written three ways, for the end-to-end
+//! comparison: kube-proxy's iptables-mode `nat` table (for
+//! `iptables-restore`, legacy or nft), kube-proxy's nftables-mode table
+//! (for `nft -f`), and an xvs config file. Plus the one-endpoint change
+//! each applies, shaped like the proxy's partial sync.
+//!
+//! Shapes follow kube-proxy (pkg/proxy/iptables/proxier.go and
+//! pkg/proxy/nftables/proxier.go) for ClusterIP services:
+//! - iptables: `KUBE-SERVICES` has one rule per service, in order, jumping
+//!   to `KUBE-SVC-*`, which marks off-cluster sources for masquerade and
+//!   picks one of the `KUBE-SEP-*` chains with `statistic --mode random`
+//!   (probabilities 1/n, 1/(n-1), ..., the last unconditional); each
+//!   `KUBE-SEP-*` marks hairpin traffic and DNATs. `KUBE-POSTROUTING`
+//!   masquerades marked packets with `--random-fully`.
+//! - nftables: a `service-ips` verdict map keyed by
+//!   `ipv4_addr . inet_proto . inet_service` in the `services` chain; one
+//!   `service-*` chain per service choosing an `endpoint-*` chain with
+//!   `numgen random mod n vmap`; masquerade of marked packets.
+//!
+//! Chain-name hashes are SipHash (kube-proxy uses SHA-256 + base32; only
+//! uniqueness and length matter here). Invariant: the last service in the
+//! list is the last rule of `KUBE-SERVICES` — the one a benchmark aims at.
+
+use std::fmt::Write;
+use std::hash::Hasher;
+use std::net::Ipv4Addr;
+
+use siphasher::sip::SipHasher13;
+use xvs_dataplane::wire::Endpoint;
+
+/// The cluster's pod CIDR: sources outside it are masqueraded.
+pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
+
+/// One ClusterIP service port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Svc {
+    /// `namespace/name:port` (for comments and chain names).
+    pub name: String,
+    /// Cluster IP.
+    pub vip: Ipv4Addr,
+    /// Port.
+    pub port: u16,
+    /// `udp` or `tcp`.
+    pub proto: &'static str,
+    /// Endpoints.
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// `n` services of 3 endpoints each; the last one's endpoints are
+/// `target` (the addresses that receive traffic), the others' are
+/// addresses in 198.18.128.0/17 that nothing answers for.
+pub fn services(n: usize, proto: &'static str, target: &[Endpoint]) -> Vec<Svc> {
+    (0..n)
+        .map(|i| {
+            let endpoints = if i + 1 == n {
+                target.to_vec()
+            } else {
+                (0..3)
+                    .map(|k| Endpoint {
+                        addr: Ipv4Addr::from(0xc612_8000 + ((i * 3 + k) % 32_000) as u32 + 1),
+                        port: 8000 + (i / 10_000) as u16,
+                    })
+                    .collect()
+            };
+            Svc {
+                name: format!("bench/svc-{i}:p"),
+                vip: vip_of(i),
+                port: 5000 + (i % 2) as u16,
+                proto,
+                endpoints,
+            }
+        })
+        .collect()
+}
+
+/// The cluster IP of service `i`: two service ports per address in
+/// 198.19.0.0/16.
+pub fn vip_of(i: usize) -> Ipv4Addr {
+    Ipv4Addr::from(0xc613_0000 + (i / 2) as u32 + 1)
+}
+
+fn hash16(parts: &[&str]) -> String {
+    let mut h = SipHasher13::new();
+    for p in parts {
+        h.write(p.as_bytes());
+        h.write_u8(0);
+    }
+    format!("{:016X}", h.finish())
+}
+
+fn svc_chain(s: &Svc) -> String {
+    format!("KUBE-SVC-{}", hash16(&[&s.name, s.proto]))
+}
+
+fn sep_chain(s: &Svc, e: &Endpoint) -> String {
+    format!(
+        "KUBE-SEP-{}",
+        hash16(&[&s.name, s.proto, &e.addr.to_string(), &e.port.to_string()])
+    )
+}
+
+/// kube-proxy's `nat` table for `svcs`, for `iptables-restore` (which
+/// replaces the table).
+pub fn iptables(svcs: &[Svc]) -> String {
+    let mut out = String::with_capacity(svcs.len() * 1400);
+    out.push_str("*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n");
+    out.push_str(":KUBE-SERVICES - [0:0]\n:KUBE-NODEPORTS - [0:0]\n:KUBE-POSTROUTING - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n");
+    for s in svcs {
+        let _ = writeln!(out, ":{} - [0:0]", svc_chain(s));
+        for e in &s.endpoints {
+            let _ = writeln!(out, ":{} - [0:0]", sep_chain(s, e));
+        }
+    }
+    out.push_str(
+        "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+         -A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+         -A POSTROUTING -m comment --comment \"kubernetes postrouting rules\" -j KUBE-POSTROUTING\n\
+         -A KUBE-MARK-MASQ -j MARK --or-mark 0x4000\n\
+         -A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN\n\
+         -A KUBE-POSTROUTING -j MARK --xor-mark 0x4000\n\
+         -A KUBE-POSTROUTING -m comment --comment \"kubernetes service traffic requiring SNAT\" -j MASQUERADE --random-fully\n",
+    );
+    for s in svcs {
+        let _ = writeln!(
+            out,
+            "-A KUBE-SERVICES -m comment --comment \"{} cluster IP\" -d {}/32 -p {p} -m {p} --dport {} -j {}",
+            s.name,
+            s.vip,
+            s.port,
+            svc_chain(s),
+            p = s.proto
+        );
+    }
+    out.push_str("-A KUBE-SERVICES -m comment --comment \"kubernetes service nodeports; NOTE: this must be the last rule in this chain\" -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS\n");
+    for s in svcs {
+        iptables_service_rules(&mut out, s);
+    }
+    out.push_str("COMMIT\n");
+    out
+}
+
+/// The rules of one service's `KUBE-SVC-*` and `KUBE-SEP-*` chains.
+fn iptables_service_rules(out: &mut String, s: &Svc) {
+    let svc = svc_chain(s);
+    let _ = writeln!(
+        out,
+        "-A {svc} -m comment --comment \"{} cluster IP\" -d {}/32 -p {p} -m {p} --dport {} ! -s {CLUSTER_CIDR} -j KUBE-MARK-MASQ",
+        s.name,
+        s.vip,
+        s.port,
+        p = s.proto
+    );
+    let n = s.endpoints.len();
+    for (i, e) in s.endpoints.iter().enumerate() {
+        let stat = if i + 1 < n {
+            format!(
+                " -m statistic --mode random --probability {:.11}",
+                1.0 / (n - i) as f64
+            )
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "-A {svc} -m comment --comment \"{} -> {}:{}\"{stat} -j {}",
+            s.name,
+            e.addr,
+            e.port,
+            sep_chain(s, e)
+        );
+    }
+    for e in &s.endpoints {
+        let sep = sep_chain(s, e);
+        let _ = writeln!(
+            out,
+            "-A {sep} -m comment --comment {} -s {}/32 -j KUBE-MARK-MASQ\n-A {sep} -m comment --comment {} -p {p} -m {p} -j DNAT --to-destination {}:{}",
+            s.name,
+            e.addr,
+            s.name,
+            e.addr,
+            e.port,
+            p = s.proto
+        );
+    }
+}
+
+/// kube-proxy's partial sync for one service whose endpoints became
+/// `new`: for `iptables-restore --noflush`, declaring (so flushing) its
+/// chains, writing them again and deleting the stale endpoint chains.
+pub fn iptables_change(old: &Svc, new: &Svc) -> String {
+    let mut out = String::from("*nat\n");
+    let _ = writeln!(out, ":{} - [0:0]", svc_chain(new));
+    for e in &new.endpoints {
+        let _ = writeln!(out, ":{} - [0:0]", sep_chain(new, e));
+    }
+    let stale: Vec<String> = old
+        .endpoints
+        .iter()
+        .filter(|e| !new.endpoints.contains(e))
+        .map(|e| sep_chain(old, e))
+        .collect();
+    for c in &stale {
+        let _ = writeln!(out, ":{c} - [0:0]");
+    }
+    iptables_service_rules(&mut out, new);
+    for c in &stale {
+        let _ = writeln!(out, "-X {c}");
+    }
+    out.push_str("COMMIT\n");
+    out
+}
+
+fn nft_svc_chain(s: &Svc) -> String {
+    format!(
+        "service-{}-{}",
+        &hash16(&[&s.name, s.proto])[..8],
+        s.name.replace(['/', ':'], "-")
+    )
+}
+
+fn nft_ep_chain(s: &Svc, e: &Endpoint) -> String {
+    format!(
+        "endpoint-{}-{}-{}-{}",
+        &hash16(&[&s.name, s.proto, &e.addr.to_string(), &e.port.to_string()])[..8],
+        s.name.replace(['/', ':'], "-"),
+        e.addr.to_string().replace('.', "-"),
+        e.port
+    )
+}
+
+/// kube-proxy's nftables-mode table `ip kube-proxy` for `svcs`, for
+/// `nft -f` (deletes and recreates the table in one transaction).
+pub fn nftables(svcs: &[Svc]) -> String {
+    let mut out = String::with_capacity(svcs.len() * 1200);
+    out.push_str(
+        "table ip kube-proxy\ndelete table ip kube-proxy\n\
+         table ip kube-proxy {\n\
+         \tcomment \"rules for kube-proxy\"\n\
+         \tchain mark-for-masquerade {\n\t\tmeta mark set meta mark or 0x4000\n\t}\n\
+         \tchain masquerading {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n\
+         \t\tmeta mark & 0x4000 == 0 return\n\t\tmeta mark set meta mark xor 0x4000\n\t\tmasquerade fully-random\n\t}\n\
+         \tmap service-ips {\n\t\ttype ipv4_addr . inet_proto . inet_service : verdict\n\
+         \t\tcomment \"ClusterIP, ExternalIP and LoadBalancer IP traffic\"\n\t}\n\
+         \tchain services {\n\t\tip daddr . meta l4proto . th dport vmap @service-ips\n\t}\n\
+         \tchain nat-prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n\t\tjump services\n\t}\n\
+         \tchain nat-output {\n\t\ttype nat hook output priority -100; policy accept;\n\t\tjump services\n\t}\n",
+    );
+    for s in svcs {
+        let _ = writeln!(out, "\tchain {} {{\n\t}}", nft_svc_chain(s));
+        for e in &s.endpoints {
+            let _ = writeln!(out, "\tchain {} {{\n\t}}", nft_ep_chain(s, e));
+        }
+    }
+    out.push_str("}\n");
+    for s in svcs {
+        nft_service_rules(&mut out, s);
+    }
+    // One element statement per 1000 services keeps lines reasonable.
+    for chunk in svcs.chunks(1000) {
+        out.push_str("add element ip kube-proxy service-ips { ");
+        for (k, s) in chunk.iter().enumerate() {
+            let _ = write!(
+                out,
+                "{}{} . {} . {} : goto {}",
+                if k > 0 { ", " } else { "" },
+                s.vip,
+                s.proto,
+                s.port,
+                nft_svc_chain(s)
+            );
+        }
+        out.push_str(" }\n");
+    }
+    out
+}
+
+/// The rules of one service's `service-*` and `endpoint-*` chains.
+fn nft_service_rules(out: &mut String, s: &Svc) {
+    let svc = nft_svc_chain(s);
+    let _ = writeln!(
+        out,
+        "add rule ip kube-proxy {svc} ip daddr {} {} dport {} ip saddr != {CLUSTER_CIDR} jump mark-for-masquerade",
+        s.vip, s.proto, s.port
+    );
+    let arms: Vec<String> = s
+        .endpoints
+        .iter()
+        .enumerate()
+        .map(|(i, e)| format!("{i} : goto {}", nft_ep_chain(s, e)))
+        .collect();
+    let _ = writeln!(
+        out,
+        "add rule ip kube-proxy {svc} numgen random mod {} vmap {{ {} }}",
+        s.endpoints.len(),
+        arms.join(", ")
+    );
+    for e in &s.endpoints {
+        let ep = nft_ep_chain(s, e);
+        let _ = writeln!(
+            out,
+            "add rule ip kube-proxy {ep} ip saddr {} jump mark-for-masquerade\n\
+             add rule ip kube-proxy {ep} meta l4proto {} dnat to {}:{}",
+            e.addr, s.proto, e.addr, e.port
+        );
+    }
+}
+
+/// kube-proxy's nftables partial sync for one service whose endpoints
+/// became `new`: flush its chain, add the new endpoint chains, rewrite
+/// the service chain, delete the stale endpoint chains.
+pub fn nftables_change(old: &Svc, new: &Svc) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "flush chain ip kube-proxy {}", nft_svc_chain(new));
+    for e in new.endpoints.iter().filter(|e| !old.endpoints.contains(e)) {
+        let _ = writeln!(out, "add chain ip kube-proxy {}", nft_ep_chain(new, e));
+    }
+    // Rewrites the service chain and (re)writes every endpoint chain.
+    for e in &new.endpoints {
+        let _ = writeln!(out, "flush chain ip kube-proxy {}", nft_ep_chain(new, e));
+    }
+    nft_service_rules(&mut out, new);
+    for e in old.endpoints.iter().filter(|e| !new.endpoints.contains(e)) {
+        let c = nft_ep_chain(old, e);
+        let _ = writeln!(
+            out,
+            "flush chain ip kube-proxy {c}\ndelete chain ip kube-proxy {c}"
+        );
+    }
+    out
+}
+
+/// The `[[services]]` of an xvs config for `svcs` (round robin, the
+/// closest to `statistic --mode random` among IPVS schedulers).
+pub fn xvs_services(svcs: &[Svc]) -> String {
+    let mut out = String::with_capacity(svcs.len() * 200);
+    for s in svcs {
+        let _ = writeln!(
+            out,
+            "[[services]]\nvip = \"{}\"\nprotocol = \"{}\"\nport = {}\nscheduler = \"rr\"\nbackends = [",
+            s.vip, s.proto, s.port
+        );
+        for e in &s.endpoints {
+            let _ = writeln!(out, "  {{ address = \"{}\", port = {} }},", e.addr, e.port);
+        }
+        out.push_str("]\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target() -> Vec<Endpoint> {
+        (10..13)
+            .map(|h| Endpoint {
+                addr: Ipv4Addr::new(198, 18, 1, h),
+                port: 9000,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_last_service_is_the_target_and_the_last_portal_rule() {
+        let svcs = services(1000, "udp", &target());
+        assert_eq!(svcs.len(), 1000);
+        assert_eq!(svcs[999].endpoints, target());
+        let mut keys: Vec<_> = svcs.iter().map(|s| (s.vip, s.port)).collect();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), 1000, "every service port is distinct");
+        let text = iptables(&svcs);
+        let portals: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("-A KUBE-SERVICES") && l.contains("cluster IP"))
+            .collect();
+        assert_eq!(portals.len(), 1000);
+        assert!(portals[999].contains("bench/svc-999:p"));
+        // 1 portal + 1 masq + 3 picks + 3 x 2 endpoint rules per service.
+        let rules = text.lines().filter(|l| l.starts_with("-A KUBE-S")).count();
+        assert_eq!(rules, 1000 * 11 + 1);
+        assert!(text.contains("--probability 0.33333333333"));
+        assert!(text.contains("--probability 0.50000000000"));
+    }
+
+    #[test]
+    fn a_change_rewrites_one_service_and_deletes_its_stale_chain() {
+        let svcs = services(3, "tcp", &target());
+        let mut new = svcs[2].clone();
+        new.endpoints[2].addr = Ipv4Addr::new(198, 18, 1, 13);
+        let ipt = iptables_change(&svcs[2], &new);
+        assert_eq!(ipt.matches("-X KUBE-SEP-").count(), 1);
+        assert!(ipt.contains("198.18.1.13:9000"));
+        assert!(!ipt.contains("svc-1:p"), "other services untouched");
+        let nft = nftables_change(&svcs[2], &new);
+        assert_eq!(nft.matches("delete chain").count(), 1);
+        assert!(nft.contains("dnat to 198.18.1.13:9000"));
+        assert!(!nft.contains("svc-1-p"));
+    }
+
+    #[test]
+    fn xvs_services_parse_as_a_config() {
+        let svcs = services(10, "udp", &target());
+        let text = format!(
+            "[interfaces]\nmode = \"two-arm\"\nclient = \"a\"\nbackend = \"b\"\nqueues = [0]\ncores = [0]\n\n\
+             [snat]\naddresses = [\"198.18.1.2\"]\n\n{}",
+            xvs_services(&svcs)
+        );
+        let cfg = xvs_config::parse_str("bench.toml", &text).unwrap();
+        assert_eq!(cfg.services.len(), 10);
+        assert_eq!(cfg.services[9].backends.len(), 3);
+    }
+}

@@ -1,0 +1,106 @@
+//! The kube-proxy-shaped rule sets load into real iptables-legacy,
+//! iptables-nft and nftables (in a namespace of the test's own), and the
+//! one-endpoint change applies on top of them.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::io::Write;
+use std::net::Ipv4Addr;
+use std::process::{Command, Stdio};
+
+use xvs_benches::rulesets::{iptables, iptables_change, nftables, nftables_change, services};
+use xvs_dataplane::wire::Endpoint;
+use xvs_vm_tests::netns::{unique_tag, Netns};
+use xvs_vm_tests::privileged;
+
+fn feed(ns: &Netns, program: &str, args: &[&str], input: &str) {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns.name(), program]).args(args);
+    let mut child = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn text(ns: &Netns, program: &str, args: &[&str]) -> String {
+    String::from_utf8(ns.exec(program, args).unwrap().stdout).unwrap()
+}
+
+fn target() -> Vec<Endpoint> {
+    (10..13)
+        .map(|h| Endpoint {
+            addr: Ipv4Addr::new(198, 18, 1, h),
+            port: 9000,
+        })
+        .collect()
+}
+
+#[test]
+fn rule_sets_load_and_change_in_every_kernel_mode() {
+    if !privileged("rule_sets_load_and_change_in_every_kernel_mode") {
+        return;
+    }
+    let ns = Netns::create(&unique_tag(), "rules").unwrap();
+    let svcs = services(100, "udp", &target());
+    let mut new = svcs[99].clone();
+    new.endpoints[0].addr = Ipv4Addr::new(198, 18, 1, 13);
+
+    for (restore, save) in [
+        ("iptables-legacy-restore", "iptables-legacy-save"),
+        ("iptables-nft-restore", "iptables-nft-save"),
+    ] {
+        feed(&ns, restore, &[], &iptables(&svcs));
+        let saved = text(&ns, save, &["-t", "nat"]);
+        assert_eq!(saved.matches("-A KUBE-SERVICES").count(), 101, "{restore}");
+        assert_eq!(saved.matches("-j DNAT").count(), 300, "{restore}");
+        // The kernel keeps the probability as a 32-bit fraction: iptables-save
+        // prints what kube-proxy users see.
+        assert!(saved.contains("--mode random --probability 0.33333333349"));
+        feed(
+            &ns,
+            restore,
+            &["--noflush"],
+            &iptables_change(&svcs[99], &new),
+        );
+        let saved = text(&ns, save, &["-t", "nat"]);
+        assert_eq!(saved.matches("-j DNAT").count(), 300, "{restore}");
+        assert!(
+            saved.contains("--to-destination 198.18.1.13:9000"),
+            "{restore}"
+        );
+        assert!(
+            !saved.contains("--to-destination 198.18.1.10:9000"),
+            "{restore}"
+        );
+        // Empty the table again for the next mode.
+        feed(&ns, restore, &[], "*nat\nCOMMIT\n");
+    }
+
+    feed(&ns, "nft", &["-f", "-"], &nftables(&svcs));
+    let listed = text(&ns, "nft", &["list", "table", "ip", "kube-proxy"]);
+    assert_eq!(listed.matches("dnat to").count(), 300);
+    assert_eq!(listed.matches(": goto service-").count(), 100);
+    feed(&ns, "nft", &["-f", "-"], &nftables_change(&svcs[99], &new));
+    let listed = text(&ns, "nft", &["list", "table", "ip", "kube-proxy"]);
+    assert_eq!(listed.matches("dnat to").count(), 300);
+    assert!(listed.contains("dnat to 198.18.1.13:9000"));
+    assert!(!listed.contains("dnat to 198.18.1.10:9000"));
+    // Loading the whole set again replaces the table.
+    feed(&ns, "nft", &["-f", "-"], &nftables(&svcs));
+    let listed = text(&ns, "nft", &["list", "table", "ip", "kube-proxy"]);
+    assert_eq!(listed.matches("dnat to").count(), 300);
+}
