@@ -2,6 +2,9 @@
 //! the end-to-end comparison against kube-proxy's iptables and nftables
 //! modes.
 
+pub mod e2e;
 pub mod frames;
 pub mod pktgen;
+pub mod raw;
+pub mod report;
 pub mod rulesets;

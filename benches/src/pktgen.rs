@@ -74,6 +74,9 @@ pub struct GenSpec {
     pub l4: L4Kind,
     /// New or fixed flows.
     pub flows: Flows,
+    /// The first packet number (new flows: a run starting where the last
+    /// one ended sends tuples never seen before).
+    pub first: u64,
     /// Packets per second over all queues; `None` is as fast as possible.
     pub rate: Option<u64>,
     /// How long to send.
@@ -165,7 +168,7 @@ pub fn generate(spec: &GenSpec, stop: &AtomicBool) -> Result<GenReport, String> 
             .map(|(i, port)| {
                 s.spawn(move || {
                     pin(&spec.cores, i);
-                    send_queue(spec, port, i as u64, threads, stop)
+                    send_queue(spec, port, spec.first + i as u64, threads, stop)
                 })
             })
             .collect();
@@ -484,6 +487,7 @@ mod tests {
             dst: ep(Ipv4Addr::new(198, 19, 0, 1), 80),
             l4: L4Kind::Udp { payload: 18 },
             flows,
+            first: 0,
             rate: None,
             duration: Duration::from_secs(1),
             receive: false,

@@ -48,6 +48,7 @@ fn run(t: &Topology, flows: Flows, rate: u64, reflect: bool) -> (GenReport, (u64
         dst: ep(backend_addr(0), 9000),
         l4: L4Kind::Udp { payload: 18 },
         flows,
+        first: 0,
         rate: Some(rate),
         duration: Duration::from_secs(1),
         receive: true,

@@ -180,6 +180,7 @@ fn run(cli: Cli) -> Result<(), String> {
                     Proto::Syn => L4Kind::Tcp { flags: 0x02 },
                 },
                 flows,
+                first: 0,
                 rate: rate.0,
                 duration: bounded(seconds)?,
                 receive,
