@@ -79,11 +79,14 @@ pub struct Measured {
     pub delivered_pps: f64,
 }
 
+/// The sink's thread: its stop signal and handle.
+type SinkThread = (Sender<()>, JoinHandle<Result<(), String>>);
+
 /// The test bed.
 pub struct Bed {
     /// The topology.
     pub topo: Topology,
-    sink: Option<(Sender<()>, JoinHandle<Result<(), String>>)>,
+    sink: Option<SinkThread>,
     sink_count: Arc<std::sync::atomic::AtomicU64>,
     gateway_mac: [u8; 6],
     client_mac: [u8; 6],
