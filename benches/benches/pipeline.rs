@@ -88,7 +88,7 @@ fn setup() -> Pipeline {
             worker: 0,
             mac: EthernetAddress(GW),
             backend_mac: EthernetAddress(GW),
-            snat_addr: Ipv4Addr::new(198, 18, 254, 1),
+            snat_addrs: vec![Ipv4Addr::new(198, 18, 254, 1)],
             snat_ports: PortRange {
                 first: 1024,
                 last: 65_535,

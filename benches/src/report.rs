@@ -28,6 +28,9 @@ pub struct Row {
     pub load_seconds: Option<f64>,
     /// Why there is no figure.
     pub error: Option<String>,
+    /// What the forwarder itself counted during the run (xvs: frames
+    /// received and forwarded, drops by reason).
+    pub note: Option<String>,
 }
 
 /// The time one mode took to apply one endpoint change.
@@ -124,6 +127,19 @@ pub fn table(report: &Report) -> String {
                 .map(|e| format!("  ({e})"))
                 .unwrap_or_default()
         ));
+    }
+    let notes: Vec<&Row> = report.rows.iter().filter(|r| r.note.is_some()).collect();
+    if !notes.is_empty() {
+        out.push_str("\ncounted by the forwarder during each run:\n");
+        for r in notes {
+            out.push_str(&format!(
+                "{:<16} {:>8} {:<11} {}\n",
+                r.mode,
+                r.services,
+                r.workload,
+                r.note.as_deref().unwrap_or_default()
+            ));
+        }
     }
     if !report.changes.is_empty() {
         out.push_str("\none endpoint change:\n");
@@ -284,6 +300,7 @@ mod tests {
             of_iptables_legacy: None,
             load_seconds: Some(0.5),
             error: pps.is_none().then(|| "did not load".into()),
+            note: None,
         }
     }
 

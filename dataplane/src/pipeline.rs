@@ -146,8 +146,10 @@ pub struct PipelineConfig {
     /// The backend-facing interface's Ethernet address (the same in
     /// one-arm mode).
     pub backend_mac: EthernetAddress,
-    /// SNAT address.
-    pub snat_addr: Ipv4Addr,
+    /// SNAT addresses (at least one; the first also sources ARP
+    /// requests). Every address has the worker's whole port slice, so
+    /// each adds `snat_ports.size()` flows per backend.
+    pub snat_addrs: Vec<Ipv4Addr>,
     /// This worker's SNAT ports.
     pub snat_ports: PortRange,
     /// Flow table capacity.
@@ -166,7 +168,10 @@ pub struct Pipeline {
     owned: HashSet<Ipv4Addr>,
     neigh: HashMap<Ipv4Addr, [u8; 6]>,
     arp_queue: Vec<Ipv4Addr>,
-    next_port: u32,
+    /// The next SNAT endpoint to try, as an index into addresses × ports
+    /// (port-major): the search resumes where the last one ended, where
+    /// the oldest flows were, so a free endpoint is usually the first.
+    next_snat: u32,
     counters: Counters,
 }
 
@@ -174,14 +179,14 @@ impl Pipeline {
     /// A pipeline with no service yet, at time `now`.
     pub fn new(cfg: PipelineConfig, now: u32) -> Pipeline {
         let mut owned = HashSet::new();
-        owned.insert(cfg.snat_addr);
+        owned.extend(cfg.snat_addrs.iter().copied());
         Pipeline {
             table: FlowTable::new(cfg.capacity, cfg.timeouts, now),
             services: ServiceTable::default(),
             owned,
             neigh: HashMap::new(),
             arp_queue: Vec::with_capacity(ARP_QUEUE),
-            next_port: u32::from(cfg.snat_ports.first),
+            next_snat: 0,
             counters: Counters::default(),
             cfg,
         }
@@ -194,14 +199,19 @@ impl Pipeline {
         let Ok(Frame::Ipv4(ip)) = classify(frame) else {
             return None;
         };
-        if ip.dst != self.cfg.snat_addr {
+        if !self.is_snat(ip.dst) {
             return None;
         }
         match ip.l4 {
             L4::Tcp { dst_port, .. } | L4::Udp { dst_port, .. } => Some(dst_port),
-            L4::IcmpError(e) if e.inner.src == self.cfg.snat_addr => Some(e.inner.src_port),
+            L4::IcmpError(e) if self.is_snat(e.inner.src) => Some(e.inner.src_port),
             _ => None,
         }
+    }
+
+    /// Whether `addr` is one of the SNAT addresses (a handful: a scan).
+    fn is_snat(&self, addr: Ipv4Addr) -> bool {
+        self.cfg.snat_addrs.contains(&addr)
     }
 
     /// Counters so far.
@@ -214,9 +224,9 @@ impl Pipeline {
         self.owned.insert(addr);
     }
 
-    /// Stops answering for `addr` (never the SNAT address).
+    /// Stops answering for `addr` (never a SNAT address).
     pub fn disown(&mut self, addr: Ipv4Addr) {
-        if addr != self.cfg.snat_addr {
+        if !self.is_snat(addr) {
             self.owned.remove(&addr);
         }
     }
@@ -247,7 +257,13 @@ impl Pipeline {
         f[12..14].copy_from_slice(&[0x08, 0x06]);
         f[14..22].copy_from_slice(&[0, 1, 0x08, 0, 6, 4, 0, 1]);
         f[22..28].copy_from_slice(&self.cfg.backend_mac.0);
-        f[28..32].copy_from_slice(&self.cfg.snat_addr.octets());
+        let from = self
+            .cfg
+            .snat_addrs
+            .first()
+            .copied()
+            .unwrap_or(Ipv4Addr::UNSPECIFIED);
+        f[28..32].copy_from_slice(&from.octets());
         f[38..42].copy_from_slice(&target.octets());
         Some(60)
     }
@@ -413,7 +429,7 @@ impl Pipeline {
                 (id, dir)
             }
             None if !self.owned.contains(&ip.dst) => return Verdict::Drop(DropReason::NotOwned),
-            None if ip.dst == self.cfg.snat_addr => return Verdict::Drop(DropReason::ReplyNoFlow),
+            None if self.is_snat(ip.dst) => return Verdict::Drop(DropReason::ReplyNoFlow),
             // A new flow is inserted with its first packet accounted.
             None => match self.new_flow(buf, &ip, key, src_mac, pkt, now) {
                 Ok(id) => (id, Direction::Original),
@@ -568,20 +584,19 @@ impl Pipeline {
         }
     }
 
-    /// A free SNAT endpoint towards `backend`: the next port of the slice
-    /// whose reply key is not tracked.
+    /// A free SNAT endpoint towards `backend`: the next of the
+    /// addresses × port slice whose reply key is not tracked, trying at
+    /// most [`SNAT_TRIES`].
     fn snat_port(&mut self, backend: Endpoint, proto: L4Proto) -> Option<Endpoint> {
         let range = self.cfg.snat_ports;
-        for _ in 0..SNAT_TRIES.min(range.size()) {
-            let port = self.next_port as u16;
-            self.next_port = if self.next_port >= u32::from(range.last) {
-                u32::from(range.first)
-            } else {
-                self.next_port + 1
-            };
+        let size = range.size();
+        let total = size.saturating_mul(self.cfg.snat_addrs.len() as u32);
+        for _ in 0..SNAT_TRIES.min(total) {
+            let at = self.next_snat % total;
+            self.next_snat = if at + 1 >= total { 0 } else { at + 1 };
             let snat = Endpoint {
-                addr: self.cfg.snat_addr,
-                port,
+                addr: *self.cfg.snat_addrs.get((at / size) as usize)?,
+                port: (u32::from(range.first) + at % size) as u16,
             };
             if self
                 .table

@@ -260,11 +260,9 @@ impl Dataplane {
         clock: impl Fn() -> u32 + Clone + Send + 'static,
     ) -> Result<Dataplane, StartError> {
         let i = &cfg.interfaces;
-        let snat_addr = *cfg
-            .snat
-            .addresses
-            .first()
-            .ok_or_else(|| StartError::Unsupported("snat.addresses is empty".into()))?;
+        if cfg.snat.addresses.is_empty() {
+            return Err(StartError::Unsupported("snat.addresses is empty".into()));
+        }
         // Two-arm: a socket on each interface per queue, sharing a UMEM;
         // the steering program on both.
         let mut ifnames: Vec<&str> = vec![i.client.as_str()];
@@ -327,7 +325,7 @@ impl Dataplane {
                     worker: w,
                     mac,
                     backend_mac,
-                    snat_addr,
+                    snat_addrs: cfg.snat.addresses.clone(),
                     snat_ports: cfg.snat.worker_ports[w],
                     capacity: (cfg.conntrack.capacity / workers as u32).max(1),
                     timeouts: cfg.conntrack.timeouts,

@@ -49,7 +49,7 @@ fn pipeline() -> Pipeline {
             worker: 0,
             mac: EthernetAddress(GW_MAC),
             backend_mac: EthernetAddress(GW_MAC),
-            snat_addr: SNAT,
+            snat_addrs: vec![SNAT],
             snat_ports: PortRange {
                 first: 1024,
                 last: 1100,
@@ -322,5 +322,122 @@ fn a_batch_looked_up_together_sees_flows_it_creates() {
     let mut looked = [None];
     p.lookup_prepared(&prepared, &mut looked);
     assert!(matches!(looked[0], Some(Some(_))));
+    assert_counters_add_up(&p);
+}
+
+/// TCP_SYN from another client port (L4 checksums are not verified, so
+/// the port is patched in place).
+fn syn_from(port: u16) -> Vec<u8> {
+    let mut f = TCP_SYN.to_vec();
+    f[34..36].copy_from_slice(&port.to_be_bytes());
+    f
+}
+
+/// The source endpoint of a forwarded frame.
+fn source_of(frame: &[u8]) -> (Ipv4Addr, u16) {
+    let Ok(Frame::Ipv4(ip)) = classify(frame) else {
+        panic!("not IPv4")
+    };
+    match ip.l4 {
+        L4::Tcp { src_port, .. } | L4::Udp { src_port, .. } => (ip.src, src_port),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn every_snat_address_adds_the_port_slice_and_replies_find_their_flow() {
+    const SNAT2: Ipv4Addr = Ipv4Addr::new(198, 18, 2, 2);
+    let mut p = Pipeline::new(
+        PipelineConfig {
+            worker: 0,
+            mac: EthernetAddress(GW_MAC),
+            backend_mac: EthernetAddress(GW_MAC),
+            snat_addrs: vec![SNAT, SNAT2],
+            snat_ports: PortRange {
+                first: 2000,
+                last: 2001,
+            },
+            capacity: 64,
+            timeouts: Timeouts::default(),
+        },
+        0,
+    );
+    p.own(VIP);
+    p.services.upsert(Arc::new(CompiledService::new(
+        1,
+        &service(80, Protocol::Tcp, 8080, 1),
+        1,
+        None,
+    )));
+    run(&mut p, &backend_arp_reply(), 0);
+    // Two addresses x two ports: four flows to the one backend, each
+    // from its own SNAT endpoint, the second address once the first's
+    // ports are taken.
+    let mut used = Vec::new();
+    let mut forwarded = Vec::new();
+    for client_port in 40_000..40_004 {
+        let (v, out) = run(&mut p, &syn_from(client_port), 1);
+        assert!(
+            matches!(
+                v,
+                Verdict::Forward {
+                    to: Side::Backend,
+                    ..
+                }
+            ),
+            "{v:?}"
+        );
+        used.push(source_of(&out));
+        forwarded.push(out);
+    }
+    assert_eq!(
+        used,
+        vec![(SNAT, 2000), (SNAT, 2001), (SNAT2, 2000), (SNAT2, 2001)]
+    );
+    // The fifth finds nothing free: a counted drop.
+    let (v, _) = run(&mut p, &syn_from(40_004), 1);
+    assert_eq!(v, Verdict::Drop(DropReason::SnatExhausted));
+    // The backend's reply to the second address reaches the third client.
+    let mut reply = forwarded[2].clone();
+    let (src, dst) = (reply[26..30].to_vec(), reply[30..34].to_vec());
+    reply[26..30].copy_from_slice(&dst);
+    reply[30..34].copy_from_slice(&src);
+    let (sp, dp) = (reply[34..36].to_vec(), reply[36..38].to_vec());
+    reply[34..36].copy_from_slice(&dp);
+    reply[36..38].copy_from_slice(&sp);
+    reply[47] = 0x12; // SYN-ACK
+    assert_eq!(source_of(&reply), (BACKEND, 8080));
+    let mut snat2 = [0u8; 4];
+    snat2.copy_from_slice(&reply[30..34]);
+    assert_eq!(Ipv4Addr::from(snat2), SNAT2);
+    // The IPv4 header checksum is symmetric under the swap; the reply is
+    // addressed to SNAT2, which the pipeline owns.
+    let (v, out) = run(&mut p, &reply, 1);
+    assert!(
+        matches!(
+            v,
+            Verdict::Forward {
+                to: Side::Client,
+                ..
+            }
+        ),
+        "{v:?}"
+    );
+    assert_eq!(source_of(&out), (VIP, 80));
+    let Ok(Frame::Ipv4(ip)) = classify(&out) else {
+        panic!()
+    };
+    assert!(
+        matches!(
+            ip.l4,
+            L4::Tcp {
+                dst_port: 40_002,
+                ..
+            }
+        ),
+        "{:?}",
+        ip.l4
+    );
+    assert_eq!(p.snat_port_of(&reply), Some(2000));
     assert_counters_add_up(&p);
 }

@@ -30,7 +30,9 @@ use xvs_benches::report::{
 use xvs_benches::rulesets::{
     iptables, iptables_change, nftables, nftables_change, services, vip_of, xvs_services, Svc,
 };
+use xvs_dataplane::counters::CountersReading;
 use xvs_dataplane::runtime::Dataplane;
+use xvs_dataplane::wire::DropReason;
 
 #[derive(Parser)]
 #[command(
@@ -85,7 +87,51 @@ fn row(
         of_iptables_legacy: None,
         load_seconds: load,
         error,
+        note: None,
     }
+}
+
+/// The xvs workers' counters added up.
+fn xvs_totals(runner: &XvsRunner) -> Result<CountersReading, String> {
+    runner.run(|dp: &mut Option<Dataplane>| {
+        let mut t = CountersReading::default();
+        for r in dp
+            .as_ref()
+            .map(|d| d.handle().counters())
+            .unwrap_or_default()
+        {
+            t.pipeline.rx += r.pipeline.rx;
+            t.pipeline.forwarded += r.pipeline.forwarded;
+            t.pipeline.new_flows += r.pipeline.new_flows;
+            for (a, b) in t.pipeline.drops.iter_mut().zip(r.pipeline.drops) {
+                *a += b;
+            }
+            t.tx += r.tx;
+            t.busy += r.busy;
+            t.idle += r.idle;
+        }
+        t
+    })
+}
+
+/// What xvs counted between two readings.
+fn xvs_note(a: &CountersReading, b: &CountersReading) -> String {
+    let mut s = format!(
+        "rx={} forwarded={} new_flows={} tx={} busy_loops={} idle_loops={}",
+        b.pipeline.rx - a.pipeline.rx,
+        b.pipeline.forwarded - a.pipeline.forwarded,
+        b.pipeline.new_flows - a.pipeline.new_flows,
+        b.tx - a.tx,
+        b.busy - a.busy,
+        b.idle - a.idle
+    );
+    for r in DropReason::ALL {
+        let d = b.pipeline.drops[r.index()] - a.pipeline.drops[r.index()];
+        if d > 0 {
+            s.push_str(&format!(" drop.{}={d}", r.name()));
+        }
+    }
+    s
 }
 
 fn failed(mode: &str, services: usize, e: &str, rows: &mut Vec<Row>) {
@@ -145,7 +191,12 @@ fn run_xvs(
         };
         let dst = ep(vip_of(n - 1), svcs[n - 1].port);
         for w in WORKLOADS {
-            rows.push(row("xvs", n, w, bed.measure(dst, w), Some(load)));
+            let before = xvs_totals(&runner)?;
+            let m = bed.measure(dst, w);
+            let after = xvs_totals(&runner)?;
+            let mut r = row("xvs", n, w, m, Some(load));
+            r.note = Some(xvs_note(&before, &after));
+            rows.push(r);
         }
         if n == cli.change_at {
             let new = changed(&svcs[n - 1]);
