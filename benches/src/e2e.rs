@@ -37,8 +37,15 @@ pub fn target_endpoints() -> Vec<Endpoint> {
         .collect()
 }
 
-/// The SNAT address xvs uses.
-pub const SNAT_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 2);
+/// The SNAT addresses xvs uses (198.18.1.2-5): 4 x 64k flows per
+/// endpoint. The kernel masquerades to the node's one address, as
+/// kube-proxy does.
+pub const SNAT_ADDRS: [Ipv4Addr; 4] = [
+    Ipv4Addr::new(198, 18, 1, 2),
+    Ipv4Addr::new(198, 18, 1, 3),
+    Ipv4Addr::new(198, 18, 1, 4),
+    Ipv4Addr::new(198, 18, 1, 5),
+];
 /// The CPU the generator runs on.
 pub const GEN_CPU: usize = 0;
 /// The CPU the forwarding gets.

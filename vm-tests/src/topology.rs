@@ -131,6 +131,17 @@ impl Topology {
         let switch = Netns::create(&tag, "sw")?;
         switch.ip(&["link", "add", "br0", "type", "bridge"])?;
         switch.ip(&["link", "set", "br0", "up"])?;
+        // The switch is plain L2: when br_netfilter is loaded (it is per
+        // namespace and defaults to on), bridged frames would go through
+        // the switch's iptables hooks, costing every mode CPU. Absent
+        // module, absent sysctl: nothing to turn off.
+        for key in [
+            "bridge-nf-call-iptables",
+            "bridge-nf-call-ip6tables",
+            "bridge-nf-call-arptables",
+        ] {
+            let _ = switch.sysctl(&format!("net.bridge.{key}"), "0");
+        }
         let gateway = Netns::create(&tag, "gw")?;
         let client_ns = Netns::create(&tag, "cl")?;
         // Ports of the switch are named by role, on the switch side.

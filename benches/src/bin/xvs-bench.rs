@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use xvs_benches::e2e::{
     feed_timed, target_endpoints, with_raw_forwarder, Bed, Measured, Workload, XvsRunner, FWD_CPU,
-    SNAT_ADDR, UDP_TIMEOUT,
+    SNAT_ADDRS, UDP_TIMEOUT,
 };
 use xvs_benches::frames::ep;
 use xvs_benches::report::{
@@ -151,10 +151,12 @@ fn changed(svc: &Svc) -> Svc {
 }
 
 fn xvs_header() -> String {
+    let snat: Vec<String> = SNAT_ADDRS.iter().map(|a| format!("\"{a}\"")).collect();
     format!(
         "[interfaces]\nmode = \"two-arm\"\nclient = \"gc\"\nbackend = \"gb\"\nqueues = [0]\ncores = [{FWD_CPU}]\n\
-         poll = \"busy\"\nzero_copy = \"off\"\n\n[snat]\naddresses = [\"{SNAT_ADDR}\"]\nports = \"1024-65535\"\n\n\
-         [conntrack]\ncapacity = 2000000\n\n[conntrack.timeouts]\nudp = {UDP_TIMEOUT}\n\n"
+         poll = \"busy\"\nzero_copy = \"off\"\n\n[snat]\naddresses = [{}]\nports = \"1024-65535\"\n\n\
+         [conntrack]\ncapacity = 2000000\n\n[conntrack.timeouts]\nudp = {UDP_TIMEOUT}\n\n",
+        snat.join(", ")
     )
 }
 
