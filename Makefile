@@ -8,7 +8,7 @@ ifeq ($(shell id -u),0)
 export XVS_REQUIRE_PRIVILEGED := 1
 endif
 
-.PHONY: all deps build test lint unit leak-check fuzz-build fuzz bench fwd-bench demo clean
+.PHONY: all deps build test lint unit leak-check vm-check fuzz-build fuzz bench e2e-bench vm-image demo clean
 
 all: build
 
@@ -21,7 +21,7 @@ build: deps
 	$(CARGO) build --workspace --all-targets
 
 ## test: formatting, clippy, every test, and the fuzz targets build
-test: deps lint fuzz-build unit leak-check
+test: deps lint fuzz-build unit leak-check vm-check
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -34,6 +34,11 @@ unit:
 leak-check:
 	@left=$$(ip netns list 2>/dev/null | awk '/^xvst-/ {print $$1}'); \
 	if [ -n "$$left" ]; then echo "left behind by the tests: $$left" >&2; exit 1; fi
+
+# The two-VM benchmark runs only where KVM, QEMU and the image exist; it
+# prints why it skipped otherwise.
+vm-check:
+	@bash vm-tests/vm/check.sh
 
 # The fuzz crates live outside the workspace; building them on stable proves
 # they compile (cargo-fuzz adds the sanitizer flags when fuzzing for real).
@@ -51,15 +56,22 @@ fuzz:
 	cd config && $(CARGO) +nightly fuzz run parse_config -- -max_total_time=$(FUZZ_SECONDS)
 	cd dataplane && $(CARGO) +nightly fuzz run classify_rewrite -- -max_total_time=$(FUZZ_SECONDS)
 
-## bench: criterion micro-benchmarks (release profile), then the forwarding
-## bench against a raw AF_XDP forwarder on the namespace topology (as root)
+## bench: criterion micro-benchmarks (release profile), then the end-to-end
+## comparison with kube-proxy's iptables and nftables modes (as root);
+## table on stdout, JSON and SVG chart in target/
+BENCH_ARGS ?=
 bench: deps
-	$(CARGO) bench --workspace
-	$(MAKE) fwd-bench
+	$(CARGO) bench --workspace --benches -- --warm-up-time 1
+	$(MAKE) e2e-bench
 
-fwd-bench: deps
-	$(CARGO) build --release -p xvs-control -p xvs-vm-tests -p xvs-benches --bins
-	./target/release/xvs-fwd-bench
+e2e-bench: deps
+	$(CARGO) build --release -p xvs-benches --bins
+	./target/release/xvs-bench --chart target/xvs-bench.svg --json target/xvs-bench.json $(BENCH_ARGS)
+
+## vm-image: the two-VM benchmark image (vm-tests/vm/README.md; as root)
+vm-image: deps
+	$(CARGO) build --release -p xvs-control -p xvs-benches --bins
+	bash vm-tests/vm/build-image.sh
 
 ## demo: the main job on a built-in network-namespace topology (as root)
 demo: deps

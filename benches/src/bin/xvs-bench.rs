@@ -52,12 +52,18 @@ struct Cli {
     /// Where to write the JSON results.
     #[arg(long, default_value = "target/xvs-bench.json")]
     json: PathBuf,
-    /// Give up on loading one rule set after this many seconds.
-    #[arg(long, default_value_t = 120)]
+    /// Give up on loading one rule set after this many seconds; a load
+    /// that the previous count's time, scaled linearly, puts above this is
+    /// skipped (with that reason).
+    #[arg(long, default_value_t = 100)]
     load_timeout: u64,
     /// Criterion's output directory (for the per-packet targets).
     #[arg(long, default_value = "target/criterion")]
     criterion: PathBuf,
+    /// Print one rule set (`iptables`, `nftables` or `xvs`) for the first
+    /// --services count and exit, to load or inspect it by hand.
+    #[arg(long, value_parser = ["iptables", "nftables", "xvs"])]
+    dump: Option<String>,
     /// Service count at which one endpoint change is timed.
     #[arg(long, default_value_t = 10_000)]
     change_at: usize,
@@ -276,18 +282,42 @@ fn run_kernel(
     let timeout = Duration::from_secs(cli.load_timeout);
     let gw = bed.gateway().name().to_owned();
     let ns = xvs_vm_tests::netns::Netns::existing(&gw);
+    let mut previous: Option<(usize, f64)> = None;
     for &n in &cli.services {
         eprintln!("{}: {n} services", k.mode);
+        if let Some((m, took)) = previous {
+            let expected = took * n as f64 / m as f64;
+            if expected > timeout.as_secs_f64() {
+                let e = format!(
+                    "skipped: {took:.1} s at {m} services puts {n} at {expected:.0} s or more, above the {} s limit",
+                    timeout.as_secs()
+                );
+                failed(k.mode, n, &e, rows);
+                continue;
+            }
+        }
         let svcs = services(n, "udp", &target_endpoints());
         feed_timed(&ns, k.program, k.load_args, k.empty, timeout)?;
-        let loaded = feed_timed(&ns, k.program, k.load_args, &(k.full)(&svcs), timeout);
+        let text = (k.full)(&svcs);
+        let commit_line = format!("line {} failed", text.lines().count());
+        let loaded = feed_timed(&ns, k.program, k.load_args, &text, timeout);
+        drop(text);
         let load = match loaded {
             Ok(d) => d.as_secs_f64(),
             Err(e) => {
+                // Failing on the last line (COMMIT) means every rule parsed
+                // and the kernel refused the table: legacy x_tables caps a
+                // table at 512 MiB (setsockopt IPT_SO_SET_REPLACE: ENOMEM).
+                let e = if k.mode == "iptables-legacy" && e.contains(&commit_line) {
+                    format!("{e}: the kernel refused the table at COMMIT (x_tables caps a table at 512 MiB)")
+                } else {
+                    e
+                };
                 failed(k.mode, n, &e, rows);
                 continue;
             }
         };
+        previous = Some((n, load));
         // conntrack's sysctls exist once the rules loaded the module.
         for key in [
             "net.netfilter.nf_conntrack_udp_timeout",
@@ -458,6 +488,16 @@ fn targets(cli: &Cli, rows: &[Row]) -> Vec<Target> {
 }
 
 fn bench(cli: Cli) -> Result<(), String> {
+    if let Some(kind) = &cli.dump {
+        let n = cli.services.first().copied().unwrap_or(1);
+        let svcs = services(n, "udp", &target_endpoints());
+        match kind.as_str() {
+            "iptables" => print!("{}", iptables(&svcs)),
+            "nftables" => print!("{}", nftables(&svcs)),
+            _ => print!("{}{}", xvs_header(), xvs_services(&svcs)),
+        }
+        return Ok(());
+    }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Err("run as root: the bench creates namespaces and attaches XDP".into());
