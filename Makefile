@@ -61,7 +61,7 @@ fuzz:
 ## table on stdout, JSON and SVG chart in target/
 BENCH_ARGS ?=
 bench: deps
-	$(CARGO) bench --workspace --benches -- --warm-up-time 1
+	$(CARGO) bench -p xvs-benches --bench '*' -- --warm-up-time 1
 	$(MAKE) e2e-bench
 
 e2e-bench: deps
