@@ -2,7 +2,15 @@
 //! binaries, `xvs` (the daemon) and `xvsadm` (the ipvsadm-style CLI).
 //!
 //! The control plane never touches packets; it hands service state to the
-//! data plane.
+//! data plane: [`engine`] reconciles and owns the data plane, [`api`]
+//! serves it over HTTP, [`stats`] and [`metrics`] read it, [`adm`] is the
+//! client side (ipvsadm's options and output formats).
 
+pub mod adm;
+pub mod api;
 pub mod check_config;
+pub mod engine;
+pub mod metrics;
 pub mod run;
+pub mod stats;
+pub mod view;

@@ -1,22 +1,33 @@
-//! `xvs run --config FILE`: the data plane from a static configuration,
-//! until SIGINT or SIGTERM.
+//! `xvs run --config FILE`: the daemon. Starts the data plane from the
+//! file, then serves the admin API (unix socket, optional TCP with a
+//! bearer token), samples rates every 2 seconds, reloads on SIGHUP and
+//! stops on SIGINT/SIGTERM, telling systemd each step (READY, RELOADING,
+//! STOPPING, WATCHDOG) when started by it.
 //!
 //! Prints one `ready` line once every worker runs (tests and scripts wait
 //! for it), and on stop one summary line per worker with its counters;
 //! the steering program is detached before the process exits, on a signal
-//! or on an error.
+//! or on an error. Graceful stop: the API stops first, then the workers
+//! (no new flows), then the programs are detached.
 
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use signal_hook::consts::{SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
+use tokio::net::{TcpListener, UnixListener};
+use tokio::signal::unix::{signal, SignalKind};
 use xvs_dataplane::runtime::Dataplane;
 use xvs_dataplane::worker::Snapshot;
 
+use crate::api::{router, with_token, Shared};
+use crate::engine::{Engine, EngineHandle};
+use crate::stats::{sample, Estimator, SAMPLE_SECONDS};
+
 /// Exit status for an invalid configuration.
 pub const EXIT_CONFIG: u8 = 2;
-/// Exit status when the data plane cannot start.
+/// Exit status when the data plane or the API cannot start.
 pub const EXIT_START: u8 = 1;
 
 /// One line of counters for a worker's snapshot.
@@ -49,7 +60,26 @@ pub fn summary(s: &Snapshot) -> String {
     )
 }
 
-/// Runs the data plane; returns the process exit status.
+/// Tells systemd (when it started us; a no-op otherwise).
+fn notify(state: &[sd_notify::NotifyState<'_>]) {
+    let _ = sd_notify::notify(false, state);
+}
+
+fn bind_unix(path: &Path) -> Result<UnixListener, String> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    // A socket left by a previous run (nothing listens on it any more).
+    if path.exists() && std::os::unix::net::UnixStream::connect(path).is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+    let l = UnixListener::bind(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(l)
+}
+
+/// Runs the daemon; returns the process exit status.
 pub fn run(config: &Path) -> u8 {
     let cfg = match xvs_config::load(config) {
         Ok(c) => c,
@@ -58,39 +88,191 @@ pub fn run(config: &Path) -> u8 {
             return EXIT_CONFIG;
         }
     };
-    // The worker clock: seconds since start, the one place that reads the
-    // wall clock for the data plane.
-    #[allow(clippy::disallowed_types)]
-    let start = std::time::Instant::now();
-    let clock = move || start.elapsed().as_secs() as u32;
-    let mut signals = match Signals::new([SIGINT, SIGTERM]) {
+    let token = match &cfg.admin.tcp {
+        Some(t) => match std::fs::read_to_string(&t.token_file) {
+            Ok(s) if !s.trim().is_empty() => Some(s.trim().to_owned()),
+            Ok(_) => {
+                eprintln!("xvs: {}: the admin token is empty", t.token_file.display());
+                return EXIT_CONFIG;
+            }
+            Err(e) => {
+                eprintln!("xvs: {}: {e}", t.token_file.display());
+                return EXIT_CONFIG;
+            }
+        },
+        None => None,
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("xvs-control")
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("xvs: cannot start the control plane: {e}");
+            return EXIT_START;
+        }
+    };
+    // Signals are installed before the data plane starts, so none is lost.
+    let signals = rt.block_on(async {
+        Ok::<_, std::io::Error>((
+            signal(SignalKind::hangup())?,
+            signal(SignalKind::terminate())?,
+            signal(SignalKind::interrupt())?,
+        ))
+    });
+    let (mut hup, mut term, mut int) = match signals {
         Ok(s) => s,
         Err(e) => {
             eprintln!("xvs: cannot handle signals: {e}");
             return EXIT_START;
         }
     };
-    let dp = match Dataplane::start(&cfg, clock) {
-        Ok(dp) => dp,
+    let path = config.to_owned();
+    let start_cfg = cfg.clone();
+    let spawned = EngineHandle::spawn(move || {
+        // The worker clock: seconds since start, the one place that reads
+        // the wall clock for the data plane.
+        #[allow(clippy::disallowed_types)]
+        let start = std::time::Instant::now();
+        let clock = move || start.elapsed().as_secs() as u32;
+        let dp = Dataplane::start(&start_cfg, clock)
+            .map_err(|e| format!("cannot start the data plane: {e}"))?;
+        Ok(Engine::new(dp, &path, start_cfg))
+    });
+    let (engine, thread) = match spawned {
+        Ok(x) => x,
         Err(e) => {
-            eprintln!("xvs: cannot start the data plane: {e}");
+            eprintln!("xvs: {e}");
             return EXIT_START;
         }
     };
-    println!(
-        "ready: {} services on {}, {} worker(s)",
-        cfg.services.len(),
-        dp.interface(),
-        cfg.workers()
-    );
-    let _ = std::io::stdout().flush();
-    if let Some(sig) = signals.forever().next() {
-        eprintln!("xvs: signal {sig}: stopping");
-    }
-    let snapshots = dp.stop();
+    let served = rt.block_on(async {
+        let shared = Arc::new(Shared {
+            engine: engine.clone(),
+            estimator: Mutex::new(Estimator::default()),
+            latency: Arc::new(Mutex::new(crate::metrics::Histogram::default())),
+        });
+        let unix = bind_unix(&cfg.admin.socket)?;
+        let app = router(shared.clone());
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let mut servers = Vec::new();
+        {
+            let mut rx = stop_rx.clone();
+            let app = app.clone();
+            servers.push(tokio::spawn(async move {
+                axum::serve(unix, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = rx.wait_for(|s| *s).await;
+                    })
+                    .await
+            }));
+        }
+        if let (Some(t), Some(token)) = (&cfg.admin.tcp, token) {
+            let tcp = TcpListener::bind(t.address)
+                .await
+                .map_err(|e| format!("{}: {e}", t.address))?;
+            let mut rx = stop_rx.clone();
+            let app = with_token(app, token);
+            servers.push(tokio::spawn(async move {
+                axum::serve(tcp, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = rx.wait_for(|s| *s).await;
+                    })
+                    .await
+            }));
+        }
+        // The rate estimator: one sample every 2 seconds.
+        let est = {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs_f64(SAMPLE_SECONDS));
+                loop {
+                    tick.tick().await;
+                    let Ok(s) = shared.engine.call(|e| sample(e)).await else {
+                        break;
+                    };
+                    if let Ok(mut e) = shared.estimator.lock() {
+                        e.update(&s, SAMPLE_SECONDS);
+                    }
+                }
+            })
+        };
+        // The systemd watchdog: ping while the engine answers.
+        let mut usec = 0u64;
+        let watchdog = sd_notify::watchdog_enabled(false, &mut usec).then(|| {
+            let engine = engine.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_micros(usec / 2));
+                loop {
+                    tick.tick().await;
+                    if engine.call(|_| ()).await.is_ok() {
+                        notify(&[sd_notify::NotifyState::Watchdog]);
+                    }
+                }
+            })
+        });
+        let services = engine
+            .call(|e| (e.applied().len(), e.dataplane().interface().to_owned()))
+            .await?;
+        println!(
+            "ready: {} services on {}, {} worker(s), admin API on {}",
+            services.0,
+            services.1,
+            cfg.workers(),
+            cfg.admin.socket.display()
+        );
+        let _ = std::io::stdout().flush();
+        notify(&[sd_notify::NotifyState::Ready]);
+        loop {
+            tokio::select! {
+                _ = hup.recv() => {
+                    notify(&[sd_notify::NotifyState::Reloading]);
+                    match engine.call(|e| { let r = e.reload(); (r, e.wait_applied()) }).await {
+                        Ok((Ok(a), _)) => eprintln!(
+                            "xvs: reloaded {}: {} added, {} changed, {} removed, {} unchanged",
+                            cfg_path_display(config), a.added, a.changed, a.removed, a.unchanged
+                        ),
+                        Ok((Err(e), _)) => eprintln!("xvs: reload refused, nothing changed: {e}"),
+                        Err(e) => eprintln!("xvs: reload: {e}"),
+                    }
+                    notify(&[sd_notify::NotifyState::Ready]);
+                }
+                _ = term.recv() => { eprintln!("xvs: SIGTERM: stopping"); break; }
+                _ = int.recv() => { eprintln!("xvs: SIGINT: stopping"); break; }
+            }
+        }
+        notify(&[sd_notify::NotifyState::Stopping]);
+        let _ = stop_tx.send(true);
+        for s in servers {
+            let _ = s.await;
+        }
+        est.abort();
+        if let Some(w) = watchdog {
+            w.abort();
+        }
+        let _ = std::fs::remove_file(&cfg.admin.socket);
+        Ok::<(), String>(())
+    });
+    // Every handle is gone once the runtime is: the engine thread stops the
+    // workers and detaches the programs.
+    drop(rt);
+    drop(engine);
+    let snapshots = thread.join();
     let mut out = std::io::stdout().lock();
     for s in &snapshots {
         let _ = writeln!(out, "{}", summary(s));
     }
-    0
+    match served {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("xvs: {e}");
+            EXIT_START
+        }
+    }
+}
+
+fn cfg_path_display(p: &Path) -> String {
+    p.display().to_string()
 }

@@ -11,6 +11,7 @@ pub mod runtime;
 pub mod sched;
 pub mod services;
 pub mod steer;
+pub mod traffic;
 pub mod wire;
 pub mod worker;
 pub mod xsk;

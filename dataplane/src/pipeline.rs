@@ -442,6 +442,13 @@ impl Pipeline {
     /// Full-NAT rewrite of a tracked flow's packet.
     fn forward(&mut self, buf: &mut [u8], ip: &Ipv4, id: FlowId, dir: Direction) -> Verdict {
         let f = self.table.flow(id);
+        if let Some(t) = self.services.traffic(f.service()) {
+            let d = match dir {
+                Direction::Original => 0,
+                Direction::Reply => 1,
+            };
+            t.packet(self.cfg.worker, f.backend_id(), d, u64::from(ip.total_len));
+        }
         let (nat, next_hop, side, our_mac) = match dir {
             Direction::Original => (
                 Nat {
@@ -577,6 +584,7 @@ impl Pipeline {
         match self.table.insert_new(&new, first, now, &mut obs) {
             Ok(id) => {
                 self.counters.new_flows += 1;
+                svc.stats.conn(worker, b.id);
                 Ok(id)
             }
             Err(InsertError::TableFull) => Err(Verdict::Drop(DropReason::ConntrackFull)),

@@ -207,8 +207,9 @@ pub struct Dataplane {
     /// One per interface; emptied (detaching) at stop.
     steerings: Vec<Steering>,
     ifname: String,
-    /// Service ids by key (an update keeps its service's id).
-    ids: std::collections::HashMap<xvs_config::ServiceKey, u32>,
+    /// The services the workers have, by key (an update keeps its
+    /// service's id, and its counts when the backends are the same).
+    compiled: std::collections::HashMap<xvs_config::ServiceKey, Arc<CompiledService>>,
     next_id: u32,
     workers: usize,
 }
@@ -380,7 +381,7 @@ impl Dataplane {
             handle: DataplaneHandle { workers: handles },
             steerings,
             ifname: i.client.clone(),
-            ids: services.iter().map(|s| (s.key, s.id)).collect(),
+            compiled: services.iter().map(|s| (s.key, s.clone())).collect(),
             next_id: services.len() as u32 + 1,
             workers,
         })
@@ -390,8 +391,9 @@ impl Dataplane {
     /// once, O(that service); other services are not touched. Flows of a
     /// replaced service keep their backend.
     pub fn upsert_service(&mut self, svc: &xvs_config::Service) -> Result<(), SteerError> {
-        let id = match self.ids.get(&svc.key) {
-            Some(&id) => id,
+        let prev = self.compiled.get(&svc.key).cloned();
+        let id = match &prev {
+            Some(p) => p.id,
             None => {
                 let id = self.next_id;
                 self.next_id += 1;
@@ -404,9 +406,13 @@ impl Dataplane {
         for w in &self.handle.workers {
             self.handle.send_to(w, Control::Own(svc.key.vip));
         }
-        self.ids.insert(svc.key, id);
-        self.handle
-            .upsert(Arc::new(CompiledService::new(id, svc, self.workers, None)));
+        let mut compiled = CompiledService::new(id, svc, self.workers, None);
+        if let Some(p) = &prev {
+            compiled.carry_over(p);
+        }
+        let compiled = Arc::new(compiled);
+        self.compiled.insert(svc.key, compiled.clone());
+        self.handle.upsert(compiled);
         Ok(())
     }
 
@@ -414,8 +420,14 @@ impl Dataplane {
     /// flows already established continue until they close or expire, so
     /// its VIP stays steered and answered (ARP) for them.
     pub fn remove_service(&mut self, key: xvs_config::ServiceKey) {
-        self.ids.remove(&key);
+        self.compiled.remove(&key);
         self.handle.remove(key);
+    }
+
+    /// The services the workers have (or are about to have: see
+    /// [`DataplaneHandle::wait_applied`]), with their counts and counters.
+    pub fn services(&self) -> impl Iterator<Item = &Arc<CompiledService>> {
+        self.compiled.values()
     }
 
     /// The handle for updates and snapshots.

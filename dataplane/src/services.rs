@@ -19,6 +19,11 @@ use xvs_config::{Protocol, Service, ServiceKey};
 use xvs_conntrack::{Endpoint, L4Proto, Observer};
 
 use crate::sched::{ConnCounts, MaglevParams, Persist, SchedBackend, Scheduler, DEFAULT_SEED};
+use crate::traffic::TrafficStats;
+
+/// Service ids above this get no per-packet traffic counters (the
+/// counters are found by id in a dense array).
+const MAX_STATS_ID: u32 = 1 << 24;
 
 /// A service ready for the data plane.
 #[derive(Debug)]
@@ -33,6 +38,8 @@ pub struct CompiledService {
     pub scheduler: Scheduler,
     /// Global connection counts of its backends.
     pub counts: Arc<ConnCounts>,
+    /// Traffic counters of its backends (`--stats`).
+    pub stats: Arc<TrafficStats>,
     /// Client persistence.
     pub persist: Option<Persist>,
     /// Allowed client ranges (empty = all).
@@ -77,6 +84,7 @@ impl CompiledService {
             id,
             key: svc.key,
             counts: ConnCounts::new(workers, backends.len()),
+            stats: TrafficStats::new(workers, backends.len()),
             backends,
             scheduler,
             persist: svc.persistence.map(|p| Persist {
@@ -86,6 +94,23 @@ impl CompiledService {
                 netmask: p.netmask,
             }),
             source_ranges: svc.source_ranges.clone(),
+        }
+    }
+
+    /// Keeps `prev`'s connection counts and traffic counters when the
+    /// backends are the same endpoints in the same order (an edit of
+    /// weights, scheduler or persistence): flows of `prev` keep reporting
+    /// to the counts the scheduler reads. Otherwise they start at zero.
+    pub fn carry_over(&mut self, prev: &CompiledService) {
+        let same = prev.backends.len() == self.backends.len()
+            && prev
+                .backends
+                .iter()
+                .zip(&self.backends)
+                .all(|(a, b)| a.endpoint == b.endpoint);
+        if same {
+            self.counts = prev.counts.clone();
+            self.stats = prev.stats.clone();
         }
     }
 
@@ -115,6 +140,8 @@ pub struct ServiceSlot {
 pub struct ServiceTable {
     by_key: HashMap<(Ipv4Addr, L4Proto, u16), ServiceSlot>,
     by_id: HashMap<u32, (Ipv4Addr, L4Proto, u16)>,
+    /// Traffic counters by service id (dense: one array index per packet).
+    traffic: Vec<Option<Arc<TrafficStats>>>,
 }
 
 fn key_of(k: &ServiceKey) -> (Ipv4Addr, L4Proto, u16) {
@@ -127,8 +154,20 @@ impl ServiceTable {
         let k = key_of(&svc.key);
         if let Some(old) = self.by_key.get(&k) {
             self.by_id.remove(&old.svc.id);
+            if old.svc.id != svc.id {
+                if let Some(t) = self.traffic.get_mut(old.svc.id as usize) {
+                    *t = None;
+                }
+            }
         }
         self.by_id.insert(svc.id, k);
+        if svc.id < MAX_STATS_ID {
+            let i = svc.id as usize;
+            if self.traffic.len() <= i {
+                self.traffic.resize(i + 1, None);
+            }
+            self.traffic[i] = Some(svc.stats.clone());
+        }
         let sched = svc.scheduler.clone();
         self.by_key.insert(k, ServiceSlot { svc, sched });
     }
@@ -137,7 +176,17 @@ impl ServiceTable {
     pub fn remove(&mut self, key: &ServiceKey) {
         if let Some(old) = self.by_key.remove(&key_of(key)) {
             self.by_id.remove(&old.svc.id);
+            if let Some(t) = self.traffic.get_mut(old.svc.id as usize) {
+                *t = None;
+            }
         }
+    }
+
+    /// The traffic counters of service `id` (still alive or not: flows of
+    /// a removed service are no longer counted).
+    #[inline]
+    pub fn traffic(&self, id: u32) -> Option<&TrafficStats> {
+        self.traffic.get(id as usize)?.as_deref()
     }
 
     /// The service for (vip, proto, port), else the port-0 one of the VIP.

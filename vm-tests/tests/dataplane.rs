@@ -85,6 +85,11 @@ fn launch(t: &Topology, config: &str) -> (Spawned, String, PathBuf) {
     let dir = std::env::temp_dir().join(format!("xvs-e2e-{}", t.tag));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("xvs.toml");
+    // Each run its own admin socket.
+    let config = format!(
+        "{config}\n[admin]\nsocket = \"{}\"\n",
+        dir.join("xvs.sock").display()
+    );
     std::fs::write(&cfg, config).unwrap();
     let mut cmd = t.gateway.command(xvs_bin().to_str().unwrap());
     cmd.args(["run", "--config", cfg.to_str().unwrap()]);

@@ -1,18 +1,14 @@
-//! `xvsadm`: the ipvsadm-style administration CLI of xvs.
+//! `xvsadm`: administer a running xvs with ipvsadm's commands and output
+//! formats, over the admin API's unix socket.
 
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser};
-
-/// xvsadm: inspect and edit the virtual services of a running xvs, with
-/// ipvsadm's options and output formats.
-#[derive(Debug, Parser)]
-#[command(name = "xvsadm", version, about, long_about = None)]
-struct Cli {}
-
 fn main() -> ExitCode {
-    Cli::parse();
-    let _ = Cli::command().print_help();
-    eprintln!("xvsadm: no command given");
-    ExitCode::from(2)
+    let args: Vec<String> = std::env::args().collect();
+    let status = xvs_control::adm::cli::main_with(
+        &args,
+        &mut std::io::stdout().lock(),
+        &mut std::io::stderr().lock(),
+    );
+    ExitCode::from(status)
 }

@@ -61,6 +61,10 @@ fn demo() -> Result<(), String> {
     );
     let dir = std::env::temp_dir().join(format!("xvs-demo-{}", t.tag));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let config = format!(
+        "{config}\n[admin]\nsocket = \"{}\"\n",
+        dir.join("xvs.sock").display()
+    );
     let cfg = dir.join("xvs.toml");
     std::fs::write(&cfg, &config).map_err(|e| e.to_string())?;
     println!("\nconfig {}:\n{config}", cfg.display());

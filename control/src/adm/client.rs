@@ -1,0 +1,106 @@
+//! The admin API client: one HTTP/1.1 request per call over the unix
+//! socket (hyper's connection API on a tokio `UnixStream`), or over TCP
+//! with a bearer token.
+
+use std::path::PathBuf;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Method, Request};
+use hyper_util::rt::TokioIo;
+
+/// Where the daemon listens.
+#[derive(Debug, Clone)]
+pub enum Endpoint {
+    /// The unix socket.
+    Unix(PathBuf),
+    /// `host:port` and the bearer token.
+    Tcp(String, String),
+}
+
+/// An answer: status and body.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// HTTP status.
+    pub status: u16,
+    /// Body text.
+    pub body: String,
+}
+
+impl Answer {
+    /// The body when the status is 2xx, else the API's error message.
+    pub fn ok(self) -> Result<String, String> {
+        if (200..300).contains(&self.status) {
+            return Ok(self.body);
+        }
+        let msg = serde_json::from_str::<serde_json::Value>(&self.body)
+            .ok()
+            .and_then(|v| v["error"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| self.body.trim().to_owned());
+        Err(msg)
+    }
+}
+
+async fn send<S>(io: S, req: Request<Full<Bytes>>) -> Result<Answer, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let res = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    let status = res.status().as_u16();
+    let body = res
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok(Answer {
+        status,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+/// Sends one request and waits for the whole answer.
+pub fn request(
+    to: &Endpoint,
+    method: Method,
+    path: &str,
+    body: Option<String>,
+) -> Result<Answer, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(hyper::header::HOST, "xvs");
+        if body.is_some() {
+            req = req.header(hyper::header::CONTENT_TYPE, "application/json");
+        }
+        if let Endpoint::Tcp(_, token) = to {
+            req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let req = req
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| e.to_string())?;
+        match to {
+            Endpoint::Unix(p) => {
+                let s = tokio::net::UnixStream::connect(p).await.map_err(|e| {
+                    format!("cannot reach xvs at {}: {e} (is it running?)", p.display())
+                })?;
+                send(s, req).await
+            }
+            Endpoint::Tcp(addr, _) => {
+                let s = tokio::net::TcpStream::connect(addr)
+                    .await
+                    .map_err(|e| format!("cannot reach xvs at {addr}: {e}"))?;
+                send(s, req).await
+            }
+        }
+    })
+}

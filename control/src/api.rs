@@ -1,0 +1,519 @@
+//! The admin API (axum): JSON for services, stats, rates, connections and
+//! edits; Prometheus text at `/metrics`; `/healthz` and `/readyz`. Served
+//! on a unix socket (mode 0600) and, when configured, on TCP where every
+//! request must carry the bearer token.
+//!
+//! Every edit is applied before the answer: the engine sends it and waits
+//! until every worker has it, so a 200 means "in force".
+
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use xvs_config::{Backend, ForwardMethod, Persistence, Protocol, Scheduler, Service, ServiceKey};
+use xvs_conntrack::{Filter, FlowState, L4Proto};
+
+use crate::engine::{Applied, Edit, EngineHandle, Refused};
+use crate::metrics::{self, Histogram};
+use crate::stats::{listing, sample, Estimator};
+use crate::view::{ConnView, Listing, TimeoutView};
+
+/// Shared by every handler.
+pub struct Shared {
+    /// The engine.
+    pub engine: EngineHandle,
+    /// Rates.
+    pub estimator: Mutex<Estimator>,
+    /// Control → data update latency (seconds).
+    pub latency: Arc<Mutex<Histogram>>,
+}
+
+/// An error answer: `{"error": "..."}` with a status.
+pub struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()
+    }
+}
+
+impl From<Refused> for ApiError {
+    fn from(r: Refused) -> Self {
+        let status = match r {
+            Refused::Invalid(_) => StatusCode::BAD_REQUEST,
+            Refused::NotFound(_) => StatusCode::NOT_FOUND,
+            Refused::Exists(_) => StatusCode::CONFLICT,
+        };
+        ApiError(status, r.to_string())
+    }
+}
+
+fn internal(e: String) -> ApiError {
+    ApiError(StatusCode::SERVICE_UNAVAILABLE, e)
+}
+
+fn bad(e: impl ToString) -> ApiError {
+    ApiError(StatusCode::BAD_REQUEST, e.to_string())
+}
+
+/// A service as the API takes it (`-A` / `-E`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServiceSpec {
+    /// `tcp` or `udp`.
+    pub protocol: String,
+    /// VIP.
+    pub vip: Ipv4Addr,
+    /// Port.
+    pub port: u16,
+    /// Scheduler (default wlc).
+    #[serde(default)]
+    pub scheduler: Option<String>,
+    /// Persistence timeout in seconds.
+    #[serde(default)]
+    pub persistence: Option<u32>,
+    /// Persistence netmask.
+    #[serde(default)]
+    pub netmask: Option<Ipv4Addr>,
+    /// Scheduler flags (`fallback`, `port`).
+    #[serde(default)]
+    pub flags: Vec<String>,
+}
+
+/// A backend as the API takes it (`-a` / `-e`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BackendSpec {
+    /// Address.
+    pub address: Ipv4Addr,
+    /// Port (the service's when absent).
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// Weight (1 when absent).
+    #[serde(default)]
+    pub weight: Option<u32>,
+}
+
+fn protocol(p: &str) -> Result<Protocol, ApiError> {
+    p.to_ascii_lowercase()
+        .parse()
+        .map_err(|_| bad(format!("protocol \"{p}\": expected tcp or udp")))
+}
+
+fn key(proto: &str, vip: Ipv4Addr, port: u16) -> Result<ServiceKey, ApiError> {
+    Ok(ServiceKey {
+        vip,
+        protocol: protocol(proto)?,
+        port,
+    })
+}
+
+fn to_service(s: &ServiceSpec) -> Result<Service, ApiError> {
+    let mut svc = Service::new(key(&s.protocol, s.vip, s.port)?);
+    if let Some(name) = &s.scheduler {
+        svc.scheduler = name.parse::<Scheduler>().map_err(|_| {
+            bad(format!(
+                "scheduler \"{name}\": expected one of {}",
+                Scheduler::ALL
+                    .iter()
+                    .map(|s| s.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+    }
+    if s.persistence.is_some() || s.netmask.is_some() {
+        let d = Persistence::default();
+        svc.persistence = Some(Persistence {
+            timeout_secs: s.persistence.unwrap_or(d.timeout_secs),
+            netmask: s.netmask.unwrap_or(d.netmask),
+        });
+    }
+    for f in &s.flags {
+        let flag = f
+            .parse()
+            .map_err(|_| bad(format!("flag \"{f}\": expected fallback or port")))?;
+        svc.flags.set(flag);
+    }
+    Ok(svc)
+}
+
+fn to_backend(k: &ServiceKey, b: &BackendSpec) -> Backend {
+    Backend {
+        address: b.address,
+        port: b.port.unwrap_or(k.port),
+        weight: b.weight.unwrap_or(1),
+        forward: ForwardMethod::Masq,
+    }
+}
+
+async fn edit(st: &Shared, e: Edit) -> Result<Json<Applied>, ApiError> {
+    let latency = st.latency.clone();
+    let r = st
+        .engine
+        .call(move |eng| {
+            let r = eng.edit(e);
+            if r.is_ok() {
+                if let Some(s) = eng.wait_applied() {
+                    if let Ok(mut h) = latency.lock() {
+                        h.observe(s);
+                    }
+                }
+            }
+            r
+        })
+        .await
+        .map_err(internal)?;
+    Ok(Json(r?))
+}
+
+async fn list_services(State(st): State<Arc<Shared>>) -> Result<Json<Listing>, ApiError> {
+    let (size, samples) = st
+        .engine
+        .call(|e| (e.config().conntrack.capacity, sample(e)))
+        .await
+        .map_err(internal)?;
+    let est = st.estimator.lock().map_err(|e| internal(e.to_string()))?;
+    Ok(Json(listing(size, &samples, &est)))
+}
+
+async fn add_service(
+    State(st): State<Arc<Shared>>,
+    Json(spec): Json<ServiceSpec>,
+) -> Result<Json<Applied>, ApiError> {
+    edit(&st, Edit::AddService(to_service(&spec)?)).await
+}
+
+async fn edit_service(
+    State(st): State<Arc<Shared>>,
+    Path((proto, vip, port)): Path<(String, Ipv4Addr, u16)>,
+    Json(spec): Json<ServiceSpec>,
+) -> Result<Json<Applied>, ApiError> {
+    let mut s = to_service(&spec)?;
+    s.key = key(&proto, vip, port)?;
+    edit(&st, Edit::EditService(s)).await
+}
+
+async fn delete_service(
+    State(st): State<Arc<Shared>>,
+    Path((proto, vip, port)): Path<(String, Ipv4Addr, u16)>,
+) -> Result<Json<Applied>, ApiError> {
+    edit(&st, Edit::DeleteService(key(&proto, vip, port)?)).await
+}
+
+async fn clear(State(st): State<Arc<Shared>>) -> Result<Json<Applied>, ApiError> {
+    edit(&st, Edit::Clear).await
+}
+
+async fn add_backend(
+    State(st): State<Arc<Shared>>,
+    Path((proto, vip, port)): Path<(String, Ipv4Addr, u16)>,
+    Json(b): Json<BackendSpec>,
+) -> Result<Json<Applied>, ApiError> {
+    let k = key(&proto, vip, port)?;
+    edit(&st, Edit::AddBackend(k, to_backend(&k, &b))).await
+}
+
+async fn edit_backend(
+    State(st): State<Arc<Shared>>,
+    Path((proto, vip, port, addr, bport)): Path<(String, Ipv4Addr, u16, Ipv4Addr, u16)>,
+    Json(b): Json<BackendSpec>,
+) -> Result<Json<Applied>, ApiError> {
+    let k = key(&proto, vip, port)?;
+    let b = BackendSpec {
+        address: addr,
+        port: Some(bport),
+        ..b
+    };
+    edit(&st, Edit::EditBackend(k, to_backend(&k, &b))).await
+}
+
+async fn delete_backend(
+    State(st): State<Arc<Shared>>,
+    Path((proto, vip, port, addr, bport)): Path<(String, Ipv4Addr, u16, Ipv4Addr, u16)>,
+) -> Result<Json<Applied>, ApiError> {
+    edit(
+        &st,
+        Edit::DeleteBackend(key(&proto, vip, port)?, addr, bport),
+    )
+    .await
+}
+
+async fn reload(State(st): State<Arc<Shared>>) -> Result<Json<Applied>, ApiError> {
+    let latency = st.latency.clone();
+    let r = st
+        .engine
+        .call(move |e| {
+            let r = e.reload();
+            if r.is_ok() {
+                if let Some(s) = e.wait_applied() {
+                    if let Ok(mut h) = latency.lock() {
+                        h.observe(s);
+                    }
+                }
+            }
+            r
+        })
+        .await
+        .map_err(internal)?;
+    Ok(Json(r?))
+}
+
+/// `/v1/status`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Status {
+    /// Config file.
+    pub config: String,
+    /// Successful reloads.
+    pub reloads: u64,
+    /// The last refused reload or edit, if the latest one was refused.
+    pub last_error: Option<String>,
+    /// Services in force.
+    pub services: usize,
+}
+
+async fn status(State(st): State<Arc<Shared>>) -> Result<Json<Status>, ApiError> {
+    let s = st
+        .engine
+        .call(|e| Status {
+            config: e.path().display().to_string(),
+            reloads: e.reloads(),
+            last_error: e.last_error().map(str::to_owned),
+            services: e.applied().len(),
+        })
+        .await
+        .map_err(internal)?;
+    Ok(Json(s))
+}
+
+/// Connection filters (`-Lnc`, `conntrack -L/-D`).
+#[derive(Debug, Default, Deserialize, Serialize)]
+pub struct ConnQuery {
+    /// VIP.
+    pub vip: Option<Ipv4Addr>,
+    /// VIP port.
+    pub vport: Option<u16>,
+    /// Backend address.
+    pub backend: Option<Ipv4Addr>,
+    /// Client address.
+    pub client: Option<Ipv4Addr>,
+    /// IPVS state name.
+    pub state: Option<String>,
+    /// `tcp` or `udp`.
+    pub proto: Option<String>,
+    /// Page number (from 0).
+    pub page: Option<usize>,
+    /// Page size (default 1000).
+    pub size: Option<usize>,
+}
+
+fn filter(q: &ConnQuery) -> Result<Filter, ApiError> {
+    let state = match &q.state {
+        None => None,
+        Some(s) => Some(
+            FlowState::ALL
+                .iter()
+                .copied()
+                .find(|f| f.name().eq_ignore_ascii_case(s))
+                .ok_or_else(|| bad(format!("state \"{s}\": not an IPVS state")))?,
+        ),
+    };
+    let proto = match q.proto.as_deref() {
+        None => None,
+        Some(p) => Some(match protocol(p)? {
+            Protocol::Tcp => L4Proto::Tcp,
+            Protocol::Udp => L4Proto::Udp,
+        }),
+    };
+    Ok(Filter {
+        vip: q.vip,
+        vip_port: q.vport,
+        backend: q.backend,
+        client: q.client,
+        state,
+        proto,
+        templates: false,
+    })
+}
+
+/// A page of connections.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ConnPage {
+    /// Connections on this page.
+    pub connections: Vec<ConnView>,
+    /// Matching connections in all.
+    pub total: usize,
+}
+
+async fn connections(
+    State(st): State<Arc<Shared>>,
+    Query(q): Query<ConnQuery>,
+) -> Result<Json<ConnPage>, ApiError> {
+    let f = filter(&q)?;
+    let flows = st
+        .engine
+        .call(move |e| e.dataplane().handle().dump(f))
+        .await
+        .map_err(internal)?;
+    let size = q.size.unwrap_or(1000).max(1);
+    let page = q.page.unwrap_or(0);
+    let total = flows.len();
+    let connections = flows
+        .iter()
+        .skip(page.saturating_mul(size))
+        .take(size)
+        .map(|f| ConnView {
+            protocol: match f.proto {
+                L4Proto::Tcp => "TCP",
+                L4Proto::Udp => "UDP",
+                L4Proto::Icmp => "ICMP",
+            }
+            .into(),
+            expires: f.expires_in,
+            state: f.state.name().into(),
+            client: std::net::SocketAddrV4::new(f.client.addr, f.client.port),
+            vip: std::net::SocketAddrV4::new(f.vip.addr, f.vip.port),
+            backend: std::net::SocketAddrV4::new(f.backend.addr, f.backend.port),
+            snat: std::net::SocketAddrV4::new(f.snat.addr, f.snat.port),
+        })
+        .collect();
+    Ok(Json(ConnPage { connections, total }))
+}
+
+async fn delete_connections(
+    State(st): State<Arc<Shared>>,
+    Query(q): Query<ConnQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let f = filter(&q)?;
+    let n = st
+        .engine
+        .call(move |e| e.dataplane().handle().delete(f))
+        .await
+        .map_err(internal)?;
+    Ok(Json(serde_json::json!({ "deleted": n })))
+}
+
+async fn flush(State(st): State<Arc<Shared>>) -> Result<Json<serde_json::Value>, ApiError> {
+    let n = st
+        .engine
+        .call(|e| e.dataplane().handle().flush())
+        .await
+        .map_err(internal)?;
+    Ok(Json(serde_json::json!({ "deleted": n })))
+}
+
+async fn conntrack_stats(
+    State(st): State<Arc<Shared>>,
+) -> Result<Json<Vec<metrics::WorkerConntrack>>, ApiError> {
+    let snaps = st
+        .engine
+        .call(|e| e.dataplane().handle().snapshots())
+        .await
+        .map_err(internal)?;
+    Ok(Json(
+        snaps.iter().map(metrics::WorkerConntrack::of).collect(),
+    ))
+}
+
+async fn timeouts(State(st): State<Arc<Shared>>) -> Result<Json<TimeoutView>, ApiError> {
+    let t = st
+        .engine
+        .call(|e| e.config().conntrack.timeouts)
+        .await
+        .map_err(internal)?;
+    Ok(Json(TimeoutView {
+        tcp: t.established,
+        tcpfin: t.fin_wait,
+        udp: t.udp,
+    }))
+}
+
+async fn prometheus(State(st): State<Arc<Shared>>) -> Result<Response, ApiError> {
+    let (size, samples, counters) = st
+        .engine
+        .call(|e| {
+            (
+                e.config().conntrack.capacity,
+                sample(e),
+                e.dataplane().handle().counters(),
+            )
+        })
+        .await
+        .map_err(internal)?;
+    let text = {
+        let est = st.estimator.lock().map_err(|e| internal(e.to_string()))?;
+        let lat = st.latency.lock().map_err(|e| internal(e.to_string()))?;
+        metrics::render(&listing(size, &samples, &est), &counters, &lat)
+    };
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
+}
+
+async fn readyz(State(st): State<Arc<Shared>>) -> Response {
+    match st.engine.call(|e| e.applied().len()).await {
+        Ok(_) => (StatusCode::OK, "ready\n").into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
+    }
+}
+
+/// The routes.
+pub fn router(shared: Arc<Shared>) -> Router {
+    let svc = "/v1/services/{proto}/{vip}/{port}";
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(prometheus))
+        .route("/v1/status", get(status))
+        .route("/v1/reload", post(reload))
+        .route(
+            "/v1/services",
+            get(list_services).post(add_service).delete(clear),
+        )
+        .route(svc, put(edit_service).delete(delete_service))
+        .route(&format!("{svc}/backends"), post(add_backend))
+        .route(
+            &format!("{svc}/backends/{{addr}}/{{bport}}"),
+            put(edit_backend).delete(delete_backend),
+        )
+        .route(
+            "/v1/connections",
+            get(connections).delete(delete_connections),
+        )
+        .route("/v1/flush", post(flush))
+        .route("/v1/conntrack/stats", get(conntrack_stats))
+        .route("/v1/timeouts", get(timeouts))
+        .with_state(shared)
+}
+
+/// Requires `Authorization: Bearer <token>` (the TCP listener).
+pub fn with_token(router: Router, token: String) -> Router {
+    let token = Arc::new(token);
+    router.layer(axum::middleware::from_fn(
+        move |headers: HeaderMap, req: axum::extract::Request, next: axum::middleware::Next| {
+            let token = token.clone();
+            async move {
+                let ok = headers
+                    .get(header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.strip_prefix("Bearer "))
+                    .is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes()));
+                if ok {
+                    next.run(req).await
+                } else {
+                    ApiError(
+                        StatusCode::UNAUTHORIZED,
+                        "missing or wrong bearer token".into(),
+                    )
+                    .into_response()
+                }
+            }
+        },
+    ))
+}
+
+/// Compares without an early exit on the first differing byte.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

@@ -1,0 +1,458 @@
+//! The reconciler: what the data plane should serve (the config file's
+//! services plus runtime edits) against what it has, sent as the
+//! difference only. It owns the running [`Dataplane`] on one thread;
+//! everything else talks to it through [`EngineHandle`] (a job queue), so
+//! the data plane's handles never cross threads.
+//!
+//! Invariants: `applied` is exactly what was last sent to the workers; a
+//! reload or an edit that does not validate changes nothing (the error is
+//! kept for `/v1/status` and returned); a reload sends one update per
+//! added or changed service and one removal per removed service, and
+//! nothing for the others, so their flows and counts are untouched.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use xvs_config::{Backend, Config, Service, ServiceKey};
+use xvs_dataplane::runtime::Dataplane;
+
+/// One change to the service set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Added or replaced.
+    Upsert(Service),
+    /// Removed.
+    Remove(ServiceKey),
+}
+
+/// The changes that turn `applied` into `desired` (by key; a service that
+/// compares equal is left alone).
+pub fn diff(
+    applied: &BTreeMap<ServiceKey, Service>,
+    desired: &BTreeMap<ServiceKey, Service>,
+) -> Vec<Change> {
+    let mut out = Vec::new();
+    for (k, s) in desired {
+        if applied.get(k) != Some(s) {
+            out.push(Change::Upsert(s.clone()));
+        }
+    }
+    for k in applied.keys() {
+        if !desired.contains_key(k) {
+            out.push(Change::Remove(*k));
+        }
+    }
+    out
+}
+
+/// What a reconcile did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Applied {
+    /// Services added.
+    pub added: usize,
+    /// Services changed.
+    pub changed: usize,
+    /// Services removed.
+    pub removed: usize,
+    /// Services left alone.
+    pub unchanged: usize,
+}
+
+/// A runtime edit, ipvsadm's commands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Edit {
+    /// `-A`: a new service (no backends yet).
+    AddService(Service),
+    /// `-E`: scheduler, flags, persistence of an existing one (backends kept).
+    EditService(Service),
+    /// `-D`.
+    DeleteService(ServiceKey),
+    /// `-a`.
+    AddBackend(ServiceKey, Backend),
+    /// `-e`.
+    EditBackend(ServiceKey, Backend),
+    /// `-d`.
+    DeleteBackend(ServiceKey, Ipv4Addr, u16),
+    /// `-C`.
+    Clear,
+}
+
+/// Why an edit or a reload was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// {0}
+    #[error("{0}")]
+    Invalid(String),
+    /// {0}
+    #[error("{0}")]
+    NotFound(String),
+    /// {0}
+    #[error("{0}")]
+    Exists(String),
+}
+
+/// Formats a key like ipvsadm: `TCP 198.19.0.1:80`.
+pub fn key_name(k: &ServiceKey) -> String {
+    format!("{} {}:{}", k.protocol.name().to_uppercase(), k.vip, k.port)
+}
+
+/// The state the engine thread owns.
+pub struct Engine {
+    dp: Dataplane,
+    path: PathBuf,
+    /// The config in force (its services are `applied`).
+    config: Config,
+    applied: BTreeMap<ServiceKey, Service>,
+    last_error: Option<String>,
+    reloads: u64,
+}
+
+fn by_key(services: &[Service]) -> BTreeMap<ServiceKey, Service> {
+    services.iter().map(|s| (s.key, s.clone())).collect()
+}
+
+impl Engine {
+    /// Wraps a started data plane serving `config` (read from `path`).
+    pub fn new(dp: Dataplane, path: &Path, config: Config) -> Engine {
+        Engine {
+            dp,
+            path: path.to_owned(),
+            applied: by_key(&config.services),
+            config,
+            last_error: None,
+            reloads: 0,
+        }
+    }
+
+    /// The data plane.
+    pub fn dataplane(&self) -> &Dataplane {
+        &self.dp
+    }
+
+    /// The config file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Waits until every worker applied what was sent; returns the
+    /// seconds it took (`None` after 1 s: a worker is stuck).
+    pub fn wait_applied(&self) -> Option<f64> {
+        // The control → data latency is a wall-clock measurement.
+        #[allow(clippy::disallowed_types)]
+        let start = std::time::Instant::now();
+        self.dp
+            .handle()
+            .wait_applied(Duration::from_secs(1))
+            .then(|| start.elapsed().as_secs_f64())
+    }
+
+    /// The config in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The services in force.
+    pub fn applied(&self) -> &BTreeMap<ServiceKey, Service> {
+        &self.applied
+    }
+
+    /// The last refused reload or edit, if the latest one was refused.
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
+    }
+
+    /// Successful reloads so far.
+    pub fn reloads(&self) -> u64 {
+        self.reloads
+    }
+
+    /// Makes `desired` the service set: sends only the difference.
+    fn reconcile(&mut self, desired: BTreeMap<ServiceKey, Service>) -> Result<Applied, Refused> {
+        let changes = diff(&self.applied, &desired);
+        let mut a = Applied {
+            unchanged: desired.len(),
+            ..Applied::default()
+        };
+        for c in &changes {
+            match c {
+                Change::Upsert(s) => {
+                    if self.applied.contains_key(&s.key) {
+                        a.changed += 1;
+                    } else {
+                        a.added += 1;
+                    }
+                    a.unchanged -= 1;
+                    self.dp
+                        .upsert_service(s)
+                        .map_err(|e| Refused::Invalid(format!("{}: {e}", key_name(&s.key))))?;
+                    self.applied.insert(s.key, s.clone());
+                }
+                Change::Remove(k) => {
+                    a.removed += 1;
+                    self.dp.remove_service(*k);
+                    self.applied.remove(k);
+                }
+            }
+        }
+        Ok(a)
+    }
+
+    /// Reads the file again and applies its services. An invalid file,
+    /// or one that changes what needs a restart (interfaces, SNAT,
+    /// conntrack), changes nothing.
+    pub fn reload(&mut self) -> Result<Applied, Refused> {
+        let r = self.try_reload();
+        match &r {
+            Ok(_) => {
+                self.last_error = None;
+                self.reloads += 1;
+            }
+            Err(e) => self.last_error = Some(e.to_string()),
+        }
+        r
+    }
+
+    fn try_reload(&mut self) -> Result<Applied, Refused> {
+        let new = xvs_config::load(&self.path).map_err(|e| Refused::Invalid(e.to_string()))?;
+        let restart = [
+            ("[interfaces]", new.interfaces != self.config.interfaces),
+            ("[snat]", new.snat != self.config.snat),
+            ("[conntrack]", new.conntrack != self.config.conntrack),
+        ];
+        if let Some((section, _)) = restart.iter().find(|(_, changed)| *changed) {
+            return Err(Refused::Invalid(format!(
+                "{}: {section} changed: it takes effect on restart only; nothing was applied",
+                self.path.display()
+            )));
+        }
+        let desired = by_key(&new.services);
+        let a = self.reconcile(desired)?;
+        self.config = new;
+        Ok(a)
+    }
+
+    /// Applies one runtime edit (validated like a config file's service).
+    pub fn edit(&mut self, e: Edit) -> Result<Applied, Refused> {
+        let r = self.try_edit(e);
+        if let Err(err) = &r {
+            self.last_error = Some(err.to_string());
+        }
+        r
+    }
+
+    fn try_edit(&mut self, e: Edit) -> Result<Applied, Refused> {
+        let mut desired = self.applied.clone();
+        let missing =
+            |k: &ServiceKey| Refused::NotFound(format!("{}: no such service", key_name(k)));
+        match e {
+            Edit::AddService(s) => {
+                if desired.contains_key(&s.key) {
+                    return Err(Refused::Exists(format!(
+                        "{}: service already exists",
+                        key_name(&s.key)
+                    )));
+                }
+                desired.insert(s.key, s);
+            }
+            Edit::EditService(s) => {
+                let cur = desired.get_mut(&s.key).ok_or_else(|| missing(&s.key))?;
+                let backends = std::mem::take(&mut cur.backends);
+                *cur = Service { backends, ..s };
+            }
+            Edit::DeleteService(k) => {
+                desired.remove(&k).ok_or_else(|| missing(&k))?;
+            }
+            Edit::AddBackend(k, b) => {
+                let cur = desired.get_mut(&k).ok_or_else(|| missing(&k))?;
+                if cur
+                    .backends
+                    .iter()
+                    .any(|x| (x.address, x.port) == (b.address, b.port))
+                {
+                    return Err(Refused::Exists(format!(
+                        "{}: destination {}:{} already exists",
+                        key_name(&k),
+                        b.address,
+                        b.port
+                    )));
+                }
+                cur.backends.push(b);
+            }
+            Edit::EditBackend(k, b) => {
+                let cur = desired.get_mut(&k).ok_or_else(|| missing(&k))?;
+                let d = cur
+                    .backends
+                    .iter_mut()
+                    .find(|x| (x.address, x.port) == (b.address, b.port))
+                    .ok_or_else(|| {
+                        Refused::NotFound(format!(
+                            "{}: no destination {}:{}",
+                            key_name(&k),
+                            b.address,
+                            b.port
+                        ))
+                    })?;
+                *d = b;
+            }
+            Edit::DeleteBackend(k, addr, port) => {
+                let cur = desired.get_mut(&k).ok_or_else(|| missing(&k))?;
+                let before = cur.backends.len();
+                cur.backends.retain(|x| (x.address, x.port) != (addr, port));
+                if cur.backends.len() == before {
+                    return Err(Refused::NotFound(format!(
+                        "{}: no destination {addr}:{port}",
+                        key_name(&k)
+                    )));
+                }
+            }
+            Edit::Clear => desired.clear(),
+        }
+        for s in desired.values() {
+            if self.applied.get(&s.key) == Some(s) {
+                continue;
+            }
+            if let Some(v) = s.check().first() {
+                return Err(Refused::Invalid(format!("{}: {v}", key_name(&s.key))));
+            }
+        }
+        self.reconcile(desired)
+    }
+
+    /// Stops the data plane (detaching its programs).
+    pub fn stop(self) -> Vec<xvs_dataplane::worker::Snapshot> {
+        self.dp.stop()
+    }
+}
+
+type Job = Box<dyn FnOnce(&mut Engine) + Send>;
+
+/// Talks to the engine thread. Cloneable; the thread ends when every
+/// handle is gone or [`EngineHandle::shutdown`] is called.
+#[derive(Clone)]
+pub struct EngineHandle {
+    jobs: crossbeam_channel::Sender<Job>,
+}
+
+/// The engine's thread.
+pub struct EngineThread {
+    join: Option<JoinHandle<Vec<xvs_dataplane::worker::Snapshot>>>,
+}
+
+impl EngineThread {
+    /// Waits for the engine to stop; returns the workers' last snapshots.
+    pub fn join(mut self) -> Vec<xvs_dataplane::worker::Snapshot> {
+        self.join
+            .take()
+            .and_then(|j| j.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl EngineHandle {
+    /// Starts the engine thread with `build` (which starts the data plane
+    /// on that thread).
+    pub fn spawn(
+        build: impl FnOnce() -> Result<Engine, String> + Send + 'static,
+    ) -> Result<(EngineHandle, EngineThread), String> {
+        let (tx, rx) = crossbeam_channel::bounded::<Job>(1024);
+        let (up_tx, up_rx) = mpsc::channel();
+        let join = std::thread::Builder::new()
+            .name("xvs-engine".into())
+            .spawn(move || {
+                let mut engine = match build() {
+                    Ok(e) => {
+                        let _ = up_tx.send(Ok(()));
+                        e
+                    }
+                    Err(e) => {
+                        let _ = up_tx.send(Err(e));
+                        return Vec::new();
+                    }
+                };
+                for job in rx {
+                    job(&mut engine);
+                }
+                engine.stop()
+            })
+            .map_err(|e| e.to_string())?;
+        up_rx
+            .recv()
+            .map_err(|_| "the engine thread ended".to_owned())??;
+        Ok((EngineHandle { jobs: tx }, EngineThread { join: Some(join) }))
+    }
+
+    /// Runs `f` on the engine thread and waits for its answer (from async
+    /// code: the wait happens on a blocking thread).
+    pub async fn call<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Engine) -> R + Send + 'static,
+    ) -> Result<R, String> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let jobs = self.jobs.clone();
+        let job: Job = Box::new(move |e| {
+            let _ = tx.send(f(e));
+        });
+        tokio::task::spawn_blocking(move || jobs.send_timeout(job, Duration::from_secs(5)))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|_| "the engine is busy or gone".to_owned())?;
+        rx.await
+            .map_err(|_| "the engine dropped the request".to_owned())
+    }
+
+    /// Runs `f` on the engine thread, blocking (for non-async callers).
+    pub fn call_blocking<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Engine) -> R + Send + 'static,
+    ) -> Result<R, String> {
+        let (tx, rx) = mpsc::channel();
+        self.jobs
+            .send(Box::new(move |e| {
+                let _ = tx.send(f(e));
+            }))
+            .map_err(|_| "the engine is gone".to_owned())?;
+        rx.recv()
+            .map_err(|_| "the engine dropped the request".to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xvs_config::{ForwardMethod, Protocol};
+
+    fn svc(port: u16, weight: u32) -> Service {
+        let mut s = Service::new(ServiceKey {
+            vip: Ipv4Addr::new(198, 19, 0, 1),
+            protocol: Protocol::Tcp,
+            port,
+        });
+        s.backends = vec![Backend {
+            address: Ipv4Addr::new(198, 18, 1, 10),
+            port,
+            weight,
+            forward: ForwardMethod::Masq,
+        }];
+        s
+    }
+
+    #[test]
+    fn diff_sends_only_what_changed() {
+        let applied = by_key(&[svc(80, 1), svc(81, 1), svc(82, 1)]);
+        let desired = by_key(&[svc(80, 1), svc(81, 5), svc(83, 1)]);
+        let changes = diff(&applied, &desired);
+        assert_eq!(
+            changes,
+            vec![
+                Change::Upsert(svc(81, 5)),
+                Change::Upsert(svc(83, 1)),
+                Change::Remove(svc(82, 1).key),
+            ]
+        );
+        assert!(diff(&desired, &desired).is_empty());
+    }
+}

@@ -1,0 +1,423 @@
+//! Prometheus text exposition (format 0.0.4) of what an operator watches:
+//! per service and backend connections, packets and bytes; drops by
+//! reason; conntrack use; worker busy ratio; the control → data update
+//! latency histogram. Written by hand: the text format is a few lines per
+//! family, and the values come from our own snapshots, not from a
+//! registry of live metric objects.
+
+use std::fmt::Write;
+
+use serde::{Deserialize, Serialize};
+use xvs_dataplane::counters::CountersReading;
+use xvs_dataplane::wire::DropReason;
+use xvs_dataplane::worker::Snapshot;
+
+use crate::view::Listing;
+
+/// Bucket upper bounds (seconds) of the update latency histogram.
+pub const LATENCY_BUCKETS: [f64; 10] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0,
+];
+
+/// A cumulative histogram.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Histogram {
+    /// Observations at or below each bucket bound.
+    pub buckets: [u64; LATENCY_BUCKETS.len()],
+    /// All observations.
+    pub count: u64,
+    /// Their sum.
+    pub sum: f64,
+}
+
+impl Histogram {
+    /// Records one observation (seconds).
+    pub fn observe(&mut self, v: f64) {
+        for (b, le) in self.buckets.iter_mut().zip(LATENCY_BUCKETS) {
+            if v <= le {
+                *b += 1;
+            }
+        }
+        self.count += 1;
+        self.sum += v;
+    }
+}
+
+/// One worker's conntrack state (`/v1/conntrack/stats`, `conntrack -S`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkerConntrack {
+    /// Worker.
+    pub worker: usize,
+    /// Live flows.
+    pub entries: u32,
+    /// Lookups that found a flow.
+    pub found: u64,
+    /// Lookups that found none.
+    pub miss: u64,
+    /// Inserts.
+    pub insert: u64,
+    /// Inserts refused (key already tracked).
+    pub insert_failed: u64,
+    /// Packets that could not be tracked.
+    pub invalid: u64,
+    /// New flows refused with the table full.
+    pub drop: u64,
+    /// Entries evicted to make room.
+    pub early_drop: u64,
+    /// Entries deleted on request.
+    pub delete: u64,
+    /// Entries expired.
+    pub expire: u64,
+}
+
+impl WorkerConntrack {
+    /// From a worker snapshot.
+    pub fn of(s: &Snapshot) -> WorkerConntrack {
+        let c = &s.conntrack;
+        WorkerConntrack {
+            worker: s.worker,
+            entries: s.flows,
+            found: c.found,
+            miss: c.miss,
+            insert: c.insert,
+            insert_failed: c.insert_failed,
+            invalid: c.invalid,
+            drop: c.drop,
+            early_drop: c.early_drop,
+            delete: c.delete,
+            expire: c.expire,
+        }
+    }
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// Renders every family.
+pub fn render(l: &Listing, workers: &[CountersReading], latency: &Histogram) -> String {
+    let mut out = String::new();
+    let svc_label = |s: &crate::view::ServiceView| {
+        format!(
+            "protocol=\"{}\",vip=\"{}\",port=\"{}\"",
+            s.protocol, s.vip, s.port
+        )
+    };
+    family(
+        &mut out,
+        "xvs_service_connections_total",
+        "counter",
+        "Connections scheduled to the service.",
+    );
+    for s in &l.services {
+        let _ = writeln!(
+            out,
+            "xvs_service_connections_total{{{}}} {}",
+            svc_label(s),
+            s.stats.conns
+        );
+    }
+    for (name, help, dir_in, dir_out) in [
+        (
+            "xvs_service_packets_total",
+            "Packets of the service, by direction (in: client to backend).",
+            s_in_pkts as fn(&crate::view::Stats) -> u64,
+            s_out_pkts as fn(&crate::view::Stats) -> u64,
+        ),
+        (
+            "xvs_service_bytes_total",
+            "Bytes of the service, by direction.",
+            s_in_bytes,
+            s_out_bytes,
+        ),
+    ] {
+        family(&mut out, name, "counter", help);
+        for s in &l.services {
+            let _ = writeln!(
+                out,
+                "{name}{{{},direction=\"in\"}} {}",
+                svc_label(s),
+                dir_in(&s.stats)
+            );
+            let _ = writeln!(
+                out,
+                "{name}{{{},direction=\"out\"}} {}",
+                svc_label(s),
+                dir_out(&s.stats)
+            );
+        }
+    }
+    let be_label = |s: &crate::view::ServiceView, b: &crate::view::BackendView| {
+        format!("{},backend=\"{}:{}\"", svc_label(s), b.address, b.port)
+    };
+    family(
+        &mut out,
+        "xvs_backend_connections_total",
+        "counter",
+        "Connections scheduled to the backend.",
+    );
+    for s in &l.services {
+        for b in &s.backends {
+            let _ = writeln!(
+                out,
+                "xvs_backend_connections_total{{{}}} {}",
+                be_label(s, b),
+                b.stats.conns
+            );
+        }
+    }
+    for (name, help, dir_in, dir_out) in [
+        (
+            "xvs_backend_packets_total",
+            "Packets of the backend, by direction.",
+            s_in_pkts as fn(&crate::view::Stats) -> u64,
+            s_out_pkts as fn(&crate::view::Stats) -> u64,
+        ),
+        (
+            "xvs_backend_bytes_total",
+            "Bytes of the backend, by direction.",
+            s_in_bytes,
+            s_out_bytes,
+        ),
+    ] {
+        family(&mut out, name, "counter", help);
+        for s in &l.services {
+            for b in &s.backends {
+                let _ = writeln!(
+                    out,
+                    "{name}{{{},direction=\"in\"}} {}",
+                    be_label(s, b),
+                    dir_in(&b.stats)
+                );
+                let _ = writeln!(
+                    out,
+                    "{name}{{{},direction=\"out\"}} {}",
+                    be_label(s, b),
+                    dir_out(&b.stats)
+                );
+            }
+        }
+    }
+    family(
+        &mut out,
+        "xvs_backend_active_connections",
+        "gauge",
+        "ESTABLISHED flows of the backend (ipvsadm ActiveConn).",
+    );
+    for s in &l.services {
+        for b in &s.backends {
+            let _ = writeln!(
+                out,
+                "xvs_backend_active_connections{{{}}} {}",
+                be_label(s, b),
+                b.active
+            );
+        }
+    }
+    family(
+        &mut out,
+        "xvs_backend_inactive_connections",
+        "gauge",
+        "Other flows of the backend (ipvsadm InActConn).",
+    );
+    for s in &l.services {
+        for b in &s.backends {
+            let _ = writeln!(
+                out,
+                "xvs_backend_inactive_connections{{{}}} {}",
+                be_label(s, b),
+                b.inactive
+            );
+        }
+    }
+    family(
+        &mut out,
+        "xvs_backend_weight",
+        "gauge",
+        "Weight of the backend (0: quiesced).",
+    );
+    for s in &l.services {
+        for b in &s.backends {
+            let _ = writeln!(out, "xvs_backend_weight{{{}}} {}", be_label(s, b), b.weight);
+        }
+    }
+    family(
+        &mut out,
+        "xvs_drops_total",
+        "counter",
+        "Frames dropped, by worker and reason.",
+    );
+    for (w, r) in workers.iter().enumerate() {
+        for reason in DropReason::ALL {
+            let _ = writeln!(
+                out,
+                "xvs_drops_total{{worker=\"{w}\",reason=\"{}\"}} {}",
+                reason.name(),
+                r.pipeline.drops[reason.index()]
+            );
+        }
+    }
+    for (name, help, get) in [
+        (
+            "xvs_rx_frames_total",
+            "Frames received.",
+            (|r: &CountersReading| r.pipeline.rx) as fn(&CountersReading) -> u64,
+        ),
+        ("xvs_forwarded_frames_total", "Frames forwarded.", |r| {
+            r.pipeline.forwarded
+        }),
+        (
+            "xvs_answered_frames_total",
+            "Answers sent (ARP, echo, RST, port unreachable).",
+            |r| r.pipeline.answered,
+        ),
+        ("xvs_new_flows_total", "Flows created.", |r| {
+            r.pipeline.new_flows
+        }),
+        (
+            "xvs_worker_busy_loops_total",
+            "Worker loop iterations that received frames.",
+            |r| r.busy,
+        ),
+        (
+            "xvs_worker_idle_loops_total",
+            "Worker loop iterations that received nothing.",
+            |r| r.idle,
+        ),
+    ] {
+        family(&mut out, name, "counter", help);
+        for (w, r) in workers.iter().enumerate() {
+            let _ = writeln!(out, "{name}{{worker=\"{w}\"}} {}", get(r));
+        }
+    }
+    family(
+        &mut out,
+        "xvs_conntrack_entries",
+        "gauge",
+        "Live flows, by worker.",
+    );
+    for (w, r) in workers.iter().enumerate() {
+        let _ = writeln!(out, "xvs_conntrack_entries{{worker=\"{w}\"}} {}", r.flows);
+    }
+    family(
+        &mut out,
+        "xvs_conntrack_capacity",
+        "gauge",
+        "Flow table capacity, all workers.",
+    );
+    let _ = writeln!(out, "xvs_conntrack_capacity {}", l.size);
+    family(
+        &mut out,
+        "xvs_worker_busy_ratio",
+        "gauge",
+        "Share of loop iterations that received frames, since start.",
+    );
+    for (w, r) in workers.iter().enumerate() {
+        let total = r.busy + r.idle;
+        let ratio = if total > 0 {
+            r.busy as f64 / total as f64
+        } else {
+            0.0
+        };
+        let _ = writeln!(out, "xvs_worker_busy_ratio{{worker=\"{w}\"}} {ratio}");
+    }
+    family(
+        &mut out,
+        "xvs_update_latency_seconds",
+        "histogram",
+        "Time from a control-plane change to every worker having applied it.",
+    );
+    for (le, n) in LATENCY_BUCKETS.iter().zip(latency.buckets) {
+        let _ = writeln!(out, "xvs_update_latency_seconds_bucket{{le=\"{le}\"}} {n}");
+    }
+    let _ = writeln!(
+        out,
+        "xvs_update_latency_seconds_bucket{{le=\"+Inf\"}} {}\nxvs_update_latency_seconds_sum {}\nxvs_update_latency_seconds_count {}",
+        latency.count, latency.sum, latency.count
+    );
+    out
+}
+
+fn s_in_pkts(s: &crate::view::Stats) -> u64 {
+    s.inpkts
+}
+fn s_out_pkts(s: &crate::view::Stats) -> u64 {
+    s.outpkts
+}
+fn s_in_bytes(s: &crate::view::Stats) -> u64 {
+    s.inbytes
+}
+fn s_out_bytes(s: &crate::view::Stats) -> u64 {
+    s.outbytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::{BackendView, Rates, ServiceView, Stats};
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn families_are_typed_and_labelled() {
+        let l = Listing {
+            size: 1024,
+            services: vec![ServiceView {
+                protocol: "tcp".into(),
+                vip: Ipv4Addr::new(198, 19, 0, 1),
+                port: 80,
+                scheduler: "rr".into(),
+                persistence: None,
+                stats: Stats {
+                    conns: 3,
+                    ..Stats::default()
+                },
+                rates: Rates::default(),
+                backends: vec![BackendView {
+                    address: Ipv4Addr::new(198, 18, 1, 10),
+                    port: 80,
+                    weight: 2,
+                    active: 1,
+                    inactive: 2,
+                    stats: Stats {
+                        conns: 3,
+                        inpkts: 10,
+                        ..Stats::default()
+                    },
+                    rates: Rates::default(),
+                }],
+            }],
+        };
+        let mut r = CountersReading::default();
+        r.pipeline.drops[DropReason::NoService.index()] = 4;
+        r.busy = 1;
+        r.idle = 3;
+        let mut h = Histogram::default();
+        h.observe(0.0003);
+        h.observe(0.002);
+        let text = render(&l, &[r], &h);
+        for line in [
+            "# TYPE xvs_backend_packets_total counter",
+            "xvs_service_connections_total{protocol=\"tcp\",vip=\"198.19.0.1\",port=\"80\"} 3",
+            "xvs_backend_packets_total{protocol=\"tcp\",vip=\"198.19.0.1\",port=\"80\",backend=\"198.18.1.10:80\",direction=\"in\"} 10",
+            "xvs_backend_active_connections{protocol=\"tcp\",vip=\"198.19.0.1\",port=\"80\",backend=\"198.18.1.10:80\"} 1",
+            "xvs_drops_total{worker=\"0\",reason=\"no_service\"} 4",
+            "xvs_worker_busy_ratio{worker=\"0\"} 0.25",
+            "xvs_update_latency_seconds_bucket{le=\"0.00025\"} 0",
+            "xvs_update_latency_seconds_bucket{le=\"0.0005\"} 1",
+            "xvs_update_latency_seconds_bucket{le=\"+Inf\"} 2",
+            "xvs_update_latency_seconds_count 2",
+            "xvs_conntrack_capacity 1024",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
+        }
+        // Every sample line belongs to a declared family.
+        for l in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = l.split(['{', ' ']).next().unwrap();
+            let base = name
+                .trim_end_matches("_bucket")
+                .trim_end_matches("_sum")
+                .trim_end_matches("_count");
+            assert!(text.contains(&format!("# TYPE {base} ")), "{name}");
+        }
+    }
+}

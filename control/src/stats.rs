@@ -1,0 +1,261 @@
+//! Service and backend statistics as ipvsadm shows them: cumulative
+//! counters read from the data plane's per-worker rows, and rates from an
+//! estimator like IPVS's (`ip_vs_est.c`): a sample every 2 seconds, each
+//! rate an exponentially weighted moving average with weight 1/4.
+
+use std::collections::HashMap;
+
+use xvs_config::{Persistence, ServiceKey};
+use xvs_dataplane::traffic::TrafficTotals;
+
+use crate::engine::Engine;
+use crate::view::{BackendView, Listing, PersistView, Rates, ServiceView, Stats};
+
+/// Seconds between two estimator samples (IPVS's).
+pub const SAMPLE_SECONDS: f64 = 2.0;
+
+/// What one backend looked like at one time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendSample {
+    /// Address.
+    pub address: std::net::Ipv4Addr,
+    /// Port.
+    pub port: u16,
+    /// Weight.
+    pub weight: u32,
+    /// Active flows.
+    pub active: u64,
+    /// Inactive flows.
+    pub inactive: u64,
+    /// Counters.
+    pub totals: TrafficTotals,
+}
+
+/// What one service looked like at one time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceSample {
+    /// Key.
+    pub key: ServiceKey,
+    /// Scheduler name.
+    pub scheduler: String,
+    /// Persistence.
+    pub persistence: Option<Persistence>,
+    /// Backends, in the service's order.
+    pub backends: Vec<BackendSample>,
+}
+
+/// Reads every service's counts and counters (on the engine thread).
+pub fn sample(e: &Engine) -> Vec<ServiceSample> {
+    let compiled: HashMap<ServiceKey, _> = e
+        .dataplane()
+        .services()
+        .map(|c| (c.key, c.clone()))
+        .collect();
+    e.applied()
+        .values()
+        .map(|s| {
+            let c = compiled.get(&s.key);
+            ServiceSample {
+                key: s.key,
+                scheduler: s.scheduler.name().to_owned(),
+                persistence: s.persistence,
+                backends: s
+                    .backends
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| BackendSample {
+                        address: b.address,
+                        port: b.port,
+                        weight: b.weight,
+                        active: c.map_or(0, |c| u64::from(c.counts.active(i as u32))),
+                        inactive: c.map_or(0, |c| u64::from(c.counts.inactive(i as u32))),
+                        totals: c
+                            .map_or_else(TrafficTotals::default, |c| c.stats.backend(i as u32)),
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+type RateKey = (ServiceKey, std::net::Ipv4Addr, u16);
+
+/// Smoothed rates per backend, in the estimator's fixed point (values
+/// scaled by 2^10 as IPVS keeps them, so small rates do not round to 0).
+#[derive(Debug, Default)]
+pub struct Estimator {
+    last: HashMap<RateKey, TrafficTotals>,
+    avg: HashMap<RateKey, [i64; 5]>,
+}
+
+const SCALE: i64 = 1 << 10;
+
+fn rates_of(avg: &[i64; 5]) -> Rates {
+    let v = |i: usize| (avg[i].max(0) + SCALE / 2) as u64 / SCALE as u64;
+    Rates {
+        cps: v(0),
+        inpps: v(1),
+        outpps: v(2),
+        inbps: v(3),
+        outbps: v(4),
+    }
+}
+
+impl Estimator {
+    /// Takes one sample, `seconds` after the previous one.
+    pub fn update(&mut self, samples: &[ServiceSample], seconds: f64) {
+        let mut seen = Vec::new();
+        for s in samples {
+            for b in &s.backends {
+                let k = (s.key, b.address, b.port);
+                seen.push(k);
+                let t = b.totals;
+                let Some(prev) = self.last.insert(k, t) else {
+                    continue;
+                };
+                let per_sec = |now: u64, then: u64| {
+                    (now.saturating_sub(then) as f64 / seconds.max(1e-3) * SCALE as f64) as i64
+                };
+                let rate = [
+                    per_sec(t.conns, prev.conns),
+                    per_sec(t.pkts[0], prev.pkts[0]),
+                    per_sec(t.pkts[1], prev.pkts[1]),
+                    per_sec(t.bytes[0], prev.bytes[0]),
+                    per_sec(t.bytes[1], prev.bytes[1]),
+                ];
+                let avg = self.avg.entry(k).or_insert(rate);
+                for (a, r) in avg.iter_mut().zip(rate) {
+                    *a += (r - *a) >> 2;
+                }
+            }
+        }
+        self.last.retain(|k, _| seen.contains(k));
+        self.avg.retain(|k, _| seen.contains(k));
+    }
+
+    /// The rates of one backend.
+    pub fn rates(&self, key: &ServiceKey, addr: std::net::Ipv4Addr, port: u16) -> Rates {
+        self.avg
+            .get(&(*key, addr, port))
+            .map(rates_of)
+            .unwrap_or_default()
+    }
+}
+
+fn stats_of(t: &TrafficTotals) -> Stats {
+    Stats {
+        conns: t.conns,
+        inpkts: t.pkts[0],
+        outpkts: t.pkts[1],
+        inbytes: t.bytes[0],
+        outbytes: t.bytes[1],
+    }
+}
+
+fn add_rates(a: &mut Rates, b: &Rates) {
+    a.cps += b.cps;
+    a.inpps += b.inpps;
+    a.outpps += b.outpps;
+    a.inbps += b.inbps;
+    a.outbps += b.outbps;
+}
+
+/// The service table view from a sample and the estimator.
+pub fn listing(size: u32, samples: &[ServiceSample], est: &Estimator) -> Listing {
+    let services = samples
+        .iter()
+        .map(|s| {
+            let mut total = TrafficTotals::default();
+            let mut rates = Rates::default();
+            let backends = s
+                .backends
+                .iter()
+                .map(|b| {
+                    total.add(&b.totals);
+                    let r = est.rates(&s.key, b.address, b.port);
+                    add_rates(&mut rates, &r);
+                    BackendView {
+                        address: b.address,
+                        port: b.port,
+                        weight: b.weight,
+                        active: b.active,
+                        inactive: b.inactive,
+                        stats: stats_of(&b.totals),
+                        rates: r,
+                    }
+                })
+                .collect();
+            ServiceView {
+                protocol: s.key.protocol.name().to_owned(),
+                vip: s.key.vip,
+                port: s.key.port,
+                scheduler: s.scheduler.clone(),
+                persistence: s.persistence.map(|p| PersistView {
+                    timeout: p.timeout_secs,
+                    netmask: p.netmask,
+                }),
+                stats: stats_of(&total),
+                rates,
+                backends,
+            }
+        })
+        .collect();
+    Listing { size, services }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+    use xvs_config::Protocol;
+
+    fn sample_with(conns: u64, pkts: u64) -> Vec<ServiceSample> {
+        vec![ServiceSample {
+            key: ServiceKey {
+                vip: Ipv4Addr::new(198, 19, 0, 1),
+                protocol: Protocol::Tcp,
+                port: 80,
+            },
+            scheduler: "rr".into(),
+            persistence: None,
+            backends: vec![BackendSample {
+                address: Ipv4Addr::new(198, 18, 1, 10),
+                port: 80,
+                weight: 1,
+                active: 0,
+                inactive: 0,
+                totals: TrafficTotals {
+                    conns,
+                    pkts: [pkts, pkts],
+                    bytes: [pkts * 100, pkts * 100],
+                },
+            }],
+        }]
+    }
+
+    #[test]
+    fn the_estimator_converges_like_ipvs() {
+        let mut e = Estimator::default();
+        e.update(&sample_with(0, 0), SAMPLE_SECONDS);
+        // A steady 100 conn/s and 1000 pkt/s.
+        let mut conns = 0;
+        let mut pkts = 0;
+        for _ in 0..40 {
+            conns += 200;
+            pkts += 2000;
+            e.update(&sample_with(conns, pkts), SAMPLE_SECONDS);
+        }
+        let l = listing(4096, &sample_with(conns, pkts), &e);
+        let r = l.services[0].backends[0].rates;
+        assert_eq!(
+            (r.cps, r.inpps, r.outpps, r.inbps),
+            (100, 1000, 1000, 100_000)
+        );
+        assert_eq!(l.services[0].rates, r, "the service sums its backends");
+        assert_eq!(l.services[0].stats.conns, conns);
+        // Traffic stops: the averages decay by 3/4 per sample.
+        e.update(&sample_with(conns, pkts), SAMPLE_SECONDS);
+        let r = listing(4096, &sample_with(conns, pkts), &e).services[0].backends[0].rates;
+        assert_eq!(r.cps, 75);
+    }
+}

@@ -1,0 +1,126 @@
+//! What the admin API answers and `xvsadm` prints: services with their
+//! backends, counters and rates, connections, timeouts. Plain data with
+//! serde, shared by the daemon and the client, so the JSON of one is the
+//! input of the other.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use serde::{Deserialize, Serialize};
+
+/// Cumulative counters (IPVS's `--stats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Connections scheduled.
+    pub conns: u64,
+    /// Packets client → backend.
+    pub inpkts: u64,
+    /// Packets backend → client.
+    pub outpkts: u64,
+    /// Bytes client → backend.
+    pub inbytes: u64,
+    /// Bytes backend → client.
+    pub outbytes: u64,
+}
+
+/// Rates from the estimator (IPVS's `--rate`), per second.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rates {
+    /// Connections per second.
+    pub cps: u64,
+    /// Packets per second in.
+    pub inpps: u64,
+    /// Packets per second out.
+    pub outpps: u64,
+    /// Bytes per second in.
+    pub inbps: u64,
+    /// Bytes per second out.
+    pub outbps: u64,
+}
+
+/// Persistence of a service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PersistView {
+    /// Seconds.
+    pub timeout: u32,
+    /// Client netmask.
+    pub netmask: Ipv4Addr,
+}
+
+/// One backend of a service.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackendView {
+    /// Address.
+    pub address: Ipv4Addr,
+    /// Port.
+    pub port: u16,
+    /// Weight.
+    pub weight: u32,
+    /// ESTABLISHED flows, all workers.
+    pub active: u64,
+    /// Other flows, all workers.
+    pub inactive: u64,
+    /// Counters.
+    pub stats: Stats,
+    /// Rates.
+    pub rates: Rates,
+}
+
+/// One service.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceView {
+    /// `tcp` or `udp`.
+    pub protocol: String,
+    /// Virtual address.
+    pub vip: Ipv4Addr,
+    /// Port (0 = every port).
+    pub port: u16,
+    /// Scheduler name (ipvsadm's).
+    pub scheduler: String,
+    /// Persistence, if any.
+    pub persistence: Option<PersistView>,
+    /// Counters (the sum of its backends').
+    pub stats: Stats,
+    /// Rates.
+    pub rates: Rates,
+    /// Backends.
+    pub backends: Vec<BackendView>,
+}
+
+/// The service table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listing {
+    /// Connection table size (the conntrack capacity).
+    pub size: u32,
+    /// Services.
+    pub services: Vec<ServiceView>,
+}
+
+/// One connection (a conntrack flow).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnView {
+    /// `TCP` or `UDP`.
+    pub protocol: String,
+    /// Seconds until it expires.
+    pub expires: u32,
+    /// IPVS state name (`ESTABLISHED`, `SYN_RECV`, ..., `UDP`).
+    pub state: String,
+    /// Client.
+    pub client: SocketAddrV4,
+    /// Virtual service.
+    pub vip: SocketAddrV4,
+    /// Backend.
+    pub backend: SocketAddrV4,
+    /// The SNAT address and port towards the backend.
+    pub snat: SocketAddrV4,
+}
+
+/// The three timeouts ipvsadm shows and sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimeoutView {
+    /// ESTABLISHED.
+    pub tcp: u32,
+    /// FIN_WAIT.
+    pub tcpfin: u32,
+    /// UDP.
+    pub udp: u32,
+}
