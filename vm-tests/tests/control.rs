@@ -1,0 +1,331 @@
+//! The control plane on a running gateway: `xvs run` on the real AF_XDP
+//! path in namespaces, driven by `xvsadm` over the admin socket and by
+//! reloads of its file, with real TCP traffic through the VIPs.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use xvs_vm_tests::privileged;
+use xvs_vm_tests::procs::Spawned;
+use xvs_vm_tests::topology::{backend_addr, Arms, Spec, Topology};
+
+const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
+
+fn sibling(name: &str) -> PathBuf {
+    let mut p = PathBuf::from(TESTNET);
+    p.set_file_name(name);
+    assert!(
+        p.exists(),
+        "{} missing: build the workspace (cargo build) first",
+        p.display()
+    );
+    p
+}
+
+/// A config with two services on 198.19.0.1, ports 80 and 81, over the
+/// topology's backends (`weights81` for port 81).
+fn config(t: &Topology, socket: &Path, weights81: &[u32]) -> String {
+    let all: Vec<String> = (0..t.backends.len())
+        .map(|i| format!("{{ address = \"{}\", port = 8080 }}", backend_addr(i)))
+        .collect();
+    let p81: Vec<String> = weights81
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            format!(
+                "{{ address = \"{}\", port = 8080, weight = {w} }}",
+                backend_addr(i)
+            )
+        })
+        .collect();
+    format!(
+        "[interfaces]\nmode = \"one-arm\"\nclient = \"{}\"\nqueues = [0]\ncores = [0]\npoll = \"adaptive\"\nzero_copy = \"off\"\n\n\
+         [snat]\naddresses = [\"198.18.1.2\"]\n\n[admin]\nsocket = \"{}\"\n\n\
+         [[services]]\nvip = \"198.19.0.1\"\nport = 80\nscheduler = \"rr\"\nbackends = [{}]\n\n\
+         [[services]]\nvip = \"198.19.0.1\"\nport = 81\nscheduler = \"rr\"\nbackends = [{}]\n",
+        t.gateway_client_if,
+        socket.display(),
+        all.join(", "),
+        p81.join(", ")
+    )
+}
+
+struct Gateway {
+    xvs: Option<Spawned>,
+    dir: PathBuf,
+    socket: PathBuf,
+    cfg: PathBuf,
+}
+
+impl Gateway {
+    fn start(t: &Topology, weights81: &[u32]) -> Gateway {
+        let dir = std::env::temp_dir().join(format!("xvs-ctl-{}", t.tag));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("xvs.sock");
+        let cfg = dir.join("xvs.toml");
+        std::fs::write(&cfg, config(t, &socket, weights81)).unwrap();
+        let mut cmd = t.gateway.command(sibling("xvs").to_str().unwrap());
+        cmd.args(["run", "--config", cfg.to_str().unwrap()]);
+        let (xvs, ready) = Spawned::start(cmd, "xvs", Duration::from_secs(20)).unwrap();
+        assert!(ready.contains("admin API on"), "{ready}");
+        Gateway {
+            xvs: Some(xvs),
+            dir,
+            socket,
+            cfg,
+        }
+    }
+
+    /// Runs xvsadm; returns (status, stdout, stderr).
+    fn adm(&self, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new(sibling("xvsadm"))
+            .args(args)
+            .args(["--socket", self.socket.to_str().unwrap()])
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    }
+
+    fn adm_ok(&self, args: &[&str]) -> String {
+        let (status, out, err) = self.adm(args);
+        assert_eq!(status, 0, "xvsadm {args:?}: {err}");
+        out
+    }
+
+    fn stop(mut self) -> String {
+        let (_, printed) = self
+            .xvs
+            .take()
+            .unwrap()
+            .stop(libc::SIGTERM, Duration::from_secs(10));
+        printed
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if let Some(x) = self.xvs.take() {
+            x.stop(libc::SIGTERM, Duration::from_secs(10));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn load(t: &Topology, port: u16, n: usize) -> String {
+    let out = t
+        .client
+        .ns
+        .exec(
+            TESTNET,
+            &[
+                "tcp",
+                "--connect",
+                &format!("198.19.0.1:{port}"),
+                "--connections",
+                &n.to_string(),
+            ],
+        )
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+fn topology() -> Topology {
+    Topology::build(Spec {
+        arms: Arms::One,
+        backends: 3,
+        queues: 1,
+    })
+    .unwrap()
+}
+
+#[test]
+fn xvsadm_changes_a_weight_under_traffic_and_lists_like_ipvsadm() {
+    if !privileged("xvsadm_changes_a_weight_under_traffic_and_lists_like_ipvsadm") {
+        return;
+    }
+    let t = topology();
+    let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
+    let gw = Gateway::start(&t, &[1, 1, 1]);
+
+    // A long-lived connection runs across the change.
+    let mut hold = t.client.ns.command(TESTNET);
+    hold.args(["hold", "--connect", "198.19.0.1:80", "--seconds", "4"]);
+    let (hold, _) = Spawned::start(hold, "long-lived connection", Duration::from_secs(5)).unwrap();
+
+    let before = load(&t, 80, 90);
+    assert_eq!(
+        before, "ok=90 failed=0 by=b0:30,b1:30,b2:30",
+        "rr over three"
+    );
+
+    // Quiesce b2 with ipvsadm's syntax, while the held connection runs.
+    let b2 = format!("{}:8080", backend_addr(2));
+    gw.adm_ok(&["-e", "-t", "198.19.0.1:80", "-r", &b2, "-m", "-w", "0"]);
+    let listing = gw.adm_ok(&["-Ln"]);
+    let want = format!("  -> {b2:<28} Masq    0      ");
+    assert!(listing.contains(&want), "{listing}");
+    assert!(listing.starts_with("IP Virtual Server version 1.2.1 (size="));
+    assert!(listing.contains("TCP  198.19.0.1:80 rr\n"), "{listing}");
+
+    let after = load(&t, 80, 60);
+    assert_eq!(
+        after, "ok=60 failed=0 by=b0:30,b1:30",
+        "weight 0 takes no new flows"
+    );
+    let (_, held) = hold.stop(0, Duration::from_secs(10));
+    assert!(
+        held.contains("ok rounds="),
+        "the held connection went on: {held}"
+    );
+
+    // Counters: 90 + 60 + 1 connections were scheduled on port 80.
+    let stats = gw.adm_ok(&["-Ln", "--stats", "--exact"]);
+    let line = stats
+        .lines()
+        .find(|l| l.starts_with("TCP  198.19.0.1:80 "))
+        .unwrap();
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(2)
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert_eq!(fields[0], 151, "{stats}");
+    assert!(fields[1] >= 151 * 3 && fields[2] >= 151 * 2, "{stats}");
+
+    // JSON for scripts, and the same numbers.
+    let json: serde_json::Value = serde_json::from_str(&gw.adm_ok(&["-Ln", "--json"])).unwrap();
+    let s80 = json["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["port"] == 80)
+        .unwrap();
+    assert_eq!(s80["stats"]["conns"], 151);
+
+    // Connections (-Lnc) and conntrack -D by backend.
+    let conns = gw.adm_ok(&["-Lnc"]);
+    assert!(conns.starts_with("IPVS connection entries\npro expire state"));
+    assert!(
+        conns.contains("TIME_WAIT") || conns.contains("CLOSE"),
+        "{conns}"
+    );
+    let deleted = gw.adm_ok(&["conntrack", "-D", "-r", &backend_addr(0).to_string()]);
+    assert!(
+        deleted.contains("flow entries have been deleted"),
+        "{deleted}"
+    );
+    let left = gw.adm_ok(&["conntrack", "-L", "-r", &backend_addr(0).to_string()]);
+    assert!(
+        left.ends_with("0 flow entries have been shown.\n"),
+        "{left}"
+    );
+
+    // A bad edit: one line, status 2, nothing changed.
+    let (status, _, err) = gw.adm(&[
+        "-e",
+        "-t",
+        "198.19.0.1:80",
+        "-r",
+        "198.18.1.99:8080",
+        "-w",
+        "3",
+    ]);
+    assert_eq!(status, 2);
+    assert_eq!(err, "TCP 198.19.0.1:80: no destination 198.18.1.99:8080\n");
+    let printed = gw.stop();
+    assert!(printed.contains("worker 0:"), "{printed}");
+}
+
+#[test]
+fn reload_applies_one_changed_service_and_refuses_a_bad_file() {
+    if !privileged("reload_applies_one_changed_service_and_refuses_a_bad_file") {
+        return;
+    }
+    let t = topology();
+    let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
+    let gw = Gateway::start(&t, &[1, 1, 1]);
+
+    // A connection on :80 is held across the reload.
+    let mut hold = t.client.ns.command(TESTNET);
+    hold.args(["hold", "--connect", "198.19.0.1:80", "--seconds", "4"]);
+    let (hold, _) = Spawned::start(hold, "long-lived connection", Duration::from_secs(5)).unwrap();
+    assert_eq!(load(&t, 81, 30), "ok=30 failed=0 by=b0:10,b1:10,b2:10");
+    let stats80 = |gw: &Gateway| -> String {
+        gw.adm_ok(&["-Ln", "--stats", "--exact", "-t", "198.19.0.1:80"])
+            .lines()
+            .nth(3)
+            .unwrap()
+            .to_owned()
+    };
+    let conns80 = stats80(&gw);
+
+    // Only port 81 changes: b0 leaves it.
+    std::fs::write(&gw.cfg, config(&t, &gw.socket, &[0, 1, 1])).unwrap();
+    let out = gw.adm_ok(&["--reload"]);
+    assert_eq!(out, "applied: 0 added, 1 changed, 0 removed, 1 unchanged\n");
+    assert_eq!(load(&t, 81, 30), "ok=30 failed=0 by=b1:15,b2:15");
+    // Port 80 was not touched: its flow goes on, its counters did not reset.
+    let (_, held) = hold.stop(0, Duration::from_secs(10));
+    assert!(held.contains("ok rounds="), "{held}");
+    let conns_after: u64 = stats80(&gw)
+        .split_whitespace()
+        .nth(2)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let conns_before: u64 = conns80.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert_eq!(conns_after, conns_before, "port 80 kept its counters");
+
+    // A bad file: refused with its position, the state stays.
+    let listing = gw.adm_ok(&["-Ln"]);
+    let good = std::fs::read_to_string(&gw.cfg).unwrap();
+    std::fs::write(
+        &gw.cfg,
+        good.replace("scheduler = \"rr\"", "scheduler = \"rrr\""),
+    )
+    .unwrap();
+    let (status, _, err) = gw.adm(&["--reload"]);
+    assert_eq!(status, 2);
+    assert!(
+        err.contains("xvs.toml:")
+            && err.contains("services[0].scheduler: unknown scheduler \"rrr\""),
+        "{err}"
+    );
+    assert_eq!(gw.adm_ok(&["-Ln"]), listing, "nothing changed");
+    let status: serde_json::Value = serde_json::from_str(
+        &String::from_utf8(
+            Command::new(sibling("xvsadm"))
+                .args(["-Ln", "--json", "--socket", gw.socket.to_str().unwrap()])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(status["services"].as_array().unwrap().len(), 2);
+    assert_eq!(load(&t, 81, 30), "ok=30 failed=0 by=b1:15,b2:15");
+
+    // SIGHUP does the same as --reload: the fixed file applies.
+    std::fs::write(&gw.cfg, config(&t, &gw.socket, &[1, 1, 1])).unwrap();
+    let pid = gw.xvs.as_ref().unwrap().pid();
+    // SAFETY: signals only the xvs process this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGHUP) };
+    let mut back = String::new();
+    for _ in 0..50 {
+        back = load(&t, 81, 30);
+        if back.contains("b0:") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(back, "ok=30 failed=0 by=b0:10,b1:10,b2:10");
+    gw.stop();
+}
