@@ -31,6 +31,8 @@ pub struct Shared {
     pub estimator: Mutex<Estimator>,
     /// Control → data update latency (seconds).
     pub latency: Arc<Mutex<Histogram>>,
+    /// Flow events.
+    pub events: Arc<crate::events::Collector>,
 }
 
 /// An error answer: `{"error": "..."}` with a status.
@@ -451,6 +453,64 @@ async fn prometheus(State(st): State<Arc<Shared>>) -> Result<Response, ApiError>
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
 
+/// `observe`'s filters.
+#[derive(Debug, Default, Deserialize, Serialize)]
+pub struct EventQuery {
+    /// `NEW`, `CLOSED` or `DROPPED`.
+    pub verdict: Option<String>,
+    /// `VIP:PORT` (the destination).
+    pub service: Option<String>,
+    /// How many past events first (default 20).
+    pub last: Option<usize>,
+    /// Keep streaming new events.
+    pub follow: Option<bool>,
+}
+
+async fn events(State(st): State<Arc<Shared>>, Query(q): Query<EventQuery>) -> Response {
+    let past = st.events.last(
+        q.last.unwrap_or(20),
+        q.verdict.as_deref(),
+        q.service.as_deref(),
+    );
+    let mut text = String::new();
+    for e in &past {
+        if let Ok(j) = serde_json::to_string(e) {
+            text.push_str(&j);
+            text.push('\n');
+        }
+    }
+    if !q.follow.unwrap_or(false) {
+        return ([(header::CONTENT_TYPE, "application/x-ndjson")], text).into_response();
+    }
+    // Newline-delimited JSON, one event per line, until the client goes.
+    let rx = st.events.follow();
+    let first = futures_util::stream::once(async move {
+        Ok::<_, std::convert::Infallible>(axum::body::Bytes::from(text))
+    });
+    let live = futures_util::stream::unfold((rx, q), |(mut rx, q)| async move {
+        loop {
+            match rx.recv().await {
+                Ok(e) if e.matches(q.verdict.as_deref(), q.service.as_deref()) => {
+                    let mut line = serde_json::to_string(&e).unwrap_or_default();
+                    line.push('\n');
+                    return Some((
+                        Ok::<_, std::convert::Infallible>(axum::body::Bytes::from(line)),
+                        (rx, q),
+                    ));
+                }
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    });
+    use futures_util::StreamExt;
+    (
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        axum::body::Body::from_stream(first.chain(live)),
+    )
+        .into_response()
+}
+
 async fn readyz(State(st): State<Arc<Shared>>) -> Response {
     match st.engine.call(|e| e.applied().len()).await {
         Ok(_) => (StatusCode::OK, "ready\n").into_response(),
@@ -484,6 +544,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/flush", post(flush))
         .route("/v1/conntrack/stats", get(conntrack_stats))
         .route("/v1/timeouts", get(timeouts))
+        .route("/v1/events", get(events))
         .with_state(shared)
 }
 

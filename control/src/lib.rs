@@ -10,6 +10,7 @@ pub mod adm;
 pub mod api;
 pub mod check_config;
 pub mod engine;
+pub mod events;
 pub mod metrics;
 pub mod run;
 pub mod stats;

@@ -153,7 +153,10 @@ pub fn run(config: &Path) -> u8 {
             engine: engine.clone(),
             estimator: Mutex::new(Estimator::default()),
             latency: Arc::new(Mutex::new(crate::metrics::Histogram::default())),
+            events: crate::events::Collector::new(),
         });
+        let queues = engine.call(|e| e.dataplane().events().to_vec()).await?;
+        let collector = tokio::spawn(shared.events.clone().run(queues));
         let unix = bind_unix(&cfg.admin.socket)?;
         let app = router(shared.clone());
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -249,6 +252,7 @@ pub fn run(config: &Path) -> u8 {
             let _ = s.await;
         }
         est.abort();
+        collector.abort();
         if let Some(w) = watchdog {
             w.abort();
         }

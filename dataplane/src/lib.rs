@@ -6,6 +6,7 @@
 //! on tokio, kube or a serde format.
 
 pub mod counters;
+pub mod events;
 pub mod pipeline;
 pub mod runtime;
 pub mod sched;

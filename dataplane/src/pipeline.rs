@@ -19,15 +19,17 @@
 //! keeps working.
 
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 use hashbrown::{HashMap, HashSet};
 use smoltcp::wire::EthernetAddress;
 use xvs_config::PortRange;
 use xvs_conntrack::{
-    Direction, Endpoint, FlowId, FlowKey, FlowTable, InsertError, L4Proto, NewFlow, Packet,
-    Timeouts,
+    Direction, Endpoint, FlowId, FlowKey, FlowState, FlowTable, InsertError, L4Proto, NewFlow,
+    Packet, Timeouts,
 };
 
+use crate::events::{EventKind, FlowEvent, FlowEvents};
 use crate::sched::{pick_persistent, Request};
 use crate::services::{ServiceCounts, ServiceTable};
 use crate::wire::answer::{arp_reply, icmp_echo_reply, icmp_port_unreachable, tcp_reset};
@@ -173,6 +175,8 @@ pub struct Pipeline {
     /// the oldest flows were, so a free endpoint is usually the first.
     next_snat: u32,
     counters: Counters,
+    /// Where flow events go (none: not produced).
+    events: Option<Arc<FlowEvents>>,
 }
 
 impl Pipeline {
@@ -188,6 +192,7 @@ impl Pipeline {
             arp_queue: Vec::with_capacity(ARP_QUEUE),
             next_snat: 0,
             counters: Counters::default(),
+            events: None,
             cfg,
         }
     }
@@ -348,9 +353,19 @@ impl Pipeline {
             Verdict::Forward { .. } => self.counters.forwarded += 1,
             Verdict::Answer(_) => self.counters.answered += 1,
             Verdict::Consumed => self.counters.consumed += 1,
-            Verdict::Drop(r) => self.counters.drops[r.index()] += 1,
+            Verdict::Drop(r) => {
+                self.counters.drops[r.index()] += 1;
+                if let Some(ev) = &self.events {
+                    ev.push(drop_event(prepared, r, now, self.cfg.worker));
+                }
+            }
         }
         verdict
+    }
+
+    /// Sends flow events to `events` from now on.
+    pub fn set_events(&mut self, events: Arc<FlowEvents>) {
+        self.events = Some(events);
     }
 
     fn verdict(
@@ -425,7 +440,22 @@ impl Pipeline {
                     table: &self.services,
                     worker: self.cfg.worker,
                 };
-                self.table.on_packet(id, dir, pkt, now, &mut obs);
+                let before = self.table.flow(id).state();
+                let after = self.table.on_packet(id, dir, pkt, now, &mut obs);
+                if after != before && matches!(after, FlowState::Close | FlowState::TimeWait) {
+                    if let Some(ev) = &self.events {
+                        let f = self.table.flow(id);
+                        ev.push(FlowEvent {
+                            time: now,
+                            worker: self.cfg.worker as u16,
+                            kind: EventKind::Close,
+                            protocol: ip.protocol,
+                            src: f.client(),
+                            dst: f.vip(),
+                            backend: f.backend(),
+                        });
+                    }
+                }
                 (id, dir)
             }
             None if !self.owned.contains(&ip.dst) => return Verdict::Drop(DropReason::NotOwned),
@@ -585,6 +615,17 @@ impl Pipeline {
             Ok(id) => {
                 self.counters.new_flows += 1;
                 svc.stats.conn(worker, b.id);
+                if let Some(ev) = &self.events {
+                    ev.push(FlowEvent {
+                        time: now,
+                        worker: worker as u16,
+                        kind: EventKind::New,
+                        protocol: ip.protocol,
+                        src: new.client,
+                        dst: new.vip,
+                        backend: new.backend,
+                    });
+                }
                 Ok(id)
             }
             Err(InsertError::TableFull) => Err(Verdict::Drop(DropReason::ConntrackFull)),
@@ -698,5 +739,41 @@ fn answer(r: Result<Option<usize>, DropReason>) -> Verdict {
         Ok(Some(len)) => Verdict::Answer(len),
         Ok(None) => Verdict::Drop(DropReason::IcmpUnsupportedType),
         Err(reason) => Verdict::Drop(reason),
+    }
+}
+
+/// The event of a dropped frame: its addresses (and ports, for TCP/UDP).
+fn drop_event(p: &Prepared, r: DropReason, now: u32, worker: usize) -> FlowEvent {
+    let (protocol, src, dst) = match &p.frame {
+        Ok(Frame::Ipv4(ip)) => {
+            let (sp, dp) = match ip.l4 {
+                L4::Tcp {
+                    src_port, dst_port, ..
+                }
+                | L4::Udp { src_port, dst_port } => (src_port, dst_port),
+                _ => (0, 0),
+            };
+            (
+                ip.protocol,
+                Endpoint {
+                    addr: ip.src,
+                    port: sp,
+                },
+                Endpoint {
+                    addr: ip.dst,
+                    port: dp,
+                },
+            )
+        }
+        _ => (0, FlowEvent::NONE, FlowEvent::NONE),
+    };
+    FlowEvent {
+        time: now,
+        worker: worker as u16,
+        kind: EventKind::Drop(r),
+        protocol,
+        src,
+        dst,
+        backend: FlowEvent::NONE,
     }
 }

@@ -19,6 +19,7 @@ use smoltcp::wire::EthernetAddress;
 use xvs_config::{ArmMode, Config, Steering as SteeringMode, ZeroCopy};
 
 use crate::counters::{CountersReading, LiveCounters};
+use crate::events::FlowEvents;
 use crate::pipeline::{Pipeline, PipelineConfig};
 use crate::services::CompiledService;
 use crate::steer::{SteerError, Steering};
@@ -211,6 +212,8 @@ pub struct Dataplane {
     /// service's id, and its counts when the backends are the same).
     compiled: std::collections::HashMap<xvs_config::ServiceKey, Arc<CompiledService>>,
     next_id: u32,
+    /// Every worker's flow events.
+    events: Vec<Arc<FlowEvents>>,
     workers: usize,
 }
 
@@ -316,6 +319,7 @@ impl Dataplane {
                 .collect(),
         });
         let mut handles = Vec::new();
+        let mut events = Vec::new();
         for (w, (&queue, &core)) in i.queues.iter().zip(&i.cores).enumerate() {
             let port = XskPort::open(&ifnames, queue, zero_copy, default_program)?;
             for (k, st) in steerings.iter().enumerate() {
@@ -336,6 +340,9 @@ impl Dataplane {
             for a in &owned {
                 pipeline.own(*a);
             }
+            let ev = Arc::new(FlowEvents::default());
+            pipeline.set_events(ev.clone());
+            events.push(ev);
             for s in &services {
                 for b in &s.backends {
                     pipeline.resolve(b.endpoint.addr);
@@ -382,6 +389,7 @@ impl Dataplane {
             steerings,
             ifname: i.client.clone(),
             compiled: services.iter().map(|s| (s.key, s.clone())).collect(),
+            events,
             next_id: services.len() as u32 + 1,
             workers,
         })
@@ -422,6 +430,11 @@ impl Dataplane {
     pub fn remove_service(&mut self, key: xvs_config::ServiceKey) {
         self.compiled.remove(&key);
         self.handle.remove(key);
+    }
+
+    /// Every worker's flow event queue.
+    pub fn events(&self) -> &[Arc<FlowEvents>] {
+        &self.events
     }
 
     /// The services the workers have (or are about to have: see

@@ -239,6 +239,53 @@ fn xvsadm_changes_a_weight_under_traffic_and_lists_like_ipvsadm() {
     ]);
     assert_eq!(status, 2);
     assert_eq!(err, "TCP 198.19.0.1:80: no destination 198.18.1.99:8080\n");
+
+    // A drop the test provokes (a VIP port with no service) shows up in
+    // observe, with its reason; new flows show their backend.
+    let out = t
+        .client
+        .ns
+        .command(TESTNET)
+        .args([
+            "tcp",
+            "--connect",
+            "198.19.0.1:99",
+            "--connections",
+            "1",
+            "--timeout-ms",
+            "300",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "nothing serves port 99");
+    std::thread::sleep(Duration::from_millis(200));
+    let drops = gw.adm_ok(&[
+        "observe",
+        "--verdict",
+        "DROPPED",
+        "--service",
+        "198.19.0.1:99",
+        "--last",
+        "5",
+    ]);
+    assert!(drops.lines().count() >= 1, "{drops}");
+    for l in drops.lines() {
+        assert!(
+            l.contains(" -> 198.19.0.1:99 DROPPED (TCP) no_service"),
+            "{l}"
+        );
+    }
+    let news = gw.adm_ok(&["observe", "--verdict", "NEW", "--last", "3"]);
+    assert_eq!(news.lines().count(), 3, "{news}");
+    assert!(
+        news.lines()
+            .all(|l| l.contains("-> 198.19.0.1:80 NEW (TCP) to 198.18.1.1")),
+        "{news}"
+    );
+    let json = gw.adm_ok(&["observe", "--verdict", "DROPPED", "--last", "1", "--json"]);
+    let e: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    assert_eq!(e["reason"], "no_service");
+
     let printed = gw.stop();
     assert!(printed.contains("worker 0:"), "{printed}");
 }

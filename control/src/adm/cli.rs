@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use clap::{ArgAction, Parser};
 use hyper::Method;
 
-use super::client::{request, Endpoint};
+use super::client::{request, stream, Endpoint};
 use super::format::{connections, list, timeout, Format};
 use crate::api::ConnPage;
 use crate::engine::Applied;
@@ -26,7 +26,7 @@ pub const EXIT_ERROR: u8 = 2;
     name = "xvsadm",
     version,
     about = "Administer xvs virtual services with ipvsadm's commands and output",
-    after_help = "Also: `xvsadm conntrack -L|-D|-S [filters]` (like conntrack(8)); `xvsadm conntrack --help`."
+    after_help = "Also: `xvsadm conntrack -L|-D|-S [filters]` (like conntrack(8)) and `xvsadm observe [--verdict DROPPED] [--service VIP:PORT] [--last N] [--follow]` (like hubble observe); each has --help."
 )]
 struct Adm {
     /// Add a virtual service (-t|-u VIP:PORT, -s, -p, -M, -b).
@@ -169,6 +169,74 @@ struct Conntrack {
     json: bool,
     #[command(flatten)]
     to: To,
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "xvsadm observe",
+    about = "Flow events (new, closed, dropped with reason), like hubble observe"
+)]
+struct Observe {
+    /// Only this verdict: NEW, CLOSED or DROPPED.
+    #[arg(long)]
+    verdict: Option<String>,
+    /// Only flows to this VIP:PORT.
+    #[arg(long)]
+    service: Option<String>,
+    /// How many past events to show first.
+    #[arg(long, default_value_t = 20)]
+    last: usize,
+    /// Keep printing new events (until interrupted).
+    #[arg(short = 'f', long, action = ArgAction::SetTrue)]
+    follow: bool,
+    /// Print the events as JSON lines.
+    #[arg(long, action = ArgAction::SetTrue)]
+    json: bool,
+    #[command(flatten)]
+    to: To,
+}
+
+fn run_observe(o: &Observe, out: &mut dyn Write) -> Result<(), String> {
+    let to = endpoint(&o.to)?;
+    let mut q = vec![format!("last={}", o.last)];
+    if let Some(v) = &o.verdict {
+        q.push(format!("verdict={v}"));
+    }
+    if let Some(s) = &o.service {
+        q.push(format!("service={s}"));
+    }
+    if o.follow {
+        q.push("follow=true".into());
+    }
+    let path = format!("/v1/events?{}", q.join("&"));
+    let mut pending = String::new();
+    let mut failed: Option<String> = None;
+    let mut print = |chunk: &str, out: &mut dyn Write| {
+        pending.push_str(chunk);
+        while let Some(i) = pending.find('\n') {
+            let line: String = pending.drain(..=i).collect();
+            let text = if o.json {
+                line
+            } else {
+                match serde_json::from_str::<crate::events::EventView>(line.trim()) {
+                    Ok(e) => e.line() + "\n",
+                    Err(e) => {
+                        failed = Some(e.to_string());
+                        continue;
+                    }
+                }
+            };
+            let _ = out.write_all(text.as_bytes());
+            let _ = out.flush();
+        }
+    };
+    if o.follow {
+        stream(&to, &path, |c| print(c, out))?;
+    } else {
+        let body = call(&to, Method::GET, &path, None)?;
+        print(&body, out);
+    }
+    failed.map_or(Ok(()), Err)
 }
 
 fn endpoint(to: &To) -> Result<Endpoint, String> {
@@ -507,7 +575,13 @@ fn run_conntrack(c: &Conntrack, out: &mut dyn Write) -> Result<(), String> {
 /// Runs `xvsadm` with `args` (argv, program name first); returns the exit
 /// status. Errors go to `err` as one line.
 pub fn main_with(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> u8 {
-    let r = if args.get(1).map(String::as_str) == Some("conntrack") {
+    let r = if args.get(1).map(String::as_str) == Some("observe") {
+        let rest: Vec<&String> = std::iter::once(&args[0]).chain(&args[2..]).collect();
+        match Observe::try_parse_from(rest) {
+            Ok(o) => run_observe(&o, out),
+            Err(e) => return clap_exit(e, out, err),
+        }
+    } else if args.get(1).map(String::as_str) == Some("conntrack") {
         let rest: Vec<&String> = std::iter::once(&args[0]).chain(&args[2..]).collect();
         match Conntrack::try_parse_from(rest) {
             Ok(c) => run_conntrack(&c, out),

@@ -63,6 +63,65 @@ where
     })
 }
 
+/// GETs `path` and hands each chunk of the body to `each` as it arrives
+/// (a streaming answer: `observe --follow`), until the server ends it.
+pub fn stream(to: &Endpoint, path: &str, mut each: impl FnMut(&str)) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let mut req = Request::builder()
+            .method(Method::GET)
+            .uri(path)
+            .header(hyper::header::HOST, "xvs");
+        if let Endpoint::Tcp(_, token) = to {
+            req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let req = req
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| e.to_string())?;
+        let mut res = match to {
+            Endpoint::Unix(p) => {
+                let s = tokio::net::UnixStream::connect(p).await.map_err(|e| {
+                    format!("cannot reach xvs at {}: {e} (is it running?)", p.display())
+                })?;
+                open(s, req).await?
+            }
+            Endpoint::Tcp(addr, _) => {
+                let s = tokio::net::TcpStream::connect(addr)
+                    .await
+                    .map_err(|e| format!("cannot reach xvs at {addr}: {e}"))?;
+                open(s, req).await?
+            }
+        };
+        if !res.status().is_success() {
+            return Err(format!("xvs answered {}", res.status()));
+        }
+        while let Some(frame) = res.body_mut().frame().await {
+            let frame = frame.map_err(|e| e.to_string())?;
+            if let Some(data) = frame.data_ref() {
+                each(&String::from_utf8_lossy(data));
+            }
+        }
+        Ok(())
+    })
+}
+
+async fn open<S>(
+    io: S,
+    req: Request<Full<Bytes>>,
+) -> Result<hyper::Response<hyper::body::Incoming>, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    sender.send_request(req).await.map_err(|e| e.to_string())
+}
+
 /// Sends one request and waits for the whole answer.
 pub fn request(
     to: &Endpoint,

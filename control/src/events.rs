@@ -1,0 +1,215 @@
+//! Flow events on the control side: a collector drains every worker's
+//! queue every 20 ms, stamps the events with wall-clock time, keeps the
+//! last [`HISTORY`] of them and fans them out to live followers
+//! (`GET /v1/events`, `xvsadm observe`). A slow follower misses events
+//! (counted by the broadcast channel), never slows the collector.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+use xvs_dataplane::events::{EventKind, FlowEvent, FlowEvents};
+
+/// Events kept for `--last`.
+pub const HISTORY: usize = 4096;
+
+/// One event as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventView {
+    /// Milliseconds since the UNIX epoch (when the collector took it).
+    pub time_ms: u64,
+    /// Worker.
+    pub worker: u16,
+    /// `NEW`, `CLOSED` or `DROPPED`.
+    pub verdict: String,
+    /// Drop reason (snake_case), for drops.
+    pub reason: Option<String>,
+    /// `TCP`, `UDP`, `ICMP` or the protocol number.
+    pub protocol: String,
+    /// Source `addr:port`.
+    pub src: String,
+    /// Destination `addr:port` (the VIP for flows).
+    pub dst: String,
+    /// Backend `addr:port`, for flows.
+    pub backend: Option<String>,
+}
+
+fn proto_name(p: u8) -> String {
+    match p {
+        6 => "TCP".into(),
+        17 => "UDP".into(),
+        1 => "ICMP".into(),
+        0 => "-".into(),
+        n => n.to_string(),
+    }
+}
+
+impl EventView {
+    fn of(e: &FlowEvent, time_ms: u64) -> EventView {
+        EventView {
+            time_ms,
+            worker: e.worker,
+            verdict: e.kind.verdict().into(),
+            reason: match e.kind {
+                EventKind::Drop(r) => Some(r.name().into()),
+                _ => None,
+            },
+            protocol: proto_name(e.protocol),
+            src: format!("{}:{}", e.src.addr, e.src.port),
+            dst: format!("{}:{}", e.dst.addr, e.dst.port),
+            backend: (e.backend.addr != FlowEvent::NONE.addr)
+                .then(|| format!("{}:{}", e.backend.addr, e.backend.port)),
+        }
+    }
+
+    /// Whether it passes `observe`'s filters.
+    pub fn matches(&self, verdict: Option<&str>, service: Option<&str>) -> bool {
+        verdict.is_none_or(|v| self.verdict.eq_ignore_ascii_case(v))
+            && service.is_none_or(|s| self.dst == s)
+    }
+
+    /// One line like `hubble observe`'s.
+    pub fn line(&self) -> String {
+        let secs = self.time_ms / 1000;
+        let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
+        let tail = match (&self.reason, &self.backend) {
+            (Some(r), _) => format!(" {r}"),
+            (None, Some(b)) => format!(" to {b}"),
+            _ => String::new(),
+        };
+        format!(
+            "{h:02}:{m:02}:{s:02}.{:03}: {} -> {} {} ({}){tail}",
+            self.time_ms % 1000,
+            self.src,
+            self.dst,
+            self.verdict,
+            self.protocol
+        )
+    }
+}
+
+/// The collector's shared state.
+pub struct Collector {
+    history: Mutex<VecDeque<EventView>>,
+    live: broadcast::Sender<EventView>,
+}
+
+impl Collector {
+    /// Empty.
+    pub fn new() -> Arc<Collector> {
+        let (live, _) = broadcast::channel(HISTORY);
+        Arc::new(Collector {
+            history: Mutex::new(VecDeque::with_capacity(HISTORY)),
+            live,
+        })
+    }
+
+    /// The last `n` events that pass the filters, oldest first.
+    pub fn last(&self, n: usize, verdict: Option<&str>, service: Option<&str>) -> Vec<EventView> {
+        let h = match self.history.lock() {
+            Ok(h) => h,
+            Err(p) => p.into_inner(),
+        };
+        let mut v: Vec<EventView> = h
+            .iter()
+            .rev()
+            .filter(|e| e.matches(verdict, service))
+            .take(n)
+            .cloned()
+            .collect();
+        v.reverse();
+        v
+    }
+
+    /// Live events from now on.
+    pub fn follow(&self) -> broadcast::Receiver<EventView> {
+        self.live.subscribe()
+    }
+
+    fn take(&self, batch: &[FlowEvent]) {
+        // Wall-clock stamps for operators; the data plane has only its
+        // own monotonic seconds.
+        #[allow(clippy::disallowed_types)]
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let mut h = match self.history.lock() {
+            Ok(h) => h,
+            Err(p) => p.into_inner(),
+        };
+        for e in batch {
+            let v = EventView::of(e, now_ms);
+            if h.len() == HISTORY {
+                h.pop_front();
+            }
+            h.push_back(v.clone());
+            let _ = self.live.send(v);
+        }
+    }
+
+    /// Drains `queues` every 20 ms until the task is dropped.
+    pub async fn run(self: Arc<Self>, queues: Vec<Arc<FlowEvents>>) {
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        let mut batch = Vec::new();
+        loop {
+            tick.tick().await;
+            batch.clear();
+            for q in &queues {
+                q.drain(&mut batch);
+            }
+            if !batch.is_empty() {
+                self.take(&batch);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+    use xvs_conntrack::Endpoint;
+    use xvs_dataplane::wire::DropReason;
+
+    fn ev(kind: EventKind, port: u16) -> FlowEvent {
+        FlowEvent {
+            time: 0,
+            worker: 0,
+            kind,
+            protocol: 6,
+            src: Endpoint {
+                addr: Ipv4Addr::new(198, 18, 0, 2),
+                port: 40000,
+            },
+            dst: Endpoint {
+                addr: Ipv4Addr::new(198, 19, 0, 1),
+                port,
+            },
+            backend: FlowEvent::NONE,
+        }
+    }
+
+    #[test]
+    fn history_filters_and_lines() {
+        let c = Collector::new();
+        let mut rx = c.follow();
+        c.take(&[
+            ev(EventKind::New, 80),
+            ev(EventKind::Drop(DropReason::NoService), 99),
+            ev(EventKind::Close, 80),
+        ]);
+        let drops = c.last(10, Some("DROPPED"), None);
+        assert_eq!(drops.len(), 1);
+        assert_eq!(drops[0].reason.as_deref(), Some("no_service"));
+        let line = drops[0].line();
+        assert!(
+            line.ends_with(": 198.18.0.2:40000 -> 198.19.0.1:99 DROPPED (TCP) no_service"),
+            "{line}"
+        );
+        assert_eq!(c.last(10, None, Some("198.19.0.1:80")).len(), 2);
+        assert_eq!(c.last(1, None, None)[0].verdict, "CLOSED");
+        assert_eq!(rx.try_recv().unwrap().verdict, "NEW");
+    }
+}
