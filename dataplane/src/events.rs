@@ -97,7 +97,7 @@ impl FlowEvents {
             let n = self.seen.load(Relaxed);
             self.seen.store(n + 1, Relaxed);
             let every = u64::from(self.sample.load(Relaxed).max(1));
-            if n % every != 0 {
+            if !n.is_multiple_of(every) {
                 return;
             }
         }
