@@ -89,8 +89,9 @@ pub struct ServiceSpec {
 /// A backend as the API takes it (`-a` / `-e`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BackendSpec {
-    /// Address.
-    pub address: Ipv4Addr,
+    /// Address (taken from the path when editing).
+    #[serde(default)]
+    pub address: Option<Ipv4Addr>,
     /// Port (the service's when absent).
     #[serde(default)]
     pub port: Option<u16>,
@@ -143,13 +144,13 @@ fn to_service(s: &ServiceSpec) -> Result<Service, ApiError> {
     Ok(svc)
 }
 
-fn to_backend(k: &ServiceKey, b: &BackendSpec) -> Backend {
-    Backend {
-        address: b.address,
+fn to_backend(k: &ServiceKey, b: &BackendSpec) -> Result<Backend, ApiError> {
+    Ok(Backend {
+        address: b.address.ok_or_else(|| bad("backend address missing"))?,
         port: b.port.unwrap_or(k.port),
         weight: b.weight.unwrap_or(1),
         forward: ForwardMethod::Masq,
-    }
+    })
 }
 
 async fn edit(st: &Shared, e: Edit) -> Result<Json<Applied>, ApiError> {
@@ -157,12 +158,11 @@ async fn edit(st: &Shared, e: Edit) -> Result<Json<Applied>, ApiError> {
     let r = st
         .engine
         .call(move |eng| {
-            let r = eng.edit(e);
-            if r.is_ok() {
-                if let Some(s) = eng.wait_applied() {
-                    if let Ok(mut h) = latency.lock() {
-                        h.observe(s);
-                    }
+            let mut r = eng.edit(e);
+            if let Ok(a) = &mut r {
+                a.applied_seconds = eng.wait_applied();
+                if let (Some(s), Ok(mut h)) = (a.applied_seconds, latency.lock()) {
+                    h.observe(s);
                 }
             }
             r
@@ -216,7 +216,7 @@ async fn add_backend(
     Json(b): Json<BackendSpec>,
 ) -> Result<Json<Applied>, ApiError> {
     let k = key(&proto, vip, port)?;
-    edit(&st, Edit::AddBackend(k, to_backend(&k, &b))).await
+    edit(&st, Edit::AddBackend(k, to_backend(&k, &b)?)).await
 }
 
 async fn edit_backend(
@@ -226,11 +226,11 @@ async fn edit_backend(
 ) -> Result<Json<Applied>, ApiError> {
     let k = key(&proto, vip, port)?;
     let b = BackendSpec {
-        address: addr,
+        address: Some(addr),
         port: Some(bport),
         ..b
     };
-    edit(&st, Edit::EditBackend(k, to_backend(&k, &b))).await
+    edit(&st, Edit::EditBackend(k, to_backend(&k, &b)?)).await
 }
 
 async fn delete_backend(
@@ -249,12 +249,11 @@ async fn reload(State(st): State<Arc<Shared>>) -> Result<Json<Applied>, ApiError
     let r = st
         .engine
         .call(move |e| {
-            let r = e.reload();
-            if r.is_ok() {
-                if let Some(s) = e.wait_applied() {
-                    if let Ok(mut h) = latency.lock() {
-                        h.observe(s);
-                    }
+            let mut r = e.reload();
+            if let Ok(a) = &mut r {
+                a.applied_seconds = e.wait_applied();
+                if let (Some(s), Ok(mut h)) = (a.applied_seconds, latency.lock()) {
+                    h.observe(s);
                 }
             }
             r

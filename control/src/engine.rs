@@ -50,7 +50,7 @@ pub fn diff(
 }
 
 /// What a reconcile did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Applied {
     /// Services added.
     pub added: usize,
@@ -60,6 +60,9 @@ pub struct Applied {
     pub removed: usize,
     /// Services left alone.
     pub unchanged: usize,
+    /// Seconds until every worker had the changes (when waited for).
+    #[serde(default)]
+    pub applied_seconds: Option<f64>,
 }
 
 /// A runtime edit, ipvsadm's commands.
@@ -109,6 +112,9 @@ pub struct Engine {
     applied: BTreeMap<ServiceKey, Service>,
     last_error: Option<String>,
     reloads: u64,
+    /// When the first update of the latest reconcile was sent.
+    #[allow(clippy::disallowed_types)] // the control -> data latency is wall-clock time
+    sent_at: Option<std::time::Instant>,
 }
 
 fn by_key(services: &[Service]) -> BTreeMap<ServiceKey, Service> {
@@ -125,6 +131,7 @@ impl Engine {
             config,
             last_error: None,
             reloads: 0,
+            sent_at: None,
         }
     }
 
@@ -139,11 +146,11 @@ impl Engine {
     }
 
     /// Waits until every worker applied what was sent; returns the
-    /// seconds it took (`None` after 1 s: a worker is stuck).
-    pub fn wait_applied(&self) -> Option<f64> {
-        // The control → data latency is a wall-clock measurement.
-        #[allow(clippy::disallowed_types)]
-        let start = std::time::Instant::now();
+    /// seconds from the first update sent by the latest reconcile to the
+    /// last worker applying everything (`None` if nothing was sent, or
+    /// after 1 s: a worker is stuck).
+    pub fn wait_applied(&mut self) -> Option<f64> {
+        let start = self.sent_at.take()?;
         self.dp
             .handle()
             .wait_applied(Duration::from_secs(1))
@@ -173,11 +180,20 @@ impl Engine {
     /// Makes `desired` the service set: sends only the difference.
     fn reconcile(&mut self, desired: BTreeMap<ServiceKey, Service>) -> Result<Applied, Refused> {
         let changes = diff(&self.applied, &desired);
-        let mut a = Applied {
-            unchanged: desired.len(),
-            ..Applied::default()
-        };
-        for c in &changes {
+        let mut a = self.apply(&changes)?;
+        a.unchanged = desired.len() - a.added - a.changed;
+        Ok(a)
+    }
+
+    /// Sends `changes` to the workers and records them as applied.
+    fn apply(&mut self, changes: &[Change]) -> Result<Applied, Refused> {
+        if !changes.is_empty() {
+            #[allow(clippy::disallowed_types)]
+            let now = std::time::Instant::now();
+            self.sent_at = Some(now);
+        }
+        let mut a = Applied::default();
+        for c in changes {
             match c {
                 Change::Upsert(s) => {
                     if self.applied.contains_key(&s.key) {
@@ -185,7 +201,6 @@ impl Engine {
                     } else {
                         a.added += 1;
                     }
-                    a.unchanged -= 1;
                     self.dp
                         .upsert_service(s)
                         .map_err(|e| Refused::Invalid(format!("{}: {e}", key_name(&s.key))))?;
@@ -198,6 +213,7 @@ impl Engine {
                 }
             }
         }
+        a.unchanged = self.applied.len() - a.added - a.changed;
         Ok(a)
     }
 
@@ -244,30 +260,36 @@ impl Engine {
         r
     }
 
+    /// Works on a copy of the one service an edit touches (O(that
+    /// service), whatever the number of services), validates it, then
+    /// sends that one change.
     fn try_edit(&mut self, e: Edit) -> Result<Applied, Refused> {
-        let mut desired = self.applied.clone();
         let missing =
             |k: &ServiceKey| Refused::NotFound(format!("{}: no such service", key_name(k)));
-        match e {
+        let current = |k: &ServiceKey| self.applied.get(k).cloned().ok_or_else(|| missing(k));
+        let change = match e {
             Edit::AddService(s) => {
-                if desired.contains_key(&s.key) {
+                if self.applied.contains_key(&s.key) {
                     return Err(Refused::Exists(format!(
                         "{}: service already exists",
                         key_name(&s.key)
                     )));
                 }
-                desired.insert(s.key, s);
+                Change::Upsert(s)
             }
             Edit::EditService(s) => {
-                let cur = desired.get_mut(&s.key).ok_or_else(|| missing(&s.key))?;
-                let backends = std::mem::take(&mut cur.backends);
-                *cur = Service { backends, ..s };
+                let cur = current(&s.key)?;
+                Change::Upsert(Service {
+                    backends: cur.backends,
+                    ..s
+                })
             }
             Edit::DeleteService(k) => {
-                desired.remove(&k).ok_or_else(|| missing(&k))?;
+                current(&k)?;
+                Change::Remove(k)
             }
             Edit::AddBackend(k, b) => {
-                let cur = desired.get_mut(&k).ok_or_else(|| missing(&k))?;
+                let mut cur = current(&k)?;
                 if cur
                     .backends
                     .iter()
@@ -281,9 +303,10 @@ impl Engine {
                     )));
                 }
                 cur.backends.push(b);
+                Change::Upsert(cur)
             }
             Edit::EditBackend(k, b) => {
-                let cur = desired.get_mut(&k).ok_or_else(|| missing(&k))?;
+                let mut cur = current(&k)?;
                 let d = cur
                     .backends
                     .iter_mut()
@@ -297,9 +320,10 @@ impl Engine {
                         ))
                     })?;
                 *d = b;
+                Change::Upsert(cur)
             }
             Edit::DeleteBackend(k, addr, port) => {
-                let cur = desired.get_mut(&k).ok_or_else(|| missing(&k))?;
+                let mut cur = current(&k)?;
                 let before = cur.backends.len();
                 cur.backends.retain(|x| (x.address, x.port) != (addr, port));
                 if cur.backends.len() == before {
@@ -308,18 +332,25 @@ impl Engine {
                         key_name(&k)
                     )));
                 }
+                Change::Upsert(cur)
             }
-            Edit::Clear => desired.clear(),
-        }
-        for s in desired.values() {
+            Edit::Clear => {
+                let all: Vec<Change> = self.applied.keys().map(|k| Change::Remove(*k)).collect();
+                return self.apply(&all);
+            }
+        };
+        if let Change::Upsert(s) = &change {
             if self.applied.get(&s.key) == Some(s) {
-                continue;
+                return Ok(Applied {
+                    unchanged: self.applied.len(),
+                    ..Applied::default()
+                });
             }
             if let Some(v) = s.check().first() {
                 return Err(Refused::Invalid(format!("{}: {v}", key_name(&s.key))));
             }
         }
-        self.reconcile(desired)
+        self.apply(&[change])
     }
 
     /// Stops the data plane (detaching its programs).

@@ -1,0 +1,193 @@
+//! xvs-control-bench: the control plane's two figures, on the namespace
+//! topology with the real daemon (two workers):
+//! - loading 10,000 services x 3 backends from a file (parse and validate
+//!   in process; then `xvs run` from spawn to its `ready` line, which
+//!   includes starting the data plane);
+//! - one backend change with those services configured, through the
+//!   admin API, until every worker has applied it (the engine's own
+//!   measurement, returned with each edit) and as the client sees it.
+//!
+//! Prints medians, p99 and max, and whether the targets (<= 1 s load,
+//! <= 5 ms p99 change) are met. Run as root after building the release
+//! binaries: `make e2e-bench` runs it.
+
+#![allow(clippy::disallowed_types)] // a benchmark measures real time
+#![allow(clippy::print_stdout)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use hyper::Method;
+use xvs_benches::e2e::target_endpoints;
+use xvs_benches::rulesets::{services, xvs_services};
+use xvs_control::adm::client::{request, Endpoint};
+use xvs_control::engine::Applied;
+use xvs_vm_tests::procs::Spawned;
+use xvs_vm_tests::topology::{Arms, Spec, Topology};
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Control-plane load time and update latency at 10,000 services"
+)]
+struct Cli {
+    /// Services to configure.
+    #[arg(long, default_value_t = 10_000)]
+    services: usize,
+    /// Backend changes to time.
+    #[arg(long, default_value_t = 300)]
+    changes: usize,
+}
+
+fn sibling(name: &str) -> Result<PathBuf, String> {
+    let mut p = std::env::current_exe().map_err(|e| e.to_string())?;
+    p.set_file_name(name);
+    p.exists().then_some(p.clone()).ok_or_else(|| {
+        format!(
+            "{} not found: build the release binaries first",
+            p.display()
+        )
+    })
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+fn bench(cli: Cli) -> Result<bool, String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("run as root: the bench creates namespaces and attaches XDP".into());
+    }
+    if cli.services == 0 || cli.services > 100_000 || cli.changes == 0 || cli.changes > 10_000 {
+        return Err("--services 1..=100000, --changes 1..=10000".into());
+    }
+    let xvs = sibling("xvs")?;
+    let t = Topology::build(Spec {
+        arms: Arms::One,
+        backends: 3,
+        queues: 2,
+    })
+    .map_err(|e| e.to_string())?;
+    let dir = std::env::temp_dir().join(format!("xvs-control-bench-{}", t.tag));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let socket = dir.join("xvs.sock");
+    let svcs = services(cli.services, "tcp", &target_endpoints());
+    let text = format!(
+        "[interfaces]\nmode = \"one-arm\"\nclient = \"{}\"\nqueues = [0, 1]\ncores = [0, 1]\npoll = \"adaptive\"\nzero_copy = \"off\"\n\n\
+         [snat]\naddresses = [\"198.18.1.2\"]\n\n[admin]\nsocket = \"{}\"\n\n{}",
+        t.gateway_client_if,
+        socket.display(),
+        xvs_services(&svcs)
+    );
+    let cfg = dir.join("xvs.toml");
+    std::fs::write(&cfg, &text).map_err(|e| e.to_string())?;
+
+    // 1. Parse and validate in process (median of 5).
+    let mut parse: Vec<f64> = (0..5)
+        .map(|_| {
+            let start = Instant::now();
+            let r = xvs_config::parse_str("xvs.toml", &text);
+            let took = start.elapsed().as_secs_f64();
+            r.map(|c| (took, c.services.len()))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect();
+    parse.sort_by(f64::total_cmp);
+
+    // 2. The daemon, spawn to ready.
+    let start = Instant::now();
+    let mut cmd = t.gateway.command(xvs.to_str().unwrap_or_default());
+    cmd.args(["run", "--config", cfg.to_str().unwrap_or_default()]);
+    let (proc_, ready) =
+        Spawned::start(cmd, "xvs", Duration::from_secs(60)).map_err(|e| e.to_string())?;
+    let to_ready = start.elapsed().as_secs_f64();
+
+    // 3. Backend changes: the last service's first backend, weight 1 <-> 2.
+    let last = &svcs[svcs.len() - 1];
+    let b = last.endpoints[0];
+    let path = format!(
+        "/v1/services/tcp/{}/{}/backends/{}/{}",
+        last.vip, last.port, b.addr, b.port
+    );
+    let to = Endpoint::Unix(socket.clone());
+    let (mut engine, mut round_trip) = (Vec::new(), Vec::new());
+    let mut failure = None;
+    for i in 0..cli.changes {
+        let body = format!("{{\"weight\": {}}}", 2 - i % 2);
+        let start = Instant::now();
+        match request(&to, Method::PUT, &path, Some(body)).and_then(|a| a.ok()) {
+            Ok(text) => {
+                round_trip.push(start.elapsed().as_secs_f64());
+                let a: Applied = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+                match a.applied_seconds {
+                    Some(s) if a.changed == 1 => engine.push(s),
+                    _ => failure = Some(format!("change {i} not applied: {text}")),
+                }
+            }
+            Err(e) => failure = Some(e),
+        }
+        if failure.is_some() {
+            break;
+        }
+    }
+    let (_, printed) = proc_.stop(libc::SIGTERM, Duration::from_secs(10));
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Some(f) = failure {
+        return Err(f);
+    }
+    engine.sort_by(f64::total_cmp);
+    round_trip.sort_by(f64::total_cmp);
+    let ms = |v: f64| v * 1e3;
+    println!(
+        "xvs-control-bench: {} services x 3 backends, 2 workers (adaptive poll), {} backend changes",
+        cli.services, cli.changes
+    );
+    println!("{ready}");
+    println!(
+        "load: parse+validate {:.3} s (median of 5); xvs run spawn -> ready {:.3} s",
+        parse[parse.len() / 2],
+        to_ready
+    );
+    println!(
+        "one backend change, until every worker applied it: median {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+        ms(percentile(&engine, 0.5)),
+        ms(percentile(&engine, 0.99)),
+        ms(percentile(&engine, 1.0))
+    );
+    println!(
+        "as the API client sees it (HTTP over the unix socket included): median {:.3} ms, p99 {:.3} ms",
+        ms(percentile(&round_trip, 0.5)),
+        ms(percentile(&round_trip, 0.99))
+    );
+    let load_ok = to_ready <= 1.0;
+    let change_ok = percentile(&engine, 0.99) <= 0.005;
+    println!(
+        "targets: [{}] load 10,000 x 3 from a file <= 1 s; [{}] one change reaches every worker <= 5 ms p99",
+        if load_ok { "met" } else { "MISSED" },
+        if change_ok { "met" } else { "MISSED" }
+    );
+    if let Some(l) = printed.lines().find(|l| l.starts_with("worker 1:")) {
+        println!("xvs {l}");
+    }
+    Ok(load_ok && change_ok)
+}
+
+fn main() -> ExitCode {
+    match bench(Cli::parse()) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xvs-control-bench: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
