@@ -432,6 +432,26 @@ async fn timeouts(State(st): State<Arc<Shared>>) -> Result<Json<TimeoutView>, Ap
     }))
 }
 
+async fn set_timeouts(
+    State(st): State<Arc<Shared>>,
+    Json(t): Json<TimeoutView>,
+) -> Result<Json<TimeoutView>, ApiError> {
+    let t = st
+        .engine
+        .call(move |e| {
+            let t = e.set_timeouts(t.tcp, t.tcpfin, t.udp);
+            e.wait_applied();
+            t
+        })
+        .await
+        .map_err(internal)?;
+    Ok(Json(TimeoutView {
+        tcp: t.established,
+        tcpfin: t.fin_wait,
+        udp: t.udp,
+    }))
+}
+
 async fn prometheus(State(st): State<Arc<Shared>>) -> Result<Response, ApiError> {
     let (size, samples, counters) = st
         .engine
@@ -542,7 +562,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         )
         .route("/v1/flush", post(flush))
         .route("/v1/conntrack/stats", get(conntrack_stats))
-        .route("/v1/timeouts", get(timeouts))
+        .route("/v1/timeouts", get(timeouts).put(set_timeouts))
         .route("/v1/events", get(events))
         .with_state(shared)
 }

@@ -237,7 +237,10 @@ impl Engine {
         let restart = [
             ("[interfaces]", new.interfaces != self.config.interfaces),
             ("[snat]", new.snat != self.config.snat),
-            ("[conntrack]", new.conntrack != self.config.conntrack),
+            (
+                "[conntrack] capacity",
+                new.conntrack.capacity != self.config.conntrack.capacity,
+            ),
         ];
         if let Some((section, _)) = restart.iter().find(|(_, changed)| *changed) {
             return Err(Refused::Invalid(format!(
@@ -247,6 +250,9 @@ impl Engine {
         }
         let desired = by_key(&new.services);
         let a = self.reconcile(desired)?;
+        if new.conntrack.timeouts != self.config.conntrack.timeouts {
+            self.dp.handle().set_timeouts(new.conntrack.timeouts);
+        }
         self.config = new;
         Ok(a)
     }
@@ -351,6 +357,24 @@ impl Engine {
             }
         }
         self.apply(&[change])
+    }
+
+    /// `ipvsadm --set tcp tcpfin udp`: sets the ESTABLISHED, FIN_WAIT and
+    /// UDP timeouts (0 leaves one unchanged) on every worker.
+    pub fn set_timeouts(&mut self, tcp: u32, tcpfin: u32, udp: u32) -> xvs_config::Timeouts {
+        let t = &mut self.config.conntrack.timeouts;
+        for (v, slot) in [
+            (tcp, &mut t.established),
+            (tcpfin, &mut t.fin_wait),
+            (udp, &mut t.udp),
+        ] {
+            if v > 0 {
+                *slot = v;
+            }
+        }
+        let t = *t;
+        self.dp.handle().set_timeouts(t);
+        t
     }
 
     /// Stops the data plane (detaching its programs).

@@ -89,6 +89,14 @@ impl DataplaneHandle {
         }
     }
 
+    /// Sets the conntrack timeouts on every worker (like `ipvsadm --set`:
+    /// flows take them at their next state change or packet).
+    pub fn set_timeouts(&self, t: xvs_conntrack::Timeouts) {
+        for w in &self.workers {
+            self.send_to(w, Control::SetTimeouts(t));
+        }
+    }
+
     /// Removes a service from every worker.
     pub fn remove(&self, key: xvs_config::ServiceKey) {
         for w in &self.workers {

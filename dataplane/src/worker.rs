@@ -105,6 +105,8 @@ pub enum Control {
         /// The answer.
         reply: crossbeam_channel::Sender<(u32, Option<u32>)>,
     },
+    /// New conntrack timeouts (flows take them at their next transition).
+    SetTimeouts(xvs_conntrack::Timeouts),
     /// Stop the worker.
     Stop,
 }
@@ -282,6 +284,7 @@ impl Worker {
                 } => {
                     let _ = reply.send(self.pipeline.delete_matching(&filter, cursor, CHUNK_SLOTS));
                 }
+                Control::SetTimeouts(t) => self.pipeline.table.set_timeouts(t),
                 Control::Stop => return false,
             }
             self.live.applied_one();

@@ -240,6 +240,17 @@ fn xvsadm_changes_a_weight_under_traffic_and_lists_like_ipvsadm() {
     assert_eq!(status, 2);
     assert_eq!(err, "TCP 198.19.0.1:80: no destination 198.18.1.99:8080\n");
 
+    // ipvsadm --set, then --timeout (0 keeps a value).
+    assert_eq!(
+        gw.adm_ok(&["--timeout", "-L"]),
+        "Timeout (tcp tcpfin udp): 900 120 300\n"
+    );
+    gw.adm_ok(&["--set", "600", "0", "30"]);
+    assert_eq!(
+        gw.adm_ok(&["-L", "--timeout"]),
+        "Timeout (tcp tcpfin udp): 600 120 30\n"
+    );
+
     // A drop the test provokes (a VIP port with no service) shows up in
     // observe, with its reason; new flows show their backend.
     let out = t

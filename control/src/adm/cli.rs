@@ -56,7 +56,7 @@ struct Adm {
     /// Re-read the config file (like SIGHUP); an invalid file changes nothing.
     #[arg(long, action = ArgAction::SetTrue)]
     reload: bool,
-    /// Set timeouts (tcp tcpfin udp): not supported at run time.
+    /// Set the timeouts (tcp tcpfin udp, seconds; 0 leaves one unchanged).
     #[arg(long, num_args = 3, value_names = ["TCP", "TCPFIN", "UDP"])]
     set: Option<Vec<u32>>,
     /// TCP service VIP[:PORT].
@@ -352,10 +352,9 @@ fn run_adm(a: &Adm, out: &mut dyn Write) -> Result<(), String> {
     }
     let w = |out: &mut dyn Write, s: String| out.write_all(s.as_bytes()).map_err(|e| e.to_string());
     if let Some(t) = &a.set {
-        return Err(format!(
-            "--set {} {} {}: timeouts are not changed at run time; set [conntrack.timeouts] in the config file and restart",
-            t[0], t[1], t[2]
-        ));
+        let body = serde_json::json!({ "tcp": t[0], "tcpfin": t[1], "udp": t[2] });
+        let body = call(&to, Method::PUT, "/v1/timeouts", Some(body))?;
+        return if a.json { w(out, body) } else { Ok(()) };
     }
     if a.reload {
         let body = call(&to, Method::POST, "/v1/reload", None)?;
