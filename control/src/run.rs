@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use tokio::net::{TcpListener, UnixListener};
 use tokio::signal::unix::{signal, SignalKind};
+use tracing::{error, info, warn};
 use xvs_dataplane::runtime::Dataplane;
 use xvs_dataplane::worker::Snapshot;
 
@@ -81,10 +82,11 @@ fn bind_unix(path: &Path) -> Result<UnixListener, String> {
 
 /// Runs the daemon; returns the process exit status.
 pub fn run(config: &Path) -> u8 {
+    init_logs();
     let cfg = match xvs_config::load(config) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("{e}");
+            error!("{e}");
             return EXIT_CONFIG;
         }
     };
@@ -92,11 +94,11 @@ pub fn run(config: &Path) -> u8 {
         Some(t) => match std::fs::read_to_string(&t.token_file) {
             Ok(s) if !s.trim().is_empty() => Some(s.trim().to_owned()),
             Ok(_) => {
-                eprintln!("xvs: {}: the admin token is empty", t.token_file.display());
+                error!(token_file = %t.token_file.display(), "the admin token is empty");
                 return EXIT_CONFIG;
             }
             Err(e) => {
-                eprintln!("xvs: {}: {e}", t.token_file.display());
+                error!(token_file = %t.token_file.display(), "cannot read the admin token: {e}");
                 return EXIT_CONFIG;
             }
         },
@@ -110,7 +112,7 @@ pub fn run(config: &Path) -> u8 {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("xvs: cannot start the control plane: {e}");
+            error!("cannot start the control plane: {e}");
             return EXIT_START;
         }
     };
@@ -125,7 +127,7 @@ pub fn run(config: &Path) -> u8 {
     let (mut hup, mut term, mut int) = match signals {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("xvs: cannot handle signals: {e}");
+            error!("cannot handle signals: {e}");
             return EXIT_START;
         }
     };
@@ -144,7 +146,7 @@ pub fn run(config: &Path) -> u8 {
     let (engine, thread) = match spawned {
         Ok(x) => x,
         Err(e) => {
-            eprintln!("xvs: {e}");
+            error!("{e}");
             return EXIT_START;
         }
     };
@@ -227,23 +229,28 @@ pub fn run(config: &Path) -> u8 {
             cfg.admin.socket.display()
         );
         let _ = std::io::stdout().flush();
+        info!(
+            services = services.0, interface = %services.1, workers = cfg.workers(),
+            socket = %cfg.admin.socket.display(), "serving"
+        );
         notify(&[sd_notify::NotifyState::Ready]);
         loop {
             tokio::select! {
                 _ = hup.recv() => {
                     notify(&[sd_notify::NotifyState::Reloading]);
                     match engine.call(|e| { let r = e.reload(); (r, e.wait_applied()) }).await {
-                        Ok((Ok(a), _)) => eprintln!(
-                            "xvs: reloaded {}: {} added, {} changed, {} removed, {} unchanged",
-                            cfg_path_display(config), a.added, a.changed, a.removed, a.unchanged
+                        Ok((Ok(a), applied)) => info!(
+                            config = %config.display(), added = a.added, changed = a.changed,
+                            removed = a.removed, unchanged = a.unchanged,
+                            applied_ms = applied.map(|s| s * 1e3), "reloaded"
                         ),
-                        Ok((Err(e), _)) => eprintln!("xvs: reload refused, nothing changed: {e}"),
-                        Err(e) => eprintln!("xvs: reload: {e}"),
+                        Ok((Err(e), _)) => warn!(config = %config.display(), "reload refused, nothing changed: {e}"),
+                        Err(e) => error!("reload: {e}"),
                     }
                     notify(&[sd_notify::NotifyState::Ready]);
                 }
-                _ = term.recv() => { eprintln!("xvs: SIGTERM: stopping"); break; }
-                _ = int.recv() => { eprintln!("xvs: SIGINT: stopping"); break; }
+                _ = term.recv() => { info!("SIGTERM: stopping"); break; }
+                _ = int.recv() => { info!("SIGINT: stopping"); break; }
             }
         }
         notify(&[sd_notify::NotifyState::Stopping]);
@@ -271,12 +278,28 @@ pub fn run(config: &Path) -> u8 {
     match served {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("xvs: {e}");
+            error!("{e}");
             EXIT_START
         }
     }
 }
 
-fn cfg_path_display(p: &Path) -> String {
-    p.display().to_string()
+/// Logs to stderr for journald: no colours and no timestamps when
+/// journald is the reader (it stamps lines itself), `RUST_LOG`-style
+/// filtering (default `info`).
+pub fn init_logs() {
+    use std::io::IsTerminal;
+    let journald = std::env::var_os("JOURNAL_STREAM").is_some();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let fmt = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal() && !journald)
+        .with_target(false);
+    let _ = if journald {
+        fmt.without_time().try_init()
+    } else {
+        fmt.try_init()
+    };
 }

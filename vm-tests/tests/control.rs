@@ -62,6 +62,10 @@ struct Gateway {
 
 impl Gateway {
     fn start(t: &Topology, weights81: &[u32]) -> Gateway {
+        Self::start_with(t, weights81, &[])
+    }
+
+    fn start_with(t: &Topology, weights81: &[u32], env: &[(&str, &Path)]) -> Gateway {
         let dir = std::env::temp_dir().join(format!("xvs-ctl-{}", t.tag));
         std::fs::create_dir_all(&dir).unwrap();
         let socket = dir.join("xvs.sock");
@@ -69,6 +73,9 @@ impl Gateway {
         std::fs::write(&cfg, config(t, &socket, weights81)).unwrap();
         let mut cmd = t.gateway.command(sibling("xvs").to_str().unwrap());
         cmd.args(["run", "--config", cfg.to_str().unwrap()]);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
         let (xvs, ready) = Spawned::start(cmd, "xvs", Duration::from_secs(20)).unwrap();
         assert!(ready.contains("admin API on"), "{ready}");
         Gateway {
@@ -386,4 +393,33 @@ fn reload_applies_one_changed_service_and_refuses_a_bad_file() {
     }
     assert_eq!(back, "ok=30 failed=0 by=b0:10,b1:10,b2:10");
     gw.stop();
+}
+
+#[test]
+fn systemd_hears_ready_reloading_and_stopping() {
+    if !privileged("systemd_hears_ready_reloading_and_stopping") {
+        return;
+    }
+    let t = topology();
+    let dir = std::env::temp_dir().join(format!("xvs-notify-{}", t.tag));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("notify.sock");
+    let sock = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut next = || {
+        let mut buf = [0u8; 512];
+        let n = sock.recv(&mut buf).unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    let gw = Gateway::start_with(&t, &[1, 1, 1], &[("NOTIFY_SOCKET", &path)]);
+    assert!(next().contains("READY=1"));
+    let pid = gw.xvs.as_ref().unwrap().pid();
+    // SAFETY: signals only the xvs process this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGHUP) };
+    assert!(next().contains("RELOADING=1"));
+    assert!(next().contains("READY=1"));
+    gw.stop();
+    assert!(next().contains("STOPPING=1"));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
