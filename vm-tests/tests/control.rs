@@ -407,7 +407,7 @@ fn systemd_hears_ready_reloading_and_stopping() {
     let sock = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let mut next = || {
+    let next = || {
         let mut buf = [0u8; 512];
         let n = sock.recv(&mut buf).unwrap();
         String::from_utf8_lossy(&buf[..n]).into_owned()
