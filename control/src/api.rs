@@ -153,19 +153,29 @@ fn to_backend(k: &ServiceKey, b: &BackendSpec) -> Result<Backend, ApiError> {
     })
 }
 
+/// After a successful change: waits until every worker has it, records
+/// the time in the answer and the latency histogram.
+fn applied(
+    eng: &mut crate::engine::Engine,
+    mut r: Result<Applied, Refused>,
+    latency: &Mutex<Histogram>,
+) -> Result<Applied, Refused> {
+    if let Ok(a) = &mut r {
+        a.applied_seconds = eng.wait_applied();
+        if let (Some(s), Ok(mut h)) = (a.applied_seconds, latency.lock()) {
+            h.observe(s);
+        }
+    }
+    r
+}
+
 async fn edit(st: &Shared, e: Edit) -> Result<Json<Applied>, ApiError> {
     let latency = st.latency.clone();
     let r = st
         .engine
         .call(move |eng| {
-            let mut r = eng.edit(e);
-            if let Ok(a) = &mut r {
-                a.applied_seconds = eng.wait_applied();
-                if let (Some(s), Ok(mut h)) = (a.applied_seconds, latency.lock()) {
-                    h.observe(s);
-                }
-            }
-            r
+            let r = eng.edit(e);
+            applied(eng, r, &latency)
         })
         .await
         .map_err(internal)?;
@@ -249,14 +259,8 @@ async fn reload(State(st): State<Arc<Shared>>) -> Result<Json<Applied>, ApiError
     let r = st
         .engine
         .call(move |e| {
-            let mut r = e.reload();
-            if let Ok(a) = &mut r {
-                a.applied_seconds = e.wait_applied();
-                if let (Some(s), Ok(mut h)) = (a.applied_seconds, latency.lock()) {
-                    h.observe(s);
-                }
-            }
-            r
+            let r = e.reload();
+            applied(e, r, &latency)
         })
         .await
         .map_err(internal)?;
@@ -453,13 +457,20 @@ async fn set_timeouts(
 }
 
 async fn prometheus(State(st): State<Arc<Shared>>) -> Result<Response, ApiError> {
-    let (size, samples, counters) = st
+    let (size, samples, counters, overflow) = st
         .engine
         .call(|e| {
+            let overflow: Vec<u64> = e
+                .dataplane()
+                .events()
+                .iter()
+                .map(|q| q.overflow())
+                .collect();
             (
                 e.config().conntrack.capacity,
                 sample(e),
                 e.dataplane().handle().counters(),
+                overflow,
             )
         })
         .await
@@ -467,7 +478,7 @@ async fn prometheus(State(st): State<Arc<Shared>>) -> Result<Response, ApiError>
     let text = {
         let est = st.estimator.lock().map_err(|e| internal(e.to_string()))?;
         let lat = st.latency.lock().map_err(|e| internal(e.to_string()))?;
-        metrics::render(&listing(size, &samples, &est), &counters, &lat)
+        metrics::render(&listing(size, &samples, &est), &counters, &overflow, &lat)
     };
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }

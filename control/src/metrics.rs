@@ -94,8 +94,14 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
-/// Renders every family.
-pub fn render(l: &Listing, workers: &[CountersReading], latency: &Histogram) -> String {
+/// Renders every family; `overflow[w]` is worker `w`'s flow events lost
+/// to a full queue.
+pub fn render(
+    l: &Listing,
+    workers: &[CountersReading],
+    overflow: &[u64],
+    latency: &Histogram,
+) -> String {
     let mut out = String::new();
     let svc_label = |s: &crate::view::ServiceView| {
         format!(
@@ -292,6 +298,15 @@ pub fn render(l: &Listing, workers: &[CountersReading], latency: &Histogram) -> 
     }
     family(
         &mut out,
+        "xvs_flow_events_overflow_total",
+        "counter",
+        "Flow events lost because a worker's event queue was full.",
+    );
+    for (w, n) in overflow.iter().enumerate() {
+        let _ = writeln!(out, "xvs_flow_events_overflow_total{{worker=\"{w}\"}} {n}");
+    }
+    family(
+        &mut out,
         "xvs_conntrack_entries",
         "gauge",
         "Live flows, by worker.",
@@ -394,7 +409,7 @@ mod tests {
         let mut h = Histogram::default();
         h.observe(0.0003);
         h.observe(0.002);
-        let text = render(&l, &[r], &h);
+        let text = render(&l, &[r], &[7], &h);
         for line in [
             "# TYPE xvs_backend_packets_total counter",
             "xvs_service_connections_total{protocol=\"tcp\",vip=\"198.19.0.1\",port=\"80\"} 3",
@@ -407,6 +422,7 @@ mod tests {
             "xvs_update_latency_seconds_bucket{le=\"+Inf\"} 2",
             "xvs_update_latency_seconds_count 2",
             "xvs_conntrack_capacity 1024",
+            "xvs_flow_events_overflow_total{worker=\"0\"} 7",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
         }

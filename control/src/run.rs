@@ -104,9 +104,22 @@ pub fn run(config: &Path) -> u8 {
         },
         None => None,
     };
+    // The control plane keeps off the workers' cores: its threads (and
+    // the engine's) run on the others, when there are others.
+    let control_cores: Vec<core_affinity::CoreId> = core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| !cfg.interfaces.cores.contains(&c.id))
+        .collect();
+    let pin = {
+        let cores = control_cores.clone();
+        move || pin_to(&cores)
+    };
+    pin_to(&control_cores);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("xvs-control")
+        .on_thread_start(pin)
         .enable_all()
         .build()
     {
@@ -281,6 +294,14 @@ pub fn run(config: &Path) -> u8 {
             error!("{e}");
             EXIT_START
         }
+    }
+}
+
+/// Pins the calling thread to one of `cores` (the first; a no-op when
+/// there is none to spare).
+fn pin_to(cores: &[core_affinity::CoreId]) {
+    if let Some(c) = cores.first() {
+        core_affinity::set_for_current(*c);
     }
 }
 

@@ -28,6 +28,11 @@ fn sibling(name: &str) -> PathBuf {
 /// A config with two services on 198.19.0.1, ports 80 and 81, over the
 /// topology's backends (`weights81` for port 81).
 fn config(t: &Topology, socket: &Path, weights81: &[u32]) -> String {
+    config_admin(t, socket, weights81, "")
+}
+
+/// [`config`] with more `[admin]` keys.
+fn config_admin(t: &Topology, socket: &Path, weights81: &[u32], admin: &str) -> String {
     let all: Vec<String> = (0..t.backends.len())
         .map(|i| format!("{{ address = \"{}\", port = 8080 }}", backend_addr(i)))
         .collect();
@@ -43,7 +48,7 @@ fn config(t: &Topology, socket: &Path, weights81: &[u32]) -> String {
         .collect();
     format!(
         "[interfaces]\nmode = \"one-arm\"\nclient = \"{}\"\nqueues = [0]\ncores = [0]\npoll = \"adaptive\"\nzero_copy = \"off\"\n\n\
-         [snat]\naddresses = [\"198.18.1.2\"]\n\n[admin]\nsocket = \"{}\"\n\n\
+         [snat]\naddresses = [\"198.18.1.2\"]\n\n[admin]\nsocket = \"{}\"\n{admin}\n\
          [[services]]\nvip = \"198.19.0.1\"\nport = 80\nscheduler = \"rr\"\nbackends = [{}]\n\n\
          [[services]]\nvip = \"198.19.0.1\"\nport = 81\nscheduler = \"rr\"\nbackends = [{}]\n",
         t.gateway_client_if,
@@ -62,15 +67,19 @@ struct Gateway {
 
 impl Gateway {
     fn start(t: &Topology, weights81: &[u32]) -> Gateway {
-        Self::start_with(t, weights81, &[])
+        Self::start_with(t, weights81, &[], "")
     }
 
-    fn start_with(t: &Topology, weights81: &[u32], env: &[(&str, &Path)]) -> Gateway {
-        let dir = std::env::temp_dir().join(format!("xvs-ctl-{}", t.tag));
+    fn dir_of(t: &Topology) -> PathBuf {
+        std::env::temp_dir().join(format!("xvs-ctl-{}", t.tag))
+    }
+
+    fn start_with(t: &Topology, weights81: &[u32], env: &[(&str, &Path)], admin: &str) -> Gateway {
+        let dir = Self::dir_of(t);
         std::fs::create_dir_all(&dir).unwrap();
         let socket = dir.join("xvs.sock");
         let cfg = dir.join("xvs.toml");
-        std::fs::write(&cfg, config(t, &socket, weights81)).unwrap();
+        std::fs::write(&cfg, config_admin(t, &socket, weights81, admin)).unwrap();
         let mut cmd = t.gateway.command(sibling("xvs").to_str().unwrap());
         cmd.args(["run", "--config", cfg.to_str().unwrap()]);
         for (k, v) in env {
@@ -412,7 +421,7 @@ fn systemd_hears_ready_reloading_and_stopping() {
         let n = sock.recv(&mut buf).unwrap();
         String::from_utf8_lossy(&buf[..n]).into_owned()
     };
-    let gw = Gateway::start_with(&t, &[1, 1, 1], &[("NOTIFY_SOCKET", &path)]);
+    let gw = Gateway::start_with(&t, &[1, 1, 1], &[("NOTIFY_SOCKET", &path)], "");
     assert!(next().contains("READY=1"));
     let pid = gw.xvs.as_ref().unwrap().pid();
     // SAFETY: signals only the xvs process this test started.
@@ -422,4 +431,45 @@ fn systemd_hears_ready_reloading_and_stopping() {
     gw.stop();
     assert!(next().contains("STOPPING=1"));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_tcp_admin_listener_requires_the_bearer_token() {
+    if !privileged("the_tcp_admin_listener_requires_the_bearer_token") {
+        return;
+    }
+    let t = topology();
+    let dir = Gateway::dir_of(&t);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (token, wrong) = (dir.join("token"), dir.join("wrong"));
+    std::fs::write(&token, "s3cret-token\n").unwrap();
+    std::fs::write(&wrong, "guess\n").unwrap();
+    let admin = format!(
+        "tcp = \"127.0.0.1:19180\"\ntoken_file = \"{}\"",
+        token.display()
+    );
+    let gw = Gateway::start_with(&t, &[1, 1, 1], &[], &admin);
+    // The listener is on the gateway namespace's loopback.
+    let adm = |file: &Path| {
+        t.gateway
+            .command(sibling("xvsadm").to_str().unwrap())
+            .args(["-Ln", "--server", "127.0.0.1:19180", "--token-file"])
+            .arg(file)
+            .output()
+            .unwrap()
+    };
+    let ok = adm(&token);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("TCP  198.19.0.1:80 rr"));
+    let refused = adm(&wrong);
+    assert_eq!(refused.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&refused.stderr),
+        "missing or wrong bearer token\n"
+    );
+    gw.stop();
 }

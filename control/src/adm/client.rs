@@ -41,28 +41,6 @@ impl Answer {
     }
 }
 
-async fn send<S>(io: S, req: Request<Full<Bytes>>) -> Result<Answer, String>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::spawn(conn);
-    let res = sender.send_request(req).await.map_err(|e| e.to_string())?;
-    let status = res.status().as_u16();
-    let body = res
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?
-        .to_bytes();
-    Ok(Answer {
-        status,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    })
-}
-
 /// GETs `path` and hands each chunk of the body to `each` as it arrives
 /// (a streaming answer: `observe --follow`), until the server ends it.
 pub fn stream(to: &Endpoint, path: &str, mut each: impl FnMut(&str)) -> Result<(), String> {
@@ -71,30 +49,7 @@ pub fn stream(to: &Endpoint, path: &str, mut each: impl FnMut(&str)) -> Result<(
         .build()
         .map_err(|e| e.to_string())?;
     rt.block_on(async {
-        let mut req = Request::builder()
-            .method(Method::GET)
-            .uri(path)
-            .header(hyper::header::HOST, "xvs");
-        if let Endpoint::Tcp(_, token) = to {
-            req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
-        }
-        let req = req
-            .body(Full::new(Bytes::new()))
-            .map_err(|e| e.to_string())?;
-        let mut res = match to {
-            Endpoint::Unix(p) => {
-                let s = tokio::net::UnixStream::connect(p).await.map_err(|e| {
-                    format!("cannot reach xvs at {}: {e} (is it running?)", p.display())
-                })?;
-                open(s, req).await?
-            }
-            Endpoint::Tcp(addr, _) => {
-                let s = tokio::net::TcpStream::connect(addr)
-                    .await
-                    .map_err(|e| format!("cannot reach xvs at {addr}: {e}"))?;
-                open(s, req).await?
-            }
-        };
+        let mut res = connect_and_send(to, build(to, Method::GET, path, None)?).await?;
         if !res.status().is_success() {
             return Err(format!("xvs answered {}", res.status()));
         }
@@ -122,6 +77,48 @@ where
     sender.send_request(req).await.map_err(|e| e.to_string())
 }
 
+/// Connects to `to` and sends `req`.
+async fn connect_and_send(
+    to: &Endpoint,
+    req: Request<Full<Bytes>>,
+) -> Result<hyper::Response<hyper::body::Incoming>, String> {
+    match to {
+        Endpoint::Unix(p) => {
+            let s = tokio::net::UnixStream::connect(p).await.map_err(|e| {
+                format!("cannot reach xvs at {}: {e} (is it running?)", p.display())
+            })?;
+            open(s, req).await
+        }
+        Endpoint::Tcp(addr, _) => {
+            let s = tokio::net::TcpStream::connect(addr)
+                .await
+                .map_err(|e| format!("cannot reach xvs at {addr}: {e}"))?;
+            open(s, req).await
+        }
+    }
+}
+
+/// A request to `to` (with its bearer token over TCP).
+fn build(
+    to: &Endpoint,
+    method: Method,
+    path: &str,
+    body: Option<String>,
+) -> Result<Request<Full<Bytes>>, String> {
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(hyper::header::HOST, "xvs");
+    if body.is_some() {
+        req = req.header(hyper::header::CONTENT_TYPE, "application/json");
+    }
+    if let Endpoint::Tcp(_, token) = to {
+        req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    req.body(Full::new(Bytes::from(body.unwrap_or_default())))
+        .map_err(|e| e.to_string())
+}
+
 /// Sends one request and waits for the whole answer.
 pub fn request(
     to: &Endpoint,
@@ -134,32 +131,17 @@ pub fn request(
         .build()
         .map_err(|e| e.to_string())?;
     rt.block_on(async {
-        let mut req = Request::builder()
-            .method(method)
-            .uri(path)
-            .header(hyper::header::HOST, "xvs");
-        if body.is_some() {
-            req = req.header(hyper::header::CONTENT_TYPE, "application/json");
-        }
-        if let Endpoint::Tcp(_, token) = to {
-            req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
-        }
-        let req = req
-            .body(Full::new(Bytes::from(body.unwrap_or_default())))
-            .map_err(|e| e.to_string())?;
-        match to {
-            Endpoint::Unix(p) => {
-                let s = tokio::net::UnixStream::connect(p).await.map_err(|e| {
-                    format!("cannot reach xvs at {}: {e} (is it running?)", p.display())
-                })?;
-                send(s, req).await
-            }
-            Endpoint::Tcp(addr, _) => {
-                let s = tokio::net::TcpStream::connect(addr)
-                    .await
-                    .map_err(|e| format!("cannot reach xvs at {addr}: {e}"))?;
-                send(s, req).await
-            }
-        }
+        let res = connect_and_send(to, build(to, method, path, body)?).await?;
+        let status = res.status().as_u16();
+        let body = res
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        Ok(Answer {
+            status,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        })
     })
 }
