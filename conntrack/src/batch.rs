@@ -79,7 +79,9 @@ impl FlowTable {
 /// Hints the CPU to fetch the cache line holding `p`; a no-op where
 /// unsupported.
 #[inline(always)]
-fn prefetch(p: *const u8) {
+/// Hints the CPU to bring the cache line at `p` in (any address: never
+/// faults, reads nothing observable).
+pub fn prefetch(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     {
         use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};

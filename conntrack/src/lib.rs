@@ -17,7 +17,7 @@ mod state;
 mod stats;
 mod table;
 
-pub use batch::BATCH;
+pub use batch::{prefetch, BATCH};
 pub use dump::{Filter, FlowInfo};
 pub use key::{Endpoint, FlowKey, L4Proto};
 pub use slab::{FLAG_QUIESCED, FLAG_TEMPLATE};

@@ -329,6 +329,14 @@ impl Pipeline {
             self.table.lookup_batch(&keys[..n], &mut hits[..n]);
             for j in 0..n {
                 out[at[j]] = Some(hits[j]);
+                // The hit's entry is in cache now: start fetching the
+                // backend's traffic counters it will update.
+                if let Some((id, _)) = hits[j] {
+                    let f = self.table.flow(id);
+                    if let Some(t) = self.services.traffic(f.service()) {
+                        xvs_conntrack::prefetch(t.cell_addr(self.cfg.worker, f.backend_id()));
+                    }
+                }
             }
         }
     }

@@ -39,7 +39,7 @@ pub struct CompiledService {
     /// Global connection counts of its backends.
     pub counts: Arc<ConnCounts>,
     /// Traffic counters of its backends (`--stats`).
-    pub stats: Arc<TrafficStats>,
+    pub stats: TrafficStats,
     /// Client persistence.
     pub persist: Option<Persist>,
     /// Allowed client ranges (empty = all).
@@ -140,8 +140,9 @@ pub struct ServiceSlot {
 pub struct ServiceTable {
     by_key: HashMap<(Ipv4Addr, L4Proto, u16), ServiceSlot>,
     by_id: HashMap<u32, (Ipv4Addr, L4Proto, u16)>,
-    /// Traffic counters by service id (dense: one array index per packet).
-    traffic: Vec<Option<Arc<TrafficStats>>>,
+    /// Traffic counters by service id (dense: one array index per packet,
+    /// the handle inline).
+    traffic: Vec<Option<TrafficStats>>,
 }
 
 fn key_of(k: &ServiceKey) -> (Ipv4Addr, L4Proto, u16) {
@@ -186,7 +187,7 @@ impl ServiceTable {
     /// a removed service are no longer counted).
     #[inline]
     pub fn traffic(&self, id: u32) -> Option<&TrafficStats> {
-        self.traffic.get(id as usize)?.as_deref()
+        self.traffic.get(id as usize)?.as_ref()
     }
 
     /// The service for (vip, proto, port), else the port-0 one of the VIP.

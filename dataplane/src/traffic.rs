@@ -2,8 +2,7 @@
 //! `ipvsadm -Ln --stats`: connections scheduled, packets and bytes in each
 //! direction ("in" is client → backend, "out" backend → client).
 //!
-//! Each worker writes only its own row (one allocation per worker, one
-//! cache line per backend cell) with Relaxed load/store — a single writer
+//! Each worker writes only its own row (one cache line per backend cell) with Relaxed load/store — a single writer
 //! needs no read-modify-write, so accounting a packet costs two plain
 //! stores. Readers sum the rows; a sum may be one packet stale, never
 //! lose one. Unknown workers or backend ids are ignored (never a panic on
@@ -44,29 +43,48 @@ impl TrafficTotals {
     }
 }
 
-/// The counters of every backend of a service, on every worker.
-#[derive(Debug)]
+/// The counters of every backend of a service, on every worker: one flat
+/// shared array, `[worker][backend]`, so that the worker's per-packet
+/// update is one load of this handle (kept inline in the service table)
+/// and one write to the cell. Cloning shares the counters.
+#[derive(Debug, Clone)]
 pub struct TrafficStats {
-    rows: Box<[Box<[CachePadded<Cell>]>]>,
+    cells: Arc<[CachePadded<Cell>]>,
+    backends: u32,
 }
 
 impl TrafficStats {
     /// Counters for backend ids `0..backends` on `workers` workers.
-    pub fn new(workers: usize, backends: usize) -> Arc<TrafficStats> {
-        let rows = (0..workers.max(1))
-            .map(|_| (0..backends).map(|_| CachePadded::default()).collect())
+    pub fn new(workers: usize, backends: usize) -> TrafficStats {
+        let cells = (0..workers.max(1) * backends)
+            .map(|_| CachePadded::default())
             .collect();
-        Arc::new(TrafficStats { rows })
+        TrafficStats {
+            cells,
+            backends: backends as u32,
+        }
     }
 
     /// Backend ids covered.
     pub fn backends(&self) -> usize {
-        self.rows.first().map_or(0, |r| r.len())
+        self.backends as usize
     }
 
     #[inline]
     fn cell(&self, worker: usize, id: u32) -> Option<&Cell> {
-        self.rows.get(worker)?.get(id as usize).map(|c| &**c)
+        if id >= self.backends {
+            return None;
+        }
+        self.cells
+            .get(worker * self.backends as usize + id as usize)
+            .map(|c| &**c)
+    }
+
+    /// The address of a cell, for prefetching (never dereferenced here).
+    #[inline]
+    pub fn cell_addr(&self, worker: usize, id: u32) -> *const u8 {
+        self.cell(worker, id)
+            .map_or(std::ptr::null(), |c| (c as *const Cell).cast())
     }
 
     /// A new connection to backend `id`, seen by `worker`.
@@ -89,7 +107,8 @@ impl TrafficStats {
     /// Backend `id`'s totals over every worker.
     pub fn backend(&self, id: u32) -> TrafficTotals {
         let mut t = TrafficTotals::default();
-        for w in 0..self.rows.len() {
+        let workers = self.cells.len() / (self.backends.max(1) as usize);
+        for w in 0..workers {
             if let Some(c) = self.cell(w, id) {
                 t.conns += c.conns.load(Relaxed);
                 for i in 0..2 {
