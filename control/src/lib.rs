@@ -11,6 +11,7 @@ pub mod api;
 pub mod check_config;
 pub mod engine;
 pub mod events;
+pub mod kube;
 pub mod metrics;
 pub mod run;
 pub mod stats;
