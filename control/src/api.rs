@@ -33,6 +33,8 @@ pub struct Shared {
     pub latency: Arc<Mutex<Histogram>>,
     /// Flow events.
     pub events: Arc<crate::events::Collector>,
+    /// The Kubernetes source's state, when it is on.
+    pub kube: Option<Arc<crate::kube::source::KubeStatus>>,
 }
 
 /// An error answer: `{"error": "..."}` with a status.
@@ -155,7 +157,8 @@ fn to_backend(k: &ServiceKey, b: &BackendSpec) -> Result<Backend, ApiError> {
 
 /// After a successful change: waits until every worker has it, records
 /// the time in the answer and the latency histogram.
-fn applied(
+#[allow(clippy::result_large_err)]
+pub fn applied(
     eng: &mut crate::engine::Engine,
     mut r: Result<Applied, Refused>,
     latency: &Mutex<Histogram>,
@@ -278,16 +281,26 @@ pub struct Status {
     pub last_error: Option<String>,
     /// Services in force.
     pub services: usize,
+    /// Services from Kubernetes among them.
+    pub kube_services: usize,
+    /// Keys both sources wanted (kept by their first owner).
+    pub conflicts: Vec<String>,
+    /// Whether the Kubernetes copy is in sync (absent: source off).
+    pub kube_synced: Option<bool>,
 }
 
 async fn status(State(st): State<Arc<Shared>>) -> Result<Json<Status>, ApiError> {
+    let kube_synced = st.kube.as_ref().map(|k| k.synced());
     let s = st
         .engine
-        .call(|e| Status {
+        .call(move |e| Status {
             config: e.path().display().to_string(),
             reloads: e.reloads(),
             last_error: e.last_error().map(str::to_owned),
             services: e.applied().len(),
+            kube_services: e.kube_services().len(),
+            conflicts: e.conflicts().to_vec(),
+            kube_synced,
         })
         .await
         .map_err(internal)?;
@@ -475,11 +488,14 @@ async fn prometheus(State(st): State<Arc<Shared>>) -> Result<Response, ApiError>
         })
         .await
         .map_err(internal)?;
-    let text = {
+    let mut text = {
         let est = st.estimator.lock().map_err(|e| internal(e.to_string()))?;
         let lat = st.latency.lock().map_err(|e| internal(e.to_string()))?;
         metrics::render(&listing(size, &samples, &est), &counters, &overflow, &lat)
     };
+    if let Some(k) = &st.kube {
+        text.push_str(&metrics::render_kube(k));
+    }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
 

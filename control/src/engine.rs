@@ -112,6 +112,10 @@ pub struct Engine {
     applied: BTreeMap<ServiceKey, Service>,
     last_error: Option<String>,
     reloads: u64,
+    /// The Kubernetes source's services (those it owns).
+    kube: BTreeMap<ServiceKey, Service>,
+    /// Keys both sources want, kept by their first owner.
+    conflicts: Vec<String>,
     /// When the first update of the latest reconcile was sent.
     #[allow(clippy::disallowed_types)] // the control -> data latency is wall-clock time
     sent_at: Option<std::time::Instant>,
@@ -131,6 +135,8 @@ impl Engine {
             config,
             last_error: None,
             reloads: 0,
+            kube: BTreeMap::new(),
+            conflicts: Vec::new(),
             sent_at: None,
         }
     }
@@ -248,7 +254,21 @@ impl Engine {
                 self.path.display()
             )));
         }
-        let desired = by_key(&new.services);
+        // Keys the Kubernetes source owns stay its own (first owner kept).
+        let mut desired = by_key(&new.services);
+        self.conflicts.clear();
+        for (k, s) in &self.kube {
+            if desired.contains_key(k) {
+                self.conflicts.push(format!(
+                    "{}: in the file and from Kubernetes; kept the Kubernetes one (first)",
+                    key_name(k)
+                ));
+            }
+            desired.insert(*k, s.clone());
+        }
+        for c in &self.conflicts {
+            tracing::warn!("{c}");
+        }
         let a = self.reconcile(desired)?;
         if new.conntrack.timeouts != self.config.conntrack.timeouts {
             self.dp.handle().set_timeouts(new.conntrack.timeouts);
@@ -357,6 +377,58 @@ impl Engine {
             }
         }
         self.apply(&[change])
+    }
+
+    /// The Kubernetes source's new desired set: sends only what changed
+    /// in it. A key the file (or a runtime edit) already serves stays
+    /// theirs and is reported as a conflict.
+    pub fn set_kube(&mut self, new: BTreeMap<ServiceKey, Service>) -> Result<Applied, Refused> {
+        let file: std::collections::BTreeSet<ServiceKey> =
+            self.config.services.iter().map(|s| s.key).collect();
+        let mut changes = Vec::new();
+        let mut conflicts = Vec::new();
+        let mut owned = BTreeMap::new();
+        for (k, s) in new {
+            let file_owned =
+                file.contains(&k) || (self.applied.contains_key(&k) && !self.kube.contains_key(&k));
+            if file_owned {
+                conflicts.push(format!(
+                    "{}: from Kubernetes and already served (file or runtime edit); kept the first",
+                    key_name(&k)
+                ));
+                continue;
+            }
+            if self.kube.get(&k) != Some(&s) {
+                if let Some(v) = s.check().first() {
+                    conflicts.push(format!("{}: {v}; not applied", key_name(&k)));
+                    continue;
+                }
+                changes.push(Change::Upsert(s.clone()));
+            }
+            owned.insert(k, s);
+        }
+        for k in self.kube.keys() {
+            if !owned.contains_key(k) {
+                changes.push(Change::Remove(*k));
+            }
+        }
+        for c in &conflicts {
+            tracing::warn!("{c}");
+        }
+        self.conflicts = conflicts;
+        self.kube = owned;
+        self.apply(&changes)
+    }
+
+    /// The conflicts between sources of the latest reload or Kubernetes
+    /// update.
+    pub fn conflicts(&self) -> &[String] {
+        &self.conflicts
+    }
+
+    /// The services the Kubernetes source owns.
+    pub fn kube_services(&self) -> &BTreeMap<ServiceKey, Service> {
+        &self.kube
     }
 
     /// `ipvsadm --set tcp tcpfin udp`: sets the ESTABLISHED, FIN_WAIT and

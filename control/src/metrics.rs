@@ -353,6 +353,41 @@ pub fn render(
     out
 }
 
+/// The Kubernetes source's families.
+pub fn render_kube(k: &crate::kube::source::KubeStatus) -> String {
+    let mut out = String::new();
+    family(
+        &mut out,
+        "xvs_kube_synced",
+        "gauge",
+        "1 when the Services and EndpointSlices copy is in sync with the API server.",
+    );
+    let _ = writeln!(out, "xvs_kube_synced {}", u8::from(k.synced()));
+    family(
+        &mut out,
+        "xvs_kube_last_sync_age_seconds",
+        "gauge",
+        "Seconds since the last event from the API server.",
+    );
+    let _ = writeln!(
+        out,
+        "xvs_kube_last_sync_age_seconds {}",
+        k.last_sync_age().unwrap_or(f64::INFINITY)
+    );
+    family(
+        &mut out,
+        "xvs_kube_watch_errors_total",
+        "counter",
+        "Watch errors (the last good state was kept).",
+    );
+    let _ = writeln!(
+        out,
+        "xvs_kube_watch_errors_total {}",
+        k.errors.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    out
+}
+
 fn s_in_pkts(s: &crate::view::Stats) -> u64 {
     s.inpkts
 }

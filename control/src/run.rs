@@ -169,7 +169,15 @@ pub fn run(config: &Path) -> u8 {
             estimator: Mutex::new(Estimator::default()),
             latency: Arc::new(Mutex::new(crate::metrics::Histogram::default())),
             events: crate::events::Collector::new(),
+            kube: cfg
+                .kubernetes
+                .enabled
+                .then(|| Arc::new(crate::kube::source::KubeStatus::default())),
         });
+        let kube_task = match &shared.kube {
+            Some(status) => Some(start_kube(&cfg, status.clone(), shared.clone()).await?),
+            None => None,
+        };
         let queues = engine.call(|e| e.dataplane().events().to_vec()).await?;
         let collector = tokio::spawn(shared.events.clone().run(queues));
         let unix = bind_unix(&cfg.admin.socket)?;
@@ -273,6 +281,11 @@ pub fn run(config: &Path) -> u8 {
         }
         est.abort();
         collector.abort();
+        if let Some(k) = kube_task {
+            for t in k {
+                t.abort();
+            }
+        }
         if let Some(w) = watchdog {
             w.abort();
         }
@@ -295,6 +308,57 @@ pub fn run(config: &Path) -> u8 {
             EXIT_START
         }
     }
+}
+
+/// Starts the Kubernetes watchers and the task that hands their desired
+/// set to the engine (the latest set wins when the engine is busy).
+async fn start_kube(
+    cfg: &xvs_config::Config,
+    status: Arc<crate::kube::source::KubeStatus>,
+    shared: Arc<Shared>,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, String> {
+    let client = crate::kube::source::client(cfg.kubernetes.kubeconfig.as_deref()).await?;
+    let (tx, mut rx) = tokio::sync::watch::channel(None);
+    let name = cfg.kubernetes.service_proxy_name.clone();
+    let watch = tokio::spawn(crate::kube::source::run(
+        client,
+        name,
+        status,
+        move |set, warnings| {
+            for w in &warnings {
+                warn!("kubernetes: {w}");
+            }
+            let _ = tx.send(Some(set));
+        },
+    ));
+    let apply = tokio::spawn(async move {
+        while rx.changed().await.is_ok() {
+            let Some(set) = rx.borrow_and_update().clone() else {
+                continue;
+            };
+            let latency = shared.latency.clone();
+            match shared
+                .engine
+                .call(move |e| {
+                    let r = e.set_kube(set);
+                    crate::api::applied(e, r, &latency)
+                })
+                .await
+            {
+                Ok(Ok(a)) if a.added + a.changed + a.removed > 0 => info!(
+                    added = a.added,
+                    changed = a.changed,
+                    removed = a.removed,
+                    applied_ms = a.applied_seconds.map(|s| s * 1e3),
+                    "kubernetes: applied"
+                ),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => warn!("kubernetes: {e}"),
+                Err(e) => error!("kubernetes: {e}"),
+            }
+        }
+    });
+    Ok(vec![watch, apply])
 }
 
 /// Pins the calling thread to one of `cores` (the first; a no-op when

@@ -7,6 +7,7 @@
 //! a printed reason, unless `XVS_REQUIRE_PRIVILEGED` is set (as `make test`
 //! does for root), in which case they fail instead of skipping.
 
+pub mod fakekube;
 pub mod netns;
 pub mod procs;
 pub mod topology;
