@@ -1,0 +1,207 @@
+//! Kubernetes end to end: the fake API server in the gateway's namespace,
+//! `xvs run` watching it, real backends: creating a Service and its
+//! EndpointSlice makes the VIP serve traffic; scaling the slice changes
+//! the backends; deleting the Service stops it. Also measures the time
+//! from a change on the API server to the data plane having it.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+#![allow(clippy::disallowed_types)] // the latency is wall-clock time
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use hyper::Method;
+use serde_json::{json, Value};
+use xvs_control::adm::client::{request, Endpoint};
+use xvs_control::view::Listing;
+use xvs_vm_tests::fakekube::{FakeKube, Kind};
+use xvs_vm_tests::netns::Netns;
+use xvs_vm_tests::privileged;
+use xvs_vm_tests::procs::Spawned;
+use xvs_vm_tests::topology::{backend_addr, Arms, Spec, Topology};
+
+const XVS: &str = env!("CARGO_BIN_EXE_xvs");
+
+fn testnet() -> PathBuf {
+    let p = PathBuf::from(XVS).with_file_name("xvs-testnet");
+    assert!(
+        p.exists(),
+        "{} missing: cargo build --workspace first",
+        p.display()
+    );
+    p
+}
+
+fn service() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "shop", "namespace": "web",
+                     "labels": {"service.kubernetes.io/service-proxy-name": "xvs"}},
+        "spec": {"clusterIP": "198.19.0.1", "clusterIPs": ["198.19.0.1"],
+                 "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]},
+    })
+}
+
+fn slice(backends: &[usize]) -> Value {
+    json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "shop-1", "namespace": "web",
+                     "labels": {"kubernetes.io/service-name": "shop"}},
+        "addressType": "IPv4",
+        "endpoints": backends.iter().map(|&i| json!({
+            "addresses": [backend_addr(i).to_string()],
+            "conditions": {"ready": true, "serving": true, "terminating": false}
+        })).collect::<Vec<_>>(),
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+    })
+}
+
+fn load(t: &Topology, n: usize) -> String {
+    let out = t
+        .client
+        .ns
+        .command(testnet().to_str().unwrap())
+        .args([
+            "tcp",
+            "--connect",
+            "198.19.0.1:80",
+            "--connections",
+            &n.to_string(),
+            "--timeout-ms",
+            "500",
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The backends xvs has for 198.19.0.1:80 (None: no such service).
+fn backends(to: &Endpoint) -> Option<Vec<String>> {
+    let body = request(to, Method::GET, "/v1/services", None)
+        .ok()?
+        .ok()
+        .ok()?;
+    let l: Listing = serde_json::from_str(&body).ok()?;
+    l.services
+        .iter()
+        .find(|s| s.vip.to_string() == "198.19.0.1" && s.port == 80)
+        .map(|s| s.backends.iter().map(|b| b.address.to_string()).collect())
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+#[test]
+fn services_from_the_api_server_serve_scale_and_go() {
+    if !privileged("services_from_the_api_server_serve_scale_and_go") {
+        return;
+    }
+    let t = Topology::build(Spec {
+        arms: Arms::One,
+        backends: 3,
+        queues: 1,
+    })
+    .unwrap();
+    let _servers = t
+        .echo_servers(testnet().to_str().unwrap(), "b", 8080, None)
+        .unwrap();
+    // The API server listens on the gateway namespace's loopback.
+    let gw = t.gateway.name().to_owned();
+    let fake = std::thread::spawn(move || {
+        Netns::existing(&gw).enter_current_thread().unwrap();
+        FakeKube::start().unwrap()
+    })
+    .join()
+    .unwrap();
+    let dir = std::env::temp_dir().join(format!("xvs-kube-e2e-{}", t.tag));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(&kubeconfig, fake.kubeconfig()).unwrap();
+    let socket = dir.join("xvs.sock");
+    let cfg = dir.join("xvs.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[interfaces]\nmode = \"one-arm\"\nclient = \"{}\"\nqueues = [0]\ncores = [0]\npoll = \"adaptive\"\nzero_copy = \"off\"\n\n\
+             [snat]\naddresses = [\"198.18.1.2\"]\n\n[admin]\nsocket = \"{}\"\n\n\
+             [kubernetes]\nenabled = true\nkubeconfig = \"{}\"\n",
+            t.gateway_client_if,
+            socket.display(),
+            kubeconfig.display()
+        ),
+    )
+    .unwrap();
+    let mut cmd = t.gateway.command(XVS);
+    cmd.args(["run", "--config", cfg.to_str().unwrap()]);
+    let (xvs, _) = Spawned::start(cmd, "xvs", Duration::from_secs(20)).unwrap();
+    let to = Endpoint::Unix(socket.clone());
+
+    // Created: the VIP serves.
+    fake.apply(Kind::Service, service());
+    fake.apply(Kind::EndpointSlice, slice(&[0, 1]));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while backends(&to).map(|b| b.len()) != Some(2) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(load(&t, 40), "ok=40 failed=0 by=b0:20,b1:20");
+
+    // Scaled: the third backend takes its share. Each change is timed
+    // from the API server's event to xvs having it in force (the admin
+    // API answers from what the workers were sent and have applied).
+    let mut took = Vec::new();
+    for i in 0..40 {
+        let want: &[usize] = if i % 2 == 0 { &[0, 1, 2] } else { &[0, 1] };
+        let start = Instant::now();
+        fake.apply(Kind::EndpointSlice, slice(want));
+        loop {
+            if backends(&to).map(|b| b.len()) == Some(want.len()) {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "change {i} not applied"
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        took.push(start.elapsed().as_secs_f64());
+    }
+    fake.apply(Kind::EndpointSlice, slice(&[0, 1, 2]));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while backends(&to).map(|b| b.len()) != Some(3) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(load(&t, 30), "ok=30 failed=0 by=b0:10,b1:10,b2:10");
+    took.sort_by(f64::total_cmp);
+    eprintln!(
+        "watch event -> data plane: median {:.1} ms, p99 {:.1} ms, max {:.1} ms over {} changes",
+        percentile(&took, 0.5) * 1e3,
+        percentile(&took, 0.99) * 1e3,
+        percentile(&took, 1.0) * 1e3,
+        took.len()
+    );
+
+    // Deleted: the VIP stops serving.
+    fake.delete(Kind::Service, "web", "shop");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while backends(&to).is_some() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(backends(&to), None);
+    let after = load(&t, 3);
+    assert!(
+        after.starts_with("ok=0 failed=3") || after.is_empty(),
+        "{after}"
+    );
+    let status = request(&to, Method::GET, "/v1/status", None)
+        .unwrap()
+        .ok()
+        .unwrap();
+    let status: Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["kube_synced"], true);
+    let (_, printed) = xvs.stop(libc::SIGTERM, Duration::from_secs(10));
+    assert!(printed.contains("worker 0:"));
+    drop(fake);
+    let _ = std::fs::remove_dir_all(&dir);
+}
