@@ -135,6 +135,31 @@ impl Harness {
         }
     }
 
+    /// Service `web/shop` on 198.19.0.10:80 with one ready endpoint, and
+    /// waits until the source hands it over.
+    fn shop_with_one_backend(&mut self) {
+        self.fake.apply(
+            Kind::Service,
+            svc(
+                "shop",
+                Some("xvs"),
+                json!({"ports": ports(&[("", 80, "TCP")])}),
+            ),
+        );
+        self.fake.apply(
+            Kind::EndpointSlice,
+            slice(
+                "s",
+                "shop",
+                &[("", 8080)],
+                vec![ep("198.18.1.10", true, true, false)],
+            ),
+        );
+        self.wait("up", |s| {
+            s.get(&TCP80()).is_some_and(|s| s.backends.len() == 1)
+        });
+    }
+
     /// Waits (at most 10 s) for a desired set that passes `ok`.
     fn wait(&mut self, what: &str, ok: impl Fn(&Set) -> bool) -> Set {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -469,26 +494,7 @@ fn service_update_and_delete() {
 #[test]
 fn api_server_restart_keeps_the_last_state_then_catches_up() {
     let mut h = Harness::start();
-    h.fake.apply(
-        Kind::Service,
-        svc(
-            "shop",
-            Some("xvs"),
-            json!({"ports": ports(&[("", 80, "TCP")])}),
-        ),
-    );
-    h.fake.apply(
-        Kind::EndpointSlice,
-        slice(
-            "s",
-            "shop",
-            &[("", 8080)],
-            vec![ep("198.18.1.10", true, true, false)],
-        ),
-    );
-    h.wait("up", |s| {
-        s.get(&TCP80()).is_some_and(|s| s.backends.len() == 1)
-    });
+    h.shop_with_one_backend();
     h.fake.set_down(true);
     let deadline = Instant::now() + Duration::from_secs(10);
     while h.status.synced() && Instant::now() < deadline {
@@ -528,26 +534,7 @@ fn api_server_restart_keeps_the_last_state_then_catches_up() {
 #[test]
 fn expired_watch_relists() {
     let mut h = Harness::start();
-    h.fake.apply(
-        Kind::Service,
-        svc(
-            "shop",
-            Some("xvs"),
-            json!({"ports": ports(&[("", 80, "TCP")])}),
-        ),
-    );
-    h.fake.apply(
-        Kind::EndpointSlice,
-        slice(
-            "s",
-            "shop",
-            &[("", 8080)],
-            vec![ep("198.18.1.10", true, true, false)],
-        ),
-    );
-    h.wait("up", |s| {
-        s.get(&TCP80()).is_some_and(|s| s.backends.len() == 1)
-    });
+    h.shop_with_one_backend();
     // The history the watchers would resume from is gone: 410, re-list.
     h.fake.set_down(true);
     h.fake.apply(Kind::Service, svc("second", Some("xvs"), json!({"clusterIP": "198.19.0.11", "clusterIPs": ["198.19.0.11"], "ports": ports(&[("", 80, "TCP")])})));

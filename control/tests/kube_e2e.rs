@@ -182,6 +182,54 @@ fn services_from_the_api_server_serve_scale_and_go() {
         took.len()
     );
 
+    // A re-list (the API server back after its history was compacted:
+    // 410 Expired) sends the data plane nothing: no update is timed.
+    let updates = |to: &Endpoint| -> u64 {
+        let m = request(to, Method::GET, "/metrics", None)
+            .unwrap()
+            .ok()
+            .unwrap();
+        m.lines()
+            .find_map(|l| l.strip_prefix("xvs_update_latency_seconds_count "))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let before = updates(&to);
+    fake.set_down(true);
+    // Changes nobody here watches for move the resourceVersion on, then
+    // the history goes: the watchers' versions are too old (410).
+    let mut other = slice(&[0]);
+    other["metadata"]["name"] = json!("other-1");
+    other["metadata"]["labels"]["kubernetes.io/service-name"] = json!("other");
+    fake.apply(Kind::EndpointSlice, other);
+    let mut theirs = service();
+    theirs["metadata"]["name"] = json!("kube-proxys");
+    theirs["metadata"]["labels"] = json!({});
+    fake.apply(Kind::Service, theirs);
+    std::thread::sleep(Duration::from_millis(300));
+    fake.compact();
+    fake.set_down(false);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let synced = |to: &Endpoint| {
+        request(to, Method::GET, "/metrics", None)
+            .unwrap()
+            .ok()
+            .unwrap()
+            .contains("\nxvs_kube_synced 1\n")
+    };
+    while !synced(&to) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(synced(&to), "back in sync after the re-list");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        updates(&to),
+        before,
+        "the re-list changed nothing in the data plane"
+    );
+    assert_eq!(load(&t, 30), "ok=30 failed=0 by=b0:10,b1:10,b2:10");
+
     // Deleted: the VIP stops serving.
     fake.delete(Kind::Service, "web", "shop");
     let deadline = Instant::now() + Duration::from_secs(10);

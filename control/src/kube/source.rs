@@ -36,6 +36,9 @@ pub struct KubeStatus {
     last_error_ms: AtomicU64,
     /// Watch errors seen.
     pub errors: AtomicU64,
+    /// Invalid values in the latest set (each reported in the log with
+    /// its Service; the defaults were used).
+    pub warnings: AtomicU64,
 }
 
 impl KubeStatus {
@@ -163,6 +166,7 @@ pub async fn run(
     mut on_change: impl FnMut(BTreeMap<ServiceKey, Service>, Vec<String>) + Send,
 ) {
     let services: Api<KubeService> = Api::all(client.clone());
+    let probe_api = services.clone();
     let slices: Api<EndpointSlice> = Api::all(client);
     let svc_cfg = watcher::Config::default().labels(&format!("{PROXY_NAME_LABEL}={proxy_name}"));
     let svc_stream = watcher::watcher(services, svc_cfg)
@@ -174,7 +178,24 @@ pub async fn run(
     let mut events = std::pin::pin!(futures_util::stream::select(svc_stream, slice_stream));
     let mut copy = Copy::default();
     let (mut svc_staging, mut slice_staging) = (None, None);
-    while let Some(ev) = events.next().await {
+    // After an error, a watch that resumes quietly sends nothing: a cheap
+    // list (one item) every second tells whether the server answers again.
+    let mut probe = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        let ev = tokio::select! {
+            ev = events.next() => match ev {
+                Some(ev) => ev,
+                None => break,
+            },
+            _ = probe.tick() => {
+                if status.listed() && !status.synced()
+                    && probe_api.list(&kube::api::ListParams::default().limit(1)).await.is_ok()
+                {
+                    status.ok();
+                }
+                continue;
+            }
+        };
         let changed = match ev {
             Either::Svc(Ok(e)) => {
                 if matches!(e, Event::InitDone) {
@@ -207,6 +228,9 @@ pub async fn run(
         // remove the other half's services.
         if changed && status.listed() {
             let (set, warnings) = desired(&copy, &proxy_name);
+            status
+                .warnings
+                .store(warnings.len() as u64, Ordering::Relaxed);
             on_change(set, warnings);
         }
     }
