@@ -126,6 +126,21 @@ fn demo() -> Result<(), String> {
         bytes as f64 / took.as_secs_f64() / 1e6
     );
 
+    // The operator's view, as ipvsadm shows it.
+    let xvsadm = sibling("xvsadm")?;
+    let socket = dir.join("xvs.sock");
+    for args in [&["-Ln"][..], &["-Ln", "--stats"][..]] {
+        let out = std::process::Command::new(&xvsadm)
+            .args(args)
+            .arg("--socket")
+            .arg(&socket)
+            .output()
+            .map_err(|e| e.to_string())?;
+        println!("\n$ xvsadm {}", args.join(" "));
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+        eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    }
+
     let (status, printed) = xvs_proc.stop(libc::SIGTERM, Duration::from_secs(10));
     println!(
         "\nxvs stopped ({}):",
