@@ -38,7 +38,8 @@ fn service() -> Value {
         "metadata": {"name": "shop", "namespace": "web",
                      "labels": {"service.kubernetes.io/service-proxy-name": "xvs"}},
         "spec": {"clusterIP": "198.19.0.1", "clusterIPs": ["198.19.0.1"],
-                 "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]},
+                 "ports": [{"name": "http", "port": 80, "protocol": "TCP"},
+                           {"name": "alt", "port": 81, "protocol": "TCP"}]},
     })
 }
 
@@ -52,7 +53,8 @@ fn slice(backends: &[usize]) -> Value {
             "addresses": [backend_addr(i).to_string()],
             "conditions": {"ready": true, "serving": true, "terminating": false}
         })).collect::<Vec<_>>(),
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"},
+                  {"name": "alt", "port": 8080, "protocol": "TCP"}],
     })
 }
 
@@ -126,10 +128,12 @@ fn services_from_the_api_server_serve_scale_and_go() {
         format!(
             "[interfaces]\nmode = \"one-arm\"\nclient = \"{}\"\nqueues = [0]\ncores = [0]\npoll = \"adaptive\"\nzero_copy = \"off\"\n\n\
              [snat]\naddresses = [\"198.18.1.2\"]\n\n[admin]\nsocket = \"{}\"\n\n\
-             [kubernetes]\nenabled = true\nkubeconfig = \"{}\"\n",
+             [kubernetes]\nenabled = true\nkubeconfig = \"{}\"\n\n\
+             [[services]]\nvip = \"198.19.0.1\"\nport = 81\nscheduler = \"rr\"\nbackends = [{{ address = \"{}\", port = 8080 }}]\n",
             t.gateway_client_if,
             socket.display(),
-            kubeconfig.display()
+            kubeconfig.display(),
+            backend_addr(2)
         ),
     )
     .unwrap();
@@ -146,6 +150,32 @@ fn services_from_the_api_server_serve_scale_and_go() {
         std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!(load(&t, 40), "ok=40 failed=0 by=b0:20,b1:20");
+    // Port 81 is the file's (first owner): Kubernetes' copy is refused and
+    // reported.
+    let status: Value = serde_json::from_str(
+        &request(&to, Method::GET, "/v1/status", None)
+            .unwrap()
+            .ok()
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        status["conflicts"]
+            .to_string()
+            .contains("TCP 198.19.0.1:81"),
+        "{status}"
+    );
+    let on81 = t
+        .client
+        .ns
+        .command(testnet().to_str().unwrap())
+        .args(["tcp", "--connect", "198.19.0.1:81", "--connections", "6"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&on81.stdout).trim(),
+        "ok=6 failed=0 by=b2:6"
+    );
 
     // Scaled: the third backend takes its share. Each change is timed
     // from the API server's event to xvs having it in force (the admin
