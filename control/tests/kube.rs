@@ -51,6 +51,15 @@ fn svc(name: &str, proxy: Option<&str>, spec: Value) -> Value {
     })
 }
 
+/// `web/shop`, ours, TCP port 80 on 198.19.0.10.
+fn shop80() -> Value {
+    svc(
+        "shop",
+        Some("xvs"),
+        json!({"ports": ports(&[("", 80, "TCP")])}),
+    )
+}
+
 fn ports(list: &[(&str, i64, &str)]) -> Value {
     json!(list
         .iter()
@@ -138,14 +147,7 @@ impl Harness {
     /// Service `web/shop` on 198.19.0.10:80 with one ready endpoint, and
     /// waits until the source hands it over.
     fn shop_with_one_backend(&mut self) {
-        self.fake.apply(
-            Kind::Service,
-            svc(
-                "shop",
-                Some("xvs"),
-                json!({"ports": ports(&[("", 80, "TCP")])}),
-            ),
-        );
+        self.fake.apply(Kind::Service, shop80());
         self.fake.apply(
             Kind::EndpointSlice,
             slice(
@@ -181,14 +183,7 @@ const TCP80: fn() -> ServiceKey = || key([198, 19, 0, 10], Protocol::Tcp, 80);
 #[test]
 fn basic_endpoint() {
     let mut h = Harness::start();
-    h.fake.apply(
-        Kind::Service,
-        svc(
-            "shop",
-            Some("xvs"),
-            json!({"ports": ports(&[("", 80, "TCP")])}),
-        ),
-    );
+    h.fake.apply(Kind::Service, shop80());
     h.fake.apply(
         Kind::EndpointSlice,
         slice(
@@ -367,14 +362,7 @@ fn headless_is_skipped() {
 #[test]
 fn no_endpoints_leaves_no_backends_to_reject() {
     let mut h = Harness::start();
-    h.fake.apply(
-        Kind::Service,
-        svc(
-            "shop",
-            Some("xvs"),
-            json!({"ports": ports(&[("", 80, "TCP")])}),
-        ),
-    );
+    h.fake.apply(Kind::Service, shop80());
     h.fake.apply(
         Kind::EndpointSlice,
         slice(
@@ -394,14 +382,7 @@ fn no_endpoints_leaves_no_backends_to_reject() {
 #[test]
 fn terminating_fallback() {
     let mut h = Harness::start();
-    h.fake.apply(
-        Kind::Service,
-        svc(
-            "shop",
-            Some("xvs"),
-            json!({"ports": ports(&[("", 80, "TCP")])}),
-        ),
-    );
+    h.fake.apply(Kind::Service, shop80());
     h.fake.apply(
         Kind::EndpointSlice,
         slice(
@@ -466,14 +447,7 @@ fn source_ranges_apply_to_the_load_balancer_address() {
 #[test]
 fn service_update_and_delete() {
     let mut h = Harness::start();
-    h.fake.apply(
-        Kind::Service,
-        svc(
-            "shop",
-            Some("xvs"),
-            json!({"ports": ports(&[("", 80, "TCP")])}),
-        ),
-    );
+    h.fake.apply(Kind::Service, shop80());
     h.wait("created", |s| s.contains_key(&TCP80()));
     h.fake.apply(
         Kind::Service,
