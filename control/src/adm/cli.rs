@@ -575,13 +575,15 @@ fn run_conntrack(c: &Conntrack, out: &mut dyn Write) -> Result<(), String> {
 /// status. Errors go to `err` as one line.
 pub fn main_with(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> u8 {
     let r = if args.get(1).map(String::as_str) == Some("observe") {
-        let rest: Vec<&String> = std::iter::once(&args[0]).chain(&args[2..]).collect();
+        let name = "xvsadm observe".to_owned();
+        let rest: Vec<&String> = std::iter::once(&name).chain(&args[2..]).collect();
         match Observe::try_parse_from(rest) {
             Ok(o) => run_observe(&o, out),
             Err(e) => return clap_exit(e, out, err),
         }
     } else if args.get(1).map(String::as_str) == Some("conntrack") {
-        let rest: Vec<&String> = std::iter::once(&args[0]).chain(&args[2..]).collect();
+        let name = "xvsadm conntrack".to_owned();
+        let rest: Vec<&String> = std::iter::once(&name).chain(&args[2..]).collect();
         match Conntrack::try_parse_from(rest) {
             Ok(c) => run_conntrack(&c, out),
             Err(e) => return clap_exit(e, out, err),

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 /// xvs: an AF_XDP userspace L4 load balancer (IPVS-compatible schedulers,
 /// full NAT, Maglev) for dedicated gateway nodes.
 #[derive(Debug, Parser)]
-#[command(name = "xvs", version, about, long_about = None)]
+#[command(name = "xvs", version)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -24,9 +24,13 @@ enum Command {
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
     },
-    /// Run the data plane from a config file until SIGINT or SIGTERM.
-    /// Prints a `ready` line once serving and a counter line per worker
-    /// on stop; the XDP program is detached on every exit.
+    /// Run the daemon: the data plane from a config file, the admin API
+    /// (xvsadm) on its unix socket, the Kubernetes source when enabled.
+    /// SIGHUP reloads the file (an invalid one changes nothing);
+    /// SIGINT/SIGTERM stop it. Prints a `ready` line once serving and a
+    /// counter line per worker on stop; the XDP program is detached on
+    /// every exit. Under systemd: Type=notify (READY, RELOADING,
+    /// STOPPING, WATCHDOG).
     Run {
         /// Config file.
         #[arg(long, short, value_name = "FILE", default_value = xvs_config::DEFAULT_CONFIG_PATH)]
