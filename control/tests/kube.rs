@@ -157,9 +157,15 @@ impl Harness {
                 vec![ep("198.18.1.10", true, true, false)],
             ),
         );
-        self.wait("up", |s| {
-            s.get(&TCP80()).is_some_and(|s| s.backends.len() == 1)
+        self.wait_tcp80("up", 1);
+    }
+
+    /// Waits until 198.19.0.10:80 has `n` backends; returns them.
+    fn wait_tcp80(&mut self, what: &str, n: usize) -> Vec<(String, u16, u32)> {
+        let set = self.wait(what, |s| {
+            s.get(&TCP80()).is_some_and(|s| s.backends.len() == n)
         });
+        backends(&set[&TCP80()])
     }
 
     /// Waits (at most 10 s) for a desired set that passes `ok`.
@@ -260,11 +266,8 @@ fn named_ports() {
             vec![ep("198.18.1.11", true, true, false)],
         ),
     );
-    let set = h.wait("two backends", |s| {
-        s.get(&TCP80()).is_some_and(|s| s.backends.len() == 2)
-    });
     assert_eq!(
-        backends(&set[&TCP80()]),
+        h.wait_tcp80("two backends", 2),
         [
             ("198.18.1.10".into(), 8080, 1),
             ("198.18.1.11".into(), 8081, 1)
@@ -412,11 +415,8 @@ fn terminating_fallback() {
             ],
         ),
     );
-    let set = h.wait("draining", |s| {
-        s.get(&TCP80()).is_some_and(|s| s.backends.len() == 2)
-    });
     assert_eq!(
-        backends(&set[&TCP80()]),
+        h.wait_tcp80("draining", 2),
         [
             ("198.18.1.10".into(), 8080, 0),
             ("198.18.1.12".into(), 8080, 1)
@@ -495,9 +495,7 @@ fn api_server_restart_keeps_the_last_state_then_catches_up() {
         ),
     );
     h.fake.set_down(false);
-    h.wait("caught up", |s| {
-        s.get(&TCP80()).is_some_and(|s| s.backends.len() == 2)
-    });
+    h.wait_tcp80("caught up", 2);
     let deadline = Instant::now() + Duration::from_secs(10);
     while !h.status.synced() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));

@@ -204,6 +204,29 @@ impl Topology {
         })
     }
 
+    /// Runs `xvs-testnet tcp` (the binary at `testnet`) from the client:
+    /// `connections` echo-verified connections to `to`, each operation
+    /// bounded by `timeout_ms`. Returns its summary line
+    /// (`ok=N failed=M by=NAME:K,...`), also when some failed.
+    pub fn tcp_load(&self, testnet: &str, to: &str, connections: usize, timeout_ms: u64) -> String {
+        let out = self
+            .client
+            .ns
+            .command(testnet)
+            .args([
+                "tcp",
+                "--connect",
+                to,
+                "--connections",
+                &connections.to_string(),
+                "--timeout-ms",
+                &timeout_ms.to_string(),
+            ])
+            .output();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_default()
+    }
+
     /// Starts `xvs-testnet serve` (the binary at `testnet`) in every
     /// backend: TCP on `tcp_port`, UDP on `udp_port` if given, named
     /// `{prefix}{i}`; waits until each is ready.

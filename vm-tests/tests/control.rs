@@ -135,21 +135,16 @@ impl Drop for Gateway {
 }
 
 fn load(t: &Topology, port: u16, n: usize) -> String {
-    let out = t
-        .client
-        .ns
-        .exec(
-            TESTNET,
-            &[
-                "tcp",
-                "--connect",
-                &format!("198.19.0.1:{port}"),
-                "--connections",
-                &n.to_string(),
-            ],
-        )
-        .unwrap();
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    t.tcp_load(TESTNET, &format!("198.19.0.1:{port}"), n, 5000)
+}
+
+/// A long-lived connection to 198.19.0.1:80, held for 4 s.
+fn hold80(t: &Topology) -> Spawned {
+    let mut hold = t.client.ns.command(TESTNET);
+    hold.args(["hold", "--connect", "198.19.0.1:80", "--seconds", "4"]);
+    Spawned::start(hold, "long-lived connection", Duration::from_secs(5))
+        .unwrap()
+        .0
 }
 
 fn topology() -> Topology {
@@ -171,9 +166,7 @@ fn xvsadm_changes_a_weight_under_traffic_and_lists_like_ipvsadm() {
     let gw = Gateway::start(&t, &[1, 1, 1]);
 
     // A long-lived connection runs across the change.
-    let mut hold = t.client.ns.command(TESTNET);
-    hold.args(["hold", "--connect", "198.19.0.1:80", "--seconds", "4"]);
-    let (hold, _) = Spawned::start(hold, "long-lived connection", Duration::from_secs(5)).unwrap();
+    let hold = hold80(&t);
 
     let before = load(&t, 80, 90);
     assert_eq!(
@@ -269,22 +262,8 @@ fn xvsadm_changes_a_weight_under_traffic_and_lists_like_ipvsadm() {
 
     // A drop the test provokes (a VIP port with no service) shows up in
     // observe, with its reason; new flows show their backend.
-    let out = t
-        .client
-        .ns
-        .command(TESTNET)
-        .args([
-            "tcp",
-            "--connect",
-            "198.19.0.1:99",
-            "--connections",
-            "1",
-            "--timeout-ms",
-            "300",
-        ])
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "nothing serves port 99");
+    let refused = t.tcp_load(TESTNET, "198.19.0.1:99", 1, 300);
+    assert_eq!(refused, "ok=0 failed=1 by=", "nothing serves port 99");
     std::thread::sleep(Duration::from_millis(200));
     let drops = gw.adm_ok(&[
         "observe",
@@ -327,9 +306,7 @@ fn reload_applies_one_changed_service_and_refuses_a_bad_file() {
     let gw = Gateway::start(&t, &[1, 1, 1]);
 
     // A connection on :80 is held across the reload.
-    let mut hold = t.client.ns.command(TESTNET);
-    hold.args(["hold", "--connect", "198.19.0.1:80", "--seconds", "4"]);
-    let (hold, _) = Spawned::start(hold, "long-lived connection", Duration::from_secs(5)).unwrap();
+    let hold = hold80(&t);
     assert_eq!(load(&t, 81, 30), "ok=30 failed=0 by=b0:10,b1:10,b2:10");
     let stats80 = |gw: &Gateway| -> String {
         gw.adm_ok(&["-Ln", "--stats", "--exact", "-t", "198.19.0.1:80"])
@@ -373,17 +350,7 @@ fn reload_applies_one_changed_service_and_refuses_a_bad_file() {
         "{err}"
     );
     assert_eq!(gw.adm_ok(&["-Ln"]), listing, "nothing changed");
-    let status: serde_json::Value = serde_json::from_str(
-        &String::from_utf8(
-            Command::new(sibling("xvsadm"))
-                .args(["-Ln", "--json", "--socket", gw.socket.to_str().unwrap()])
-                .output()
-                .unwrap()
-                .stdout,
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let status: serde_json::Value = serde_json::from_str(&gw.adm_ok(&["-Ln", "--json"])).unwrap();
     assert_eq!(status["services"].as_array().unwrap().len(), 2);
     assert_eq!(load(&t, 81, 30), "ok=30 failed=0 by=b1:15,b2:15");
 

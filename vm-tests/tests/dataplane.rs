@@ -380,18 +380,8 @@ fn weight_zero_and_live_changes_never_disturb_established_connections() {
     let weights: Vec<(usize, u32)> = (0..3).map(|i| (i, u32::from(i != held))).collect();
     let svc = service(80, &weights);
     dp.run(move |dp| dp.upsert_service(&svc).unwrap());
-    let load = |n: &str| {
-        let out = t
-            .client
-            .ns
-            .exec(
-                TESTNET,
-                &["tcp", "--connect", "198.19.0.1:80", "--connections", n],
-            )
-            .unwrap();
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
-    };
-    let summary = load("200");
+    let load = |n: usize| t.tcp_load(TESTNET, "198.19.0.1:80", n, 5000);
+    let summary = load(200);
     assert!(summary.starts_with("ok=200 failed=0"), "{summary}");
     assert!(
         !summary.contains(&format!("b{held}:")),
@@ -402,7 +392,7 @@ fn weight_zero_and_live_changes_never_disturb_established_connections() {
     let other = (held + 1) % 3;
     let svc = service(80, &[(held, 0), ((held + 2) % 3, 1)]);
     dp.run(move |dp| dp.upsert_service(&svc).unwrap());
-    let summary = load("50");
+    let summary = load(50);
     assert_eq!(
         summary,
         format!("ok=50 failed=0 by=b{}:50", (held + 2) % 3),
@@ -410,15 +400,8 @@ fn weight_zero_and_live_changes_never_disturb_established_connections() {
     );
     let extra = service(81, &[(0, 1), (1, 1), (2, 1)]);
     dp.run(move |dp| dp.upsert_service(&extra).unwrap());
-    let out = t
-        .client
-        .ns
-        .exec(
-            TESTNET,
-            &["tcp", "--connect", "198.19.0.1:81", "--connections", "30"],
-        )
-        .unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("ok=30 failed=0"));
+    let on81 = t.tcp_load(TESTNET, "198.19.0.1:81", 30, 5000);
+    assert!(on81.starts_with("ok=30 failed=0"), "{on81}");
     dp.run(|dp| dp.remove_service(service(81, &[]).key));
     let refused = t.client.ns.exec(
         TESTNET,
