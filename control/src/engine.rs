@@ -185,10 +185,9 @@ impl Engine {
 
     /// Makes `desired` the service set: sends only the difference.
     fn reconcile(&mut self, desired: BTreeMap<ServiceKey, Service>) -> Result<Applied, Refused> {
-        let changes = diff(&self.applied, &desired);
-        let mut a = self.apply(&changes)?;
-        a.unchanged = desired.len() - a.added - a.changed;
-        Ok(a)
+        // After apply, applied == desired: apply's count of the unchanged
+        // ones holds.
+        self.apply(&diff(&self.applied, &desired))
     }
 
     /// Sends `changes` to the workers and records them as applied.
@@ -367,10 +366,7 @@ impl Engine {
         };
         if let Change::Upsert(s) = &change {
             if self.applied.get(&s.key) == Some(s) {
-                return Ok(Applied {
-                    unchanged: self.applied.len(),
-                    ..Applied::default()
-                });
+                return self.apply(&[]);
             }
             if let Some(v) = s.check().first() {
                 return Err(Refused::Invalid(format!("{}: {v}", key_name(&s.key))));

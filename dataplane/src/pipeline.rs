@@ -363,12 +363,36 @@ impl Pipeline {
             Verdict::Consumed => self.counters.consumed += 1,
             Verdict::Drop(r) => {
                 self.counters.drops[r.index()] += 1;
-                if let Some(ev) = &self.events {
-                    ev.push(drop_event(prepared, r, now, self.cfg.worker));
-                }
+                let (protocol, src, dst) = endpoints_of(prepared);
+                let none = FlowEvent::NONE;
+                self.event(now, EventKind::Drop(r), protocol, src, dst, none);
             }
         }
         verdict
+    }
+
+    /// Pushes a flow event, when events are produced.
+    #[inline]
+    fn event(
+        &self,
+        now: u32,
+        kind: EventKind,
+        protocol: u8,
+        src: Endpoint,
+        dst: Endpoint,
+        backend: Endpoint,
+    ) {
+        if let Some(ev) = &self.events {
+            ev.push(FlowEvent {
+                time: now,
+                worker: self.cfg.worker as u16,
+                kind,
+                protocol,
+                src,
+                dst,
+                backend,
+            });
+        }
     }
 
     /// Sends flow events to `events` from now on.
@@ -448,21 +472,16 @@ impl Pipeline {
                     table: &self.services,
                     worker: self.cfg.worker,
                 };
-                let before = self.table.flow(id).state();
+                // The state before is read only when events are produced
+                // (the entry is in cache: the lookup just verified it).
+                let before = self.events.as_ref().map(|_| self.table.flow(id).state());
                 let after = self.table.on_packet(id, dir, pkt, now, &mut obs);
-                if after != before && matches!(after, FlowState::Close | FlowState::TimeWait) {
-                    if let Some(ev) = &self.events {
-                        let f = self.table.flow(id);
-                        ev.push(FlowEvent {
-                            time: now,
-                            worker: self.cfg.worker as u16,
-                            kind: EventKind::Close,
-                            protocol: ip.protocol,
-                            src: f.client(),
-                            dst: f.vip(),
-                            backend: f.backend(),
-                        });
-                    }
+                if before.is_some_and(|b| b != after)
+                    && matches!(after, FlowState::Close | FlowState::TimeWait)
+                {
+                    let f = self.table.flow(id);
+                    let (src, dst, backend) = (f.client(), f.vip(), f.backend());
+                    self.event(now, EventKind::Close, ip.protocol, src, dst, backend);
                 }
                 (id, dir)
             }
@@ -623,17 +642,14 @@ impl Pipeline {
             Ok(id) => {
                 self.counters.new_flows += 1;
                 svc.stats.conn(worker, b.id);
-                if let Some(ev) = &self.events {
-                    ev.push(FlowEvent {
-                        time: now,
-                        worker: worker as u16,
-                        kind: EventKind::New,
-                        protocol: ip.protocol,
-                        src: new.client,
-                        dst: new.vip,
-                        backend: new.backend,
-                    });
-                }
+                self.event(
+                    now,
+                    EventKind::New,
+                    ip.protocol,
+                    new.client,
+                    new.vip,
+                    new.backend,
+                );
                 Ok(id)
             }
             Err(InsertError::TableFull) => Err(Verdict::Drop(DropReason::ConntrackFull)),
@@ -750,9 +766,10 @@ fn answer(r: Result<Option<usize>, DropReason>) -> Verdict {
     }
 }
 
-/// The event of a dropped frame: its addresses (and ports, for TCP/UDP).
-fn drop_event(p: &Prepared, r: DropReason, now: u32, worker: usize) -> FlowEvent {
-    let (protocol, src, dst) = match &p.frame {
+/// The protocol, source and destination of a prepared frame (ports for
+/// TCP/UDP, 0 otherwise; unspecified when it is not IPv4).
+fn endpoints_of(p: &Prepared) -> (u8, Endpoint, Endpoint) {
+    match &p.frame {
         Ok(Frame::Ipv4(ip)) => {
             let (sp, dp) = match ip.l4 {
                 L4::Tcp {
@@ -774,14 +791,5 @@ fn drop_event(p: &Prepared, r: DropReason, now: u32, worker: usize) -> FlowEvent
             )
         }
         _ => (0, FlowEvent::NONE, FlowEvent::NONE),
-    };
-    FlowEvent {
-        time: now,
-        worker: worker as u16,
-        kind: EventKind::Drop(r),
-        protocol,
-        src,
-        dst,
-        backend: FlowEvent::NONE,
     }
 }
