@@ -235,6 +235,46 @@ fn xvsadm_changes_a_weight_under_traffic_and_lists_like_ipvsadm() {
         left.ends_with("0 flow entries have been shown.\n"),
         "{left}"
     );
+    // The API pages connections: 2 per page, the pages add up.
+    let page = |n: usize| -> serde_json::Value {
+        let out = Command::new("curl")
+            .args(["-s", "--unix-socket"])
+            .arg(&gw.socket)
+            .arg(format!("http://xvs/v1/connections?size=2&page={n}"))
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let first = page(0);
+    let total = first["total"].as_u64().unwrap() as usize;
+    assert!(total >= 3, "{first}");
+    let mut seen = 0;
+    for n in 0..total.div_ceil(2) {
+        let got = page(n)["connections"].as_array().unwrap().len();
+        assert_eq!(got, 2.min(total - 2 * n), "page {n}");
+        seen += got;
+    }
+    assert_eq!(seen, total);
+    // Closed flows were seen as CLOSED events (FIN/RST into TIME_WAIT/CLOSE).
+    let closed = gw.adm_ok(&["observe", "--verdict", "CLOSED", "--last", "3"]);
+    assert_eq!(closed.lines().count(), 3, "{closed}");
+    assert!(
+        closed
+            .lines()
+            .all(|l| l.contains(" CLOSED (TCP) to 198.18.1.1")),
+        "{closed}"
+    );
+    // Flush empties the table (conntrack -F).
+    let flushed = gw.adm_ok(&["conntrack", "-F"]);
+    assert!(
+        flushed.contains("flow entries have been deleted"),
+        "{flushed}"
+    );
+    let empty = gw.adm_ok(&["conntrack", "-L"]);
+    assert!(
+        empty.ends_with("0 flow entries have been shown.\n"),
+        "{empty}"
+    );
 
     // A bad edit: one line, status 2, nothing changed.
     let (status, _, err) = gw.adm(&[

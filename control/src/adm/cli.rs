@@ -134,7 +134,7 @@ struct To {
 #[derive(Debug, Parser)]
 #[command(
     name = "xvsadm conntrack",
-    about = "The flow table, like conntrack(8): -L lists, -D deletes, -S shows statistics"
+    about = "The flow table, like conntrack(8): -L lists, -D deletes, -F flushes, -S shows statistics"
 )]
 struct Conntrack {
     /// List flows.
@@ -146,6 +146,9 @@ struct Conntrack {
     /// Show per-worker statistics.
     #[arg(short = 'S', long = "stats", action = ArgAction::SetTrue)]
     stats: bool,
+    /// Flush the whole flow table.
+    #[arg(short = 'F', long = "flush", action = ArgAction::SetTrue)]
+    flush: bool,
     /// Protocol: tcp or udp.
     #[arg(short = 'p', long = "proto")]
     proto: Option<String>,
@@ -496,8 +499,17 @@ fn conntrack_line(c: &crate::view::ConnView) -> String {
 fn run_conntrack(c: &Conntrack, out: &mut dyn Write) -> Result<(), String> {
     let to = endpoint(&c.to)?;
     let w = |out: &mut dyn Write, s: String| out.write_all(s.as_bytes()).map_err(|e| e.to_string());
-    if [c.list, c.delete, c.stats].iter().filter(|x| **x).count() != 1 {
-        return Err("exactly one of -L, -D, -S".into());
+    if [c.list, c.delete, c.stats, c.flush]
+        .iter()
+        .filter(|x| **x)
+        .count()
+        != 1
+    {
+        return Err("exactly one of -L, -D, -S, -F".into());
+    }
+    if c.flush {
+        let body = call(&to, Method::POST, "/v1/flush", None)?;
+        return w(out, deleted_line(&body, c.json));
     }
     if c.stats {
         let body = call(&to, Method::GET, "/v1/conntrack/stats", None)?;
@@ -558,17 +570,19 @@ fn run_conntrack(c: &Conntrack, out: &mut dyn Write) -> Result<(), String> {
         &format!("/v1/connections?{}", q.join("&")),
         None,
     )?;
-    if c.json {
-        return w(out, body);
+    w(out, deleted_line(&body, c.json))
+}
+
+/// conntrack(8)'s line for a delete or flush answer (or the JSON).
+fn deleted_line(body: &str, json: bool) -> String {
+    if json {
+        return body.to_owned();
     }
-    let n = serde_json::from_str::<serde_json::Value>(&body)
+    let n = serde_json::from_str::<serde_json::Value>(body)
         .ok()
         .and_then(|v| v["deleted"].as_u64())
         .unwrap_or(0);
-    w(
-        out,
-        format!("xvsadm conntrack: {n} flow entries have been deleted.\n"),
-    )
+    format!("xvsadm conntrack: {n} flow entries have been deleted.\n")
 }
 
 /// Runs `xvsadm` with `args` (argv, program name first); returns the exit
