@@ -4,36 +4,21 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use std::io::Write;
 use std::net::Ipv4Addr;
-use std::process::{Command, Stdio};
+use std::time::Duration;
 
+use xvs_benches::e2e::feed_timed;
 use xvs_benches::rulesets::{iptables, iptables_change, nftables, nftables_change, services};
 use xvs_dataplane::wire::Endpoint;
 use xvs_vm_tests::netns::{unique_tag, Netns};
 use xvs_vm_tests::privileged;
 
+/// Feeds `input` to `program args` in `ns`; panics with its stderr if it
+/// fails.
 fn feed(ns: &Netns, program: &str, args: &[&str], input: &str) {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns.name(), program]).args(args);
-    let mut child = c
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    if let Err(e) = feed_timed(ns, program, args, input, Duration::from_secs(60)) {
+        panic!("{program} {args:?}: {e}");
+    }
 }
 
 fn text(ns: &Netns, program: &str, args: &[&str]) -> String {
