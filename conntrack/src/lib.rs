@@ -11,6 +11,7 @@
 mod batch;
 mod check;
 mod dump;
+mod huge;
 mod key;
 mod slab;
 mod state;

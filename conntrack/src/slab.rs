@@ -10,7 +10,11 @@
 
 use std::net::Ipv4Addr;
 
-use crate::key::{Endpoint, FlowKey, L4Proto};
+use allocator_api2::vec::Vec;
+
+use crate::huge::HugePages;
+
+use crate::key::{pack, Endpoint, FlowKey, L4Proto};
 use crate::state::{Direction, FlowState};
 
 /// End of a list / no slot.
@@ -134,6 +138,28 @@ impl Entry {
         }
     }
 
+    /// [`FlowKey::packed`] of [`Entry::key`] for direction `d` (0 original,
+    /// 1 reply), without a branch on the direction: the original key's ends
+    /// are the first two of `addrs` and `ports`, the reply key's the last two.
+    #[inline(always)]
+    pub(crate) fn packed_key(&self, d: usize) -> u128 {
+        let i = 2 * (d & 1);
+        pack(
+            self.addrs[i],
+            self.addrs[i + 1],
+            self.ports[i],
+            self.ports[i + 1],
+            self.proto,
+        )
+    }
+
+    /// Whether this is a flow (not a template) whose `d` key packs to
+    /// `packed`.
+    #[inline(always)]
+    pub(crate) fn is_flow_with(&self, d: usize, packed: u128) -> bool {
+        (self.flags & FLAG_TEMPLATE == 0) & (self.packed_key(d) == packed)
+    }
+
     pub(crate) fn state(&self) -> FlowState {
         FlowState::from_index(self.state)
     }
@@ -171,21 +197,19 @@ impl ListHead {
 
 /// Entries and the free list.
 pub(crate) struct Slab {
-    pub(crate) entries: Vec<Entry>,
+    pub(crate) entries: Vec<Entry, HugePages>,
     free: u32,
     live: u32,
 }
 
 impl Slab {
     pub(crate) fn new(capacity: u32) -> Slab {
-        let mut entries = vec![Entry::FREE; capacity as usize];
-        for (i, e) in entries.iter_mut().enumerate() {
-            e.links[WHEEL][0] = if i + 1 < capacity as usize {
-                i as u32 + 1
-            } else {
-                NIL
-            };
-        }
+        let mut entries = Vec::with_capacity_in(capacity as usize, HugePages);
+        entries.extend((0..capacity).map(|i| {
+            let mut e = Entry::FREE;
+            e.links[WHEEL][0] = if i + 1 < capacity { i + 1 } else { NIL };
+            e
+        }));
         Slab {
             entries,
             free: if capacity > 0 { 0 } else { NIL },

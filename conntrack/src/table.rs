@@ -25,6 +25,7 @@ use std::hash::BuildHasher;
 
 use hashbrown::HashTable;
 
+use crate::huge::HugePages;
 use crate::key::{Endpoint, FlowKey, L4Proto};
 use crate::slab::{
     Entry, ListHead, Slab, AGE, FLAG_AGED, FLAG_QUIESCED, FLAG_TEMPLATE, NIL, WHEEL,
@@ -185,7 +186,7 @@ struct Sweep {
 /// The flow table of one worker.
 pub struct FlowTable {
     pub(crate) slab: Slab,
-    pub(crate) index: HashTable<u32>,
+    pub(crate) index: HashTable<u32, HugePages>,
     hasher: foldhash::fast::RandomState,
     pub(crate) wheel: Box<[ListHead]>,
     sweep: Option<Sweep>,
@@ -203,7 +204,7 @@ impl FlowTable {
         let capacity = capacity.min(MAX_CAPACITY);
         FlowTable {
             slab: Slab::new(capacity),
-            index: HashTable::with_capacity(2 * capacity as usize),
+            index: HashTable::with_capacity_in(2 * capacity as usize, HugePages),
             hasher: foldhash::fast::RandomState::default(),
             wheel: vec![ListHead::EMPTY; WHEEL_SLOTS].into_boxed_slice(),
             sweep: None,
@@ -267,11 +268,10 @@ impl FlowTable {
     /// The flow a packet with `key` belongs to, and its direction.
     #[inline]
     pub fn lookup(&mut self, key: &FlowKey) -> Option<(FlowId, Direction)> {
-        let hash = self.hash(key);
+        let (hash, packed) = (self.hash(key), key.packed());
         let entries = &self.slab.entries;
         let hit = self.index.find(hash, |&v| {
-            let e = &entries[(v & !DIR_BIT) as usize];
-            !e.is_template() && e.key(dir_of(v)) == *key
+            entries[slot_of(v) as usize].is_flow_with(dir_index(v), packed)
         });
         match hit {
             Some(&v) => {
@@ -291,7 +291,7 @@ impl FlowTable {
         self.slab
             .entries
             .get(id.0 as usize)
-            .is_some_and(|e| e.is_live() && !e.is_template() && e.key(dir) == *key)
+            .is_some_and(|e| e.is_live() && e.is_flow_with(dir as usize, key.packed()))
     }
 
     /// Read access to a live entry.
@@ -446,10 +446,10 @@ impl FlowTable {
         let (h_orig, h_reply) = (self.hash(&orig), self.hash(&reply));
         let entries = &self.slab.entries;
         let taken = |h: u64, k: &FlowKey| {
+            let packed = k.packed();
             self.index
                 .find(h, |&v| {
-                    let e = &entries[(v & !DIR_BIT) as usize];
-                    !e.is_template() && e.key(dir_of(v)) == *k
+                    entries[slot_of(v) as usize].is_flow_with(dir_index(v), packed)
                 })
                 .is_some()
         };
@@ -682,6 +682,13 @@ pub(crate) fn dir_of(v: u32) -> Direction {
     }
 }
 
+/// The direction of an index value as 0 (original) or 1 (reply).
+#[inline(always)]
+pub(crate) fn dir_index(v: u32) -> usize {
+    (v >> 31) as usize
+}
+
+#[inline(always)]
 pub(crate) fn slot_of(v: u32) -> u32 {
     v & !DIR_BIT
 }
