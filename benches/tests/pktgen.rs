@@ -96,17 +96,18 @@ fn paced_fixed_flows_are_counted_at_the_sink_and_back() {
         r.sent,
         r.seconds
     );
-    // Kernel forwarding at this rate loses nothing; the warm-up's reflections
-    // come back too.
+    // Kernel forwarding at this rate loses little: a few percent when the
+    // other tests load the two vCPUs too (CI saw 97%). A counting fault
+    // (a side not counted, a batch counted twice) is far outside 95%..100%.
     assert!(
-        received >= r.sent * 99 / 100,
+        received >= r.sent * 95 / 100 && received <= r.sent,
         "sink got {received} of {}",
         r.sent
     );
     assert!(reflected >= received, "reflected {reflected} of {received}");
     assert!(
-        r.received >= r.sent * 99 / 100,
-        "{} of {} came back",
+        r.received >= r.sent * 95 / 100 && r.received <= reflected,
+        "{} of {} came back, {reflected} reflected",
         r.received,
         r.sent
     );
