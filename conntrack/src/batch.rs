@@ -12,7 +12,7 @@
 use crate::key::FlowKey;
 use crate::slab::{KEY_BYTES, NIL};
 use crate::state::Direction;
-use crate::table::{dir_index, dir_of, slot_of, FlowId, FlowTable};
+use crate::table::{dir_of, slot_of, FlowId, FlowTable};
 
 /// Keys per internal pass; longer slices are processed in chunks.
 pub const BATCH: usize = 64;
@@ -64,7 +64,7 @@ impl FlowTable {
                 self.lookup(key)
             } else {
                 let e = &self.slab.entries[slot_of(v) as usize];
-                if e.is_flow_with(dir_index(v), key.packed()) {
+                if !e.is_template() && e.key(dir_of(v)) == *key {
                     self.stats.found += 1;
                     Some((FlowId(slot_of(v)), dir_of(v)))
                 } else {

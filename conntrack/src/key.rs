@@ -88,13 +88,6 @@ impl FlowKey {
         }
     }
 
-    /// The whole key in one integer (addresses, ports and protocol in the
-    /// low 104 bits): equal exactly when the keys are equal.
-    #[inline(always)]
-    pub const fn packed(&self) -> u128 {
-        pack(self.src, self.dst, self.src_port, self.dst_port, self.proto)
-    }
-
     /// Source endpoint.
     pub const fn source(&self) -> Endpoint {
         Endpoint {
@@ -121,22 +114,6 @@ impl FlowKey {
             proto: self.proto,
         }
     }
-}
-
-/// [`FlowKey::packed`] from its parts.
-#[inline(always)]
-pub(crate) const fn pack(
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
-    src_port: u16,
-    dst_port: u16,
-    proto: L4Proto,
-) -> u128 {
-    src.to_bits() as u128
-        | (dst.to_bits() as u128) << 32
-        | (src_port as u128) << 64
-        | (dst_port as u128) << 80
-        | (proto as u128) << 96
 }
 
 impl fmt::Display for FlowKey {

@@ -13,8 +13,7 @@ use std::net::Ipv4Addr;
 use allocator_api2::vec::Vec;
 
 use crate::huge::HugePages;
-
-use crate::key::{pack, Endpoint, FlowKey, L4Proto};
+use crate::key::{Endpoint, FlowKey, L4Proto};
 use crate::state::{Direction, FlowState};
 
 /// End of a list / no slot.
@@ -136,28 +135,6 @@ impl Entry {
             Direction::Original => FlowKey::between(self.client(), self.vip(), self.proto),
             Direction::Reply => FlowKey::between(self.backend(), self.snat(), self.proto),
         }
-    }
-
-    /// [`FlowKey::packed`] of [`Entry::key`] for direction `d` (0 original,
-    /// 1 reply), without a branch on the direction: the original key's ends
-    /// are the first two of `addrs` and `ports`, the reply key's the last two.
-    #[inline(always)]
-    pub(crate) fn packed_key(&self, d: usize) -> u128 {
-        let i = 2 * (d & 1);
-        pack(
-            self.addrs[i],
-            self.addrs[i + 1],
-            self.ports[i],
-            self.ports[i + 1],
-            self.proto,
-        )
-    }
-
-    /// Whether this is a flow (not a template) whose `d` key packs to
-    /// `packed`.
-    #[inline(always)]
-    pub(crate) fn is_flow_with(&self, d: usize, packed: u128) -> bool {
-        (self.flags & FLAG_TEMPLATE == 0) & (self.packed_key(d) == packed)
     }
 
     pub(crate) fn state(&self) -> FlowState {

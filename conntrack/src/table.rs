@@ -268,10 +268,11 @@ impl FlowTable {
     /// The flow a packet with `key` belongs to, and its direction.
     #[inline]
     pub fn lookup(&mut self, key: &FlowKey) -> Option<(FlowId, Direction)> {
-        let (hash, packed) = (self.hash(key), key.packed());
+        let hash = self.hash(key);
         let entries = &self.slab.entries;
         let hit = self.index.find(hash, |&v| {
-            entries[slot_of(v) as usize].is_flow_with(dir_index(v), packed)
+            let e = &entries[(v & !DIR_BIT) as usize];
+            !e.is_template() && e.key(dir_of(v)) == *key
         });
         match hit {
             Some(&v) => {
@@ -291,7 +292,7 @@ impl FlowTable {
         self.slab
             .entries
             .get(id.0 as usize)
-            .is_some_and(|e| e.is_live() && e.is_flow_with(dir as usize, key.packed()))
+            .is_some_and(|e| e.is_live() && !e.is_template() && e.key(dir) == *key)
     }
 
     /// Read access to a live entry.
@@ -446,10 +447,10 @@ impl FlowTable {
         let (h_orig, h_reply) = (self.hash(&orig), self.hash(&reply));
         let entries = &self.slab.entries;
         let taken = |h: u64, k: &FlowKey| {
-            let packed = k.packed();
             self.index
                 .find(h, |&v| {
-                    entries[slot_of(v) as usize].is_flow_with(dir_index(v), packed)
+                    let e = &entries[(v & !DIR_BIT) as usize];
+                    !e.is_template() && e.key(dir_of(v)) == *k
                 })
                 .is_some()
         };
@@ -682,13 +683,6 @@ pub(crate) fn dir_of(v: u32) -> Direction {
     }
 }
 
-/// The direction of an index value as 0 (original) or 1 (reply).
-#[inline(always)]
-pub(crate) fn dir_index(v: u32) -> usize {
-    (v >> 31) as usize
-}
-
-#[inline(always)]
 pub(crate) fn slot_of(v: u32) -> u32 {
     v & !DIR_BIT
 }
