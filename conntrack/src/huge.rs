@@ -9,7 +9,7 @@
 //! Many systems run THP in `madvise` mode, where memory gets huge pages
 //! only when it asks.
 //!
-//! Invariants: a block of [`HUGE_MIN`] bytes or more is its own anonymous
+//! Invariants: a block of [`HUGE_PAGE`] bytes or more is its own anonymous
 //! mapping, starting on a 2 MiB boundary and exactly `round_up(size, 4096)`
 //! long, advised `MADV_HUGEPAGE` before its first touch; smaller blocks
 //! come from the global allocator. Which of the two a block is follows from
@@ -23,16 +23,21 @@ use std::ptr::NonNull;
 
 use allocator_api2::alloc::{AllocError, Allocator, Global};
 
-/// Size of a huge page, and the alignment of every large block.
+/// Size of a huge page, the alignment of every large block, and the size
+/// from which a block is large.
 const HUGE_PAGE: usize = 2 << 20;
-/// Blocks at least this large get their own huge-page-advised mapping.
-pub(crate) const HUGE_MIN: usize = HUGE_PAGE;
 const PAGE: usize = 4096;
 
 /// Allocates large blocks in transparent huge pages (where the kernel has
 /// them; plain pages otherwise, with the same behaviour).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct HugePages;
+
+/// Whether a block of `layout` gets its own huge-page-advised mapping (the
+/// same answer at allocation and at deallocation).
+fn own_mapping(layout: Layout) -> bool {
+    layout.size() >= HUGE_PAGE && layout.align() <= HUGE_PAGE
+}
 
 fn mapped_len(size: usize) -> usize {
     size.div_ceil(PAGE) * PAGE
@@ -43,7 +48,7 @@ fn mapped_len(size: usize) -> usize {
 // are independent mappings, small ones belong to `Global`.
 unsafe impl Allocator for HugePages {
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-        if layout.size() < HUGE_MIN || layout.align() > HUGE_PAGE {
+        if !own_mapping(layout) {
             return Global.allocate(layout);
         }
         let len = mapped_len(layout.size());
@@ -84,7 +89,7 @@ unsafe impl Allocator for HugePages {
     }
 
     unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
-        if layout.size() < HUGE_MIN || layout.align() > HUGE_PAGE {
+        if !own_mapping(layout) {
             // SAFETY: the caller passes a block this allocator returned
             // with this layout, which for this size came from `Global`.
             unsafe { Global.deallocate(ptr, layout) };
@@ -111,8 +116,44 @@ mod tests {
         unsafe {
             p.write_bytes(0xa5, layout.size());
             assert_eq!(*p.add(layout.size() - 1), 0xa5);
-            HugePages.deallocate(block.cast(), layout);
         }
+        // The kernel holds the block's mapping eligible for huge pages
+        // unless THP is off altogether.
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .unwrap_or_default();
+        if !thp.is_empty() && !thp.contains("[never]") {
+            let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+            assert_eq!(
+                thp_eligible(&smaps, p as usize),
+                Some(true),
+                "the block at {p:p} is not eligible for huge pages"
+            );
+        }
+        // SAFETY: allocated above with this layout, not used after.
+        unsafe { HugePages.deallocate(block.cast(), layout) };
+    }
+
+    /// The `THPeligible` field of the mapping in `smaps` that holds `addr`.
+    fn thp_eligible(smaps: &str, addr: usize) -> Option<bool> {
+        let mut holds = false;
+        for line in smaps.lines() {
+            let range = line.split(' ').next().unwrap_or("");
+            if let Some((start, end)) = range.split_once('-') {
+                if let (Ok(start), Ok(end)) = (
+                    usize::from_str_radix(start, 16),
+                    usize::from_str_radix(end, 16),
+                ) {
+                    holds = (start..end).contains(&addr);
+                    continue;
+                }
+            }
+            if holds {
+                if let Some(v) = line.strip_prefix("THPeligible:") {
+                    return Some(v.trim() == "1");
+                }
+            }
+        }
+        None
     }
 
     #[test]
