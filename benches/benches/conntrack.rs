@@ -4,6 +4,9 @@
 //! Every bench fills a table to its size first, then measures operations
 //! on keys taken in a random order, so the CPU caches do not hold the
 //! working set (≈110 MB at 1M flows).
+//!
+//! `XVS_BENCH_SIZES=1000000` (comma-separated) limits the table sizes
+//! built, for quick comparisons (filling 10M entries takes a minute).
 
 #![allow(clippy::unwrap_used)] // benches: a failed unwrap is a broken bench
 #![allow(clippy::disallowed_types)] // a benchmark measures wall-clock time
@@ -154,8 +157,19 @@ fn timed_inserts<R>(
     spent
 }
 
+/// The table sizes to bench: [`SIZES`], or those `XVS_BENCH_SIZES` lists.
+fn sizes() -> Vec<u32> {
+    match std::env::var("XVS_BENCH_SIZES") {
+        Ok(list) => list
+            .split(',')
+            .map(|s| s.trim().parse().expect("XVS_BENCH_SIZES: a list of sizes"))
+            .collect(),
+        Err(_) => SIZES.to_vec(),
+    }
+}
+
 fn conntrack(c: &mut Criterion) {
-    for size in SIZES {
+    for size in sizes() {
         let mut t = filled(size);
         let per_flow = t.memory_bytes() as f64 / f64::from(t.capacity());
         println!(
