@@ -158,6 +158,16 @@ mod tests {
 
     #[test]
     fn small_blocks_come_from_the_global_allocator() {
+        // Which path a block takes: below a huge page, or aligned beyond
+        // one, it is the global allocator's; otherwise its own mapping.
+        assert!(!own_mapping(Layout::array::<u32>(100).unwrap()));
+        assert!(!own_mapping(
+            Layout::from_size_align(HUGE_PAGE - 1, 64).unwrap()
+        ));
+        assert!(own_mapping(Layout::from_size_align(HUGE_PAGE, 64).unwrap()));
+        assert!(!own_mapping(
+            Layout::from_size_align(HUGE_PAGE, 2 * HUGE_PAGE).unwrap()
+        ));
         let mut v = allocator_api2::vec::Vec::with_capacity_in(100, HugePages);
         v.extend(0..100u32);
         assert_eq!(v.iter().sum::<u32>(), 4950);
