@@ -95,6 +95,8 @@ fn setup() -> Pipeline {
             },
             capacity: FLOWS + 200_000,
             timeouts: Timeouts::default(),
+            rules: xvs_config::ConnRules::default(),
+            unknown_port: xvs_config::UnknownPort::Drop,
         },
         0,
     );
@@ -113,8 +115,7 @@ fn setup() -> Pipeline {
                 forward: ForwardMethod::Masq,
             })
             .collect();
-        p.services
-            .upsert(Arc::new(CompiledService::new(n + 1, &s, 1, None)));
+        p.upsert_service(Arc::new(CompiledService::new(n + 1, &s, 1, None)));
         p.own(vip(n));
     }
     for a in 0..60_000 {

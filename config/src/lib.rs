@@ -18,7 +18,7 @@ use std::path::Path;
 pub use error::{Diagnostic, Invalid, LoadError};
 pub use names::{
     ArmMode, ForwardMethod, PollMode, Protocol, Scheduler, SchedulerFlag, Steering, UnknownName,
-    XdpAttachMode, ZeroCopy,
+    UnknownPort, XdpAttachMode, ZeroCopy,
 };
 pub use service::{
     is_contiguous_netmask, is_prime, is_unicast, Backend, BackendField, Persistence, RuleViolation,
@@ -27,9 +27,10 @@ pub use service::{
     MAX_WEIGHT,
 };
 pub use settings::{
-    Admin, AdminTcp, Config, Conntrack, Interfaces, Kubernetes, PortRange, Snat, SnatPortSlice,
-    Timeouts, DEFAULT_ADMIN_SOCKET, DEFAULT_CONFIG_PATH, DEFAULT_CONNTRACK_CAPACITY,
-    DEFAULT_SERVICE_PROXY_NAME, DEFAULT_SNAT_PORTS, MAX_CONNTRACK_CAPACITY,
+    Admin, AdminTcp, Config, ConnRules, Conntrack, Interfaces, Kubernetes, PortRange, Snat,
+    SnatPortSlice, Timeouts, Vips, DEFAULT_ADMIN_SOCKET, DEFAULT_CONFIG_PATH,
+    DEFAULT_CONNTRACK_CAPACITY, DEFAULT_SERVICE_PROXY_NAME, DEFAULT_SNAT_PORTS,
+    MAX_CONNTRACK_CAPACITY,
 };
 
 /// Parses and validates a configuration; `file` names it in diagnostics.

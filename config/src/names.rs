@@ -189,6 +189,26 @@ keyword_enum! {
 }
 
 keyword_enum! {
+    /// What a packet to a VIP on a port no service serves gets.
+    pub enum UnknownPort: "unknown-port policy" {
+        /// Dropped, counted as `no_service` (the default).
+        Drop = "drop",
+        /// Answered like kube-proxy's REJECT: a TCP RST or an ICMP port
+        /// unreachable.
+        Reject = "reject",
+    }
+}
+
+// The macro's derive list is shared by every keyword enum; this one alone
+// has a default.
+#[allow(clippy::derivable_impls)]
+impl Default for UnknownPort {
+    fn default() -> Self {
+        UnknownPort::Drop
+    }
+}
+
+keyword_enum! {
     /// How the XDP program is attached.
     pub enum XdpAttachMode: "XDP attach mode" {
         /// In the driver.

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::names::{ArmMode, ForwardMethod, PollMode, Protocol, Scheduler, SchedulerFlag};
-use crate::names::{Steering, XdpAttachMode, ZeroCopy};
+use crate::names::{Steering, UnknownPort, XdpAttachMode, ZeroCopy};
 
 pub(crate) type Sp<T> = Spanned<T>;
 
@@ -24,6 +24,8 @@ pub(crate) struct RawFile {
     pub(crate) snat: Option<Sp<RawSnat>>,
     #[serde(default)]
     pub(crate) conntrack: RawConntrack,
+    #[serde(default)]
+    pub(crate) vips: RawVips,
     #[serde(default)]
     pub(crate) admin: RawAdmin,
     #[serde(default)]
@@ -58,6 +60,9 @@ pub(crate) struct RawSnat {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawConntrack {
     pub(crate) capacity: Option<Sp<i64>>,
+    pub(crate) conn_reuse_mode: Option<bool>,
+    pub(crate) expire_nodest_conn: Option<bool>,
+    pub(crate) expire_quiescent_template: Option<bool>,
     #[serde(default)]
     pub(crate) timeouts: RawTimeouts,
 }
@@ -77,6 +82,13 @@ pub(crate) struct RawTimeouts {
     pub(crate) synack: Option<Sp<i64>>,
     pub(crate) udp: Option<Sp<i64>>,
     pub(crate) icmp: Option<Sp<i64>>,
+    pub(crate) syn_recv_pressure: Option<Sp<i64>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawVips {
+    pub(crate) unknown_port: Option<UnknownPort>,
 }
 
 #[derive(Debug, Default, Deserialize)]

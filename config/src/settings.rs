@@ -11,7 +11,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
-use crate::names::{ArmMode, PollMode, Steering, XdpAttachMode, ZeroCopy};
+use crate::names::{ArmMode, PollMode, Steering, UnknownPort, XdpAttachMode, ZeroCopy};
 use crate::service::Service;
 
 /// Default path of the config file.
@@ -40,6 +40,8 @@ pub struct Config {
     pub snat: Snat,
     /// Connection tracking.
     pub conntrack: Conntrack,
+    /// Policy for VIP traffic no service takes.
+    pub vips: Vips,
     /// Admin API.
     pub admin: Admin,
     /// Kubernetes source.
@@ -145,13 +147,16 @@ pub struct Snat {
     pub worker_ports: Vec<SnatPortSlice>,
 }
 
-/// Connection tracking sizing and timeouts.
+/// Connection tracking sizing, timeouts and reuse rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Conntrack {
     /// Flows, all workers together (each worker gets an equal share).
     pub capacity: u32,
     /// Per-state timeouts.
     pub timeouts: Timeouts,
+    /// What happens to flows whose client port is reused or whose backend
+    /// changed.
+    pub rules: ConnRules,
 }
 
 impl Default for Conntrack {
@@ -159,8 +164,47 @@ impl Default for Conntrack {
         Conntrack {
             capacity: DEFAULT_CONNTRACK_CAPACITY,
             timeouts: Timeouts::default(),
+            rules: ConnRules::default(),
         }
     }
+}
+
+/// IPVS's connection sysctls (`net.ipv4.vs.*`), with the values kube-proxy
+/// sets in IPVS mode as defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnRules {
+    /// `conn_reuse_mode`: a SYN that hits a flow in TIME_WAIT or CLOSE
+    /// (a client reusing its port) ends that flow and is scheduled as a
+    /// new connection. Off: it goes to the old flow's backend.
+    pub conn_reuse_mode: bool,
+    /// `expire_nodest_conn`: a flow whose backend (or service) was removed
+    /// ends at its next packet (a TCP segment other than a SYN is
+    /// answered with a RST, as the kernel does for IPVS; a SYN or a UDP
+    /// datagram is scheduled afresh), and a SYN on a flow to a quiesced
+    /// (weight 0) backend is scheduled afresh. Off: such flows go on to
+    /// their backend until they close or expire.
+    pub expire_nodest_conn: bool,
+    /// `expire_quiescent_template`: a persistence template pointing at a
+    /// quiesced backend ends, so the client is scheduled afresh. Off: the
+    /// client keeps its quiesced backend while the template lives.
+    pub expire_quiescent_template: bool,
+}
+
+impl Default for ConnRules {
+    fn default() -> Self {
+        ConnRules {
+            conn_reuse_mode: true,
+            expire_nodest_conn: true,
+            expire_quiescent_template: true,
+        }
+    }
+}
+
+/// Policy for traffic to a VIP that no service takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Vips {
+    /// A packet to a VIP on a port without a service.
+    pub unknown_port: UnknownPort,
 }
 
 /// Per-state timeouts in seconds; defaults are IPVS's.
@@ -188,6 +232,10 @@ pub struct Timeouts {
     pub udp: u32,
     /// ICMP.
     pub icmp: u32,
+    /// TCP SYN_RECV for a flow created while its worker is under pressure
+    /// (it reclaimed a SNAT port or evicted a flow in the last seconds: a
+    /// SYN flood): flows the handshake never completes leave sooner.
+    pub syn_recv_pressure: u32,
 }
 
 impl Default for Timeouts {
@@ -204,6 +252,7 @@ impl Default for Timeouts {
             synack: 120,
             udp: 300,
             icmp: 60,
+            syn_recv_pressure: 5,
         }
     }
 }

@@ -28,7 +28,8 @@ impl FlowTable {
             ));
         }
         let s = &self.stats;
-        let accounted = s.insert - s.delete - s.expire - s.early_drop;
+        let accounted =
+            s.insert - s.delete - s.expire - s.early_drop - s.reschedule - s.nodest - s.reclaim;
         if accounted != u64::from(self.slab.live()) {
             return Err(format!(
                 "counters say {accounted} entries, table has {}",

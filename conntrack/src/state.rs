@@ -103,6 +103,23 @@ impl FlowState {
         FlowState::ALL[usize::from(i) % Self::COUNT]
     }
 
+    /// Whether a flow in this state may be ended to give its SNAT port to
+    /// a new flow: a handshake that has not completed or a connection
+    /// already closed (SYN_RECV, SYN_SENT, SYNACK, TIME_WAIT, CLOSE, and
+    /// the pre-state NONE). Never ESTABLISHED, never a connection still
+    /// closing with data possibly in flight, never UDP or ICMP.
+    pub const fn is_reclaimable(self) -> bool {
+        matches!(
+            self,
+            FlowState::None
+                | FlowState::SynRecv
+                | FlowState::SynSent
+                | FlowState::SynAck
+                | FlowState::TimeWait
+                | FlowState::Close
+        )
+    }
+
     /// Whether a flow in this state counts as an active connection.
     pub const fn is_active(self) -> bool {
         matches!(self, FlowState::Established)

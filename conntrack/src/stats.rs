@@ -1,8 +1,9 @@
 //! Counters of a flow table: what `conntrack -S` shows, and more.
 //!
 //! Invariant (checked by the property tests): entries in the table =
-//! `insert - delete - expire - early_drop`; every refused new flow is in
-//! `drop` (table full) or `insert_failed` (a key already tracked).
+//! `insert - delete - expire - early_drop - reschedule - nodest - reclaim`;
+//! every refused new flow is in `drop` (table full) or `insert_failed` (a
+//! key already tracked).
 
 /// Event counters of one table (monotonic).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,6 +31,16 @@ pub struct Stats {
     /// Inserts that found the table full (whether or not an early drop
     /// then made room).
     pub table_full: u64,
+    /// Flows ended because a new connection reused their client port
+    /// (a SYN on a TIME_WAIT/CLOSE flow, or on a flow to a quiesced
+    /// backend): IPVS's `conn_reuse_mode`.
+    pub reschedule: u64,
+    /// Flows ended at their next packet because their backend (or their
+    /// service) was removed: IPVS's `expire_nodest_conn`.
+    pub nodest: u64,
+    /// Non-ESTABLISHED flows ended to free their SNAT port for a new flow
+    /// (SYN flood and port-shortage defence).
+    pub reclaim: u64,
 }
 
 /// Why an entry left the table.
@@ -41,4 +52,10 @@ pub enum Removal {
     Deleted,
     /// Evicted to make room for a new flow.
     EarlyDropped,
+    /// Ended because a new connection reused its client port.
+    Rescheduled,
+    /// Ended because its backend or service was removed.
+    NoDest,
+    /// Ended to free its SNAT port for a new flow.
+    Reclaimed,
 }

@@ -249,6 +249,11 @@ impl FlowTable {
             + self.wheel.len() * std::mem::size_of::<ListHead>()
     }
 
+    /// The timeouts in force.
+    pub fn timeouts(&self) -> Timeouts {
+        self.timeouts
+    }
+
     /// Replaces the timeouts; live flows take the new value at their next
     /// state change.
     pub fn set_timeouts(&mut self, timeouts: Timeouts) {
@@ -298,6 +303,20 @@ impl FlowTable {
     /// Read access to a live entry.
     pub fn flow(&self, id: FlowId) -> FlowRef<'_> {
         FlowRef(&self.slab.entries[id.0 as usize])
+    }
+
+    /// Caps a live flow's timeout in its current state at `secs` (a state
+    /// change sets it from the state again), filing it earlier.
+    pub fn shorten(&mut self, id: FlowId, secs: u32) {
+        let Some(e) = self.slab.entries.get_mut(id.0 as usize) else {
+            return;
+        };
+        if !e.is_live() || e.timeout <= secs {
+            return;
+        }
+        e.timeout = secs;
+        self.unfile(id.0);
+        self.file(id.0);
     }
 
     /// Marks a flow's backend as quiesced (weight 0): shown in dumps.
@@ -515,6 +534,30 @@ impl FlowTable {
             self.stats.delete += 1;
             self.remove_slot(id.0, Removal::Deleted, obs);
         }
+    }
+
+    /// Ends a live flow for `why` (a reschedule, a removed backend, a
+    /// reclaimed SNAT port), counted under that reason. `Expired`,
+    /// `Deleted` and `EarlyDropped` are counted as such.
+    pub fn retire(&mut self, id: FlowId, why: Removal, obs: &mut impl Observer) {
+        if !self
+            .slab
+            .entries
+            .get(id.0 as usize)
+            .is_some_and(Entry::is_live)
+        {
+            return;
+        }
+        let counter = match why {
+            Removal::Expired => &mut self.stats.expire,
+            Removal::Deleted => &mut self.stats.delete,
+            Removal::EarlyDropped => &mut self.stats.early_drop,
+            Removal::Rescheduled => &mut self.stats.reschedule,
+            Removal::NoDest => &mut self.stats.nodest,
+            Removal::Reclaimed => &mut self.stats.reclaim,
+        };
+        *counter += 1;
+        self.remove_slot(id.0, why, obs);
     }
 
     /// Takes a live entry out of every structure and frees its slot. The

@@ -162,6 +162,7 @@ fn every_reachable_state_expires_after_its_timeout() {
         synack: 19,
         udp: 20,
         icmp: 21,
+        syn_recv_pressure: 22,
     };
     type Case = (&'static [(Direction, u8)], FlowState, u32);
     let cases: &[Case] = &[

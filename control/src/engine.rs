@@ -272,6 +272,11 @@ impl Engine {
         if new.conntrack.timeouts != self.config.conntrack.timeouts {
             self.dp.handle().set_timeouts(new.conntrack.timeouts);
         }
+        if (new.conntrack.rules, new.vips) != (self.config.conntrack.rules, self.config.vips) {
+            self.dp
+                .handle()
+                .set_rules(new.conntrack.rules, new.vips.unknown_port);
+        }
         self.config = new;
         Ok(a)
     }

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use xvs_dataplane::counters::CountersReading;
 use xvs_dataplane::wire::DropReason;
 use xvs_dataplane::worker::Snapshot;
+use xvs_dataplane::xsk::RingStats;
 
 use crate::view::Listing;
 
@@ -68,6 +69,52 @@ pub struct WorkerConntrack {
     pub delete: u64,
     /// Entries expired.
     pub expire: u64,
+    /// Flows ended by a new connection on their client port.
+    #[serde(default)]
+    pub reschedule: u64,
+    /// Flows ended because their backend or service was removed.
+    #[serde(default)]
+    pub nodest: u64,
+    /// Flows ended to free their SNAT port for a new one.
+    #[serde(default)]
+    pub reclaim: u64,
+    /// What the kernel counted on the worker's AF_XDP sockets.
+    #[serde(default)]
+    pub rings: RingView,
+    /// Frames dropped because the TX ring had no room.
+    #[serde(default)]
+    pub tx_ring_full: u64,
+}
+
+/// The kernel's AF_XDP socket statistics of one worker
+/// (`XDP_STATISTICS`): frames lost before xvs received them.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct RingView {
+    /// No fill-ring frame or no room for a received frame.
+    pub rx_dropped: u64,
+    /// RX ring full.
+    pub rx_ring_full: u64,
+    /// Invalid RX descriptors.
+    pub rx_invalid_descs: u64,
+    /// Times the fill ring was empty.
+    pub rx_fill_ring_empty: u64,
+    /// Invalid TX descriptors.
+    pub tx_invalid_descs: u64,
+    /// Times the kernel found the TX ring empty (not a loss).
+    pub tx_ring_empty: u64,
+}
+
+impl From<RingStats> for RingView {
+    fn from(r: RingStats) -> RingView {
+        RingView {
+            rx_dropped: r.rx_dropped,
+            rx_ring_full: r.rx_ring_full,
+            rx_invalid_descs: r.rx_invalid_descs,
+            rx_fill_ring_empty: r.rx_fill_ring_empty,
+            tx_invalid_descs: r.tx_invalid_descs,
+            tx_ring_empty: r.tx_ring_empty,
+        }
+    }
 }
 
 impl WorkerConntrack {
@@ -86,6 +133,11 @@ impl WorkerConntrack {
             early_drop: c.early_drop,
             delete: c.delete,
             expire: c.expire,
+            reschedule: c.reschedule,
+            nodest: c.nodest,
+            reclaim: c.reclaim,
+            rings: s.rings.into(),
+            tx_ring_full: s.counters.drops[DropReason::TxRingFull.index()],
         }
     }
 }
@@ -281,6 +333,51 @@ pub fn render(
             r.pipeline.new_flows
         }),
         (
+            "xvs_tx_frames_total",
+            "Frames put into the TX rings (forwarded, answers, ARP requests).",
+            |r| r.tx,
+        ),
+        (
+            "xvs_rejected_total",
+            "REJECT answers sent (TCP RST, ICMP port unreachable), among the answers.",
+            |r| r.pipeline.rejected,
+        ),
+        (
+            "xvs_time_exceeded_total",
+            "ICMP time exceeded sent for packets whose TTL ran out, among the answers.",
+            |r| r.pipeline.time_exceeded,
+        ),
+        (
+            "xvs_arp_requests_total",
+            "ARP requests sent to resolve next hops.",
+            |r| r.arp_requests,
+        ),
+        (
+            "xvs_xsk_rx_dropped_total",
+            "Frames the kernel dropped at the AF_XDP socket (no fill-ring frame or no room), before xvs saw them.",
+            |r| r.rings.rx_dropped,
+        ),
+        (
+            "xvs_xsk_rx_ring_full_total",
+            "Frames the kernel dropped because the AF_XDP RX ring was full.",
+            |r| r.rings.rx_ring_full,
+        ),
+        (
+            "xvs_xsk_rx_invalid_descs_total",
+            "Invalid descriptors on the AF_XDP RX side.",
+            |r| r.rings.rx_invalid_descs,
+        ),
+        (
+            "xvs_xsk_rx_fill_ring_empty_total",
+            "Times the kernel found the AF_XDP fill ring empty.",
+            |r| r.rings.rx_fill_ring_empty,
+        ),
+        (
+            "xvs_xsk_tx_invalid_descs_total",
+            "Invalid descriptors on the AF_XDP TX ring.",
+            |r| r.rings.tx_invalid_descs,
+        ),
+        (
             "xvs_worker_busy_loops_total",
             "Worker loop iterations that received frames.",
             |r| r.busy,
@@ -304,6 +401,28 @@ pub fn render(
     );
     for (w, n) in overflow.iter().enumerate() {
         let _ = writeln!(out, "xvs_flow_events_overflow_total{{worker=\"{w}\"}} {n}");
+    }
+    family(
+        &mut out,
+        "xvs_conntrack_ended_total",
+        "counter",
+        "Flows that left the table, by worker and why (IPVS's conn_reuse_mode and expire_nodest_conn, SNAT port reclaim, early drop, timeout, deletion).",
+    );
+    for (w, r) in workers.iter().enumerate() {
+        let c = &r.conntrack;
+        for (why, n) in [
+            ("expire", c.expire),
+            ("delete", c.delete),
+            ("early_drop", c.early_drop),
+            ("reschedule", c.reschedule),
+            ("nodest", c.nodest),
+            ("reclaim", c.reclaim),
+        ] {
+            let _ = writeln!(
+                out,
+                "xvs_conntrack_ended_total{{worker=\"{w}\",reason=\"{why}\"}} {n}"
+            );
+        }
     }
     family(
         &mut out,

@@ -39,8 +39,10 @@ pub fn summary(s: &Snapshot) -> String {
         .filter(|r| c.drops[r.index()] > 0)
         .map(|r| format!("{}={}", r.name(), c.drops[r.index()]))
         .collect();
+    let r = &s.rings;
+    let t = &s.conntrack;
     format!(
-        "worker {}: rx={} forwarded={} answered={} consumed={} dropped={} tx={} new_flows={} flows={} frames_accounted={} busy={} idle={} handed_off={} handed_in={} handoff_full={} handoff_left={} drops=[{}]",
+        "worker {}: rx={} forwarded={} answered={} consumed={} dropped={} tx={} arp_requests={} rejected={} time_exceeded={} xsk_rx_dropped={} xsk_rx_ring_full={} xsk_rx_invalid={} xsk_fill_empty={} xsk_tx_invalid={} reschedule={} nodest={} reclaim={} early_drop={} new_flows={} flows={} frames_accounted={} busy={} idle={} handed_off={} handed_in={} handoff_full={} handoff_left={} drops=[{}]",
         s.worker,
         c.rx,
         c.forwarded,
@@ -48,6 +50,18 @@ pub fn summary(s: &Snapshot) -> String {
         c.consumed,
         c.dropped(),
         s.tx,
+        s.arp_requests,
+        c.rejected,
+        c.time_exceeded,
+        r.rx_dropped,
+        r.rx_ring_full,
+        r.rx_invalid_descs,
+        r.rx_fill_ring_empty,
+        r.tx_invalid_descs,
+        t.reschedule,
+        t.nodest,
+        t.reclaim,
+        t.early_drop,
         c.new_flows,
         s.flows,
         s.frames_accounted,

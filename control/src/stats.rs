@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use xvs_config::{Persistence, ServiceKey};
+use xvs_conntrack::Endpoint;
 use xvs_dataplane::traffic::TrafficTotals;
 
 use crate::engine::Engine;
@@ -42,6 +43,10 @@ pub struct ServiceSample {
     pub persistence: Option<Persistence>,
     /// Backends, in the service's order.
     pub backends: Vec<BackendSample>,
+    /// The service's counters: its backends' and those of backends it
+    /// had before (IPVS keeps a service's own counters, which never go
+    /// back when a destination leaves).
+    pub totals: TrafficTotals,
 }
 
 /// Reads every service's counts and counters (on the engine thread).
@@ -62,17 +67,27 @@ pub fn sample(e: &Engine) -> Vec<ServiceSample> {
                 backends: s
                     .backends
                     .iter()
-                    .enumerate()
-                    .map(|(i, b)| BackendSample {
-                        address: b.address,
-                        port: b.port,
-                        weight: b.weight,
-                        active: c.map_or(0, |c| u64::from(c.counts.active(i as u32))),
-                        inactive: c.map_or(0, |c| u64::from(c.counts.inactive(i as u32))),
-                        totals: c
-                            .map_or_else(TrafficTotals::default, |c| c.stats.backend(i as u32)),
+                    .map(|b| {
+                        // Counts and counters are by the backend's stable id.
+                        let id = c.and_then(|c| {
+                            let at = Endpoint {
+                                addr: b.address,
+                                port: b.port,
+                            };
+                            Some((c, c.backend(at)?.id))
+                        });
+                        BackendSample {
+                            address: b.address,
+                            port: b.port,
+                            weight: b.weight,
+                            active: id.map_or(0, |(c, id)| u64::from(c.counts.active(id))),
+                            inactive: id.map_or(0, |(c, id)| u64::from(c.counts.inactive(id))),
+                            totals: id
+                                .map_or_else(TrafficTotals::default, |(c, id)| c.stats.backend(id)),
+                        }
                     })
                     .collect(),
+                totals: c.map_or_else(TrafficTotals::default, |c| c.totals()),
             }
         })
         .collect()
@@ -165,13 +180,11 @@ pub fn listing(size: u32, samples: &[ServiceSample], est: &Estimator) -> Listing
     let services = samples
         .iter()
         .map(|s| {
-            let mut total = TrafficTotals::default();
             let mut rates = Rates::default();
             let backends = s
                 .backends
                 .iter()
                 .map(|b| {
-                    total.add(&b.totals);
                     let r = est.rates(&s.key, b.address, b.port);
                     add_rates(&mut rates, &r);
                     BackendView {
@@ -194,7 +207,7 @@ pub fn listing(size: u32, samples: &[ServiceSample], est: &Estimator) -> Listing
                     timeout: p.timeout_secs,
                     netmask: p.netmask,
                 }),
-                stats: stats_of(&total),
+                stats: stats_of(&s.totals),
                 rates,
                 backends,
             }
@@ -210,7 +223,13 @@ mod tests {
     use xvs_config::Protocol;
 
     fn sample_with(conns: u64, pkts: u64) -> Vec<ServiceSample> {
+        let totals = TrafficTotals {
+            conns,
+            pkts: [pkts, pkts],
+            bytes: [pkts * 100, pkts * 100],
+        };
         vec![ServiceSample {
+            totals,
             key: ServiceKey {
                 vip: Ipv4Addr::new(198, 19, 0, 1),
                 protocol: Protocol::Tcp,
@@ -224,11 +243,7 @@ mod tests {
                 weight: 1,
                 active: 0,
                 inactive: 0,
-                totals: TrafficTotals {
-                    conns,
-                    pkts: [pkts, pkts],
-                    bytes: [pkts * 100, pkts * 100],
-                },
+                totals,
             }],
         }]
     }

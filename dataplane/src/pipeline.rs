@@ -3,11 +3,22 @@
 //! reason), the frame rewritten in place.
 //!
 //! Classify → ARP / ICMP answers for owned addresses → conntrack lookup →
-//! on a miss in the original direction: service lookup, source ACL, the
-//! new-flow rule (TCP: SYN only, except under Maglev), persistence and
-//! scheduler, a SNAT port from this worker's slice, insert → full-NAT
-//! rewrite with incremental checksums, TTL, MACs. ICMP errors about a
-//! tracked flow are translated like it (RELATED).
+//! TTL (a packet that cannot be forwarded creates nothing and is answered
+//! with an ICMP time exceeded) → on a hit, IPVS's rules for flows whose
+//! client port is reused or whose backend left ([`ConnRules`]) → on a
+//! miss in the original direction: service lookup, source ACL, the
+//! new-flow rule (TCP: SYN only, except under Maglev), the L4 checksum,
+//! persistence and scheduler, a SNAT port from this worker's slice,
+//! insert → full-NAT rewrite with incremental checksums, TTL, MACs. ICMP
+//! errors about a tracked flow are translated like it (RELATED).
+//!
+//! The rules on a hit, as IPVS applies `net.ipv4.vs.*` (kube-proxy sets
+//! each to 1): a SYN on a flow in TIME_WAIT or CLOSE ends that flow and is
+//! scheduled as a new connection, counted like one (`conn_reuse_mode`);
+//! a flow whose backend or service was removed ends at its next packet,
+//! a TCP segment other than a SYN being answered with a RST as the
+//! kernel's own stack would, and a SYN to a quiesced backend is
+//! scheduled afresh (`expire_nodest_conn`).
 //!
 //! Invariants: every frame gets exactly one verdict, and every verdict is
 //! counted, so `rx = forwarded + answered + consumed + Σ drops` always;
@@ -23,16 +34,20 @@ use std::sync::Arc;
 
 use hashbrown::{HashMap, HashSet};
 use smoltcp::wire::EthernetAddress;
-use xvs_config::PortRange;
+use xvs_config::{ConnRules, PortRange, UnknownPort};
 use xvs_conntrack::{
-    Direction, Endpoint, FlowId, FlowKey, FlowState, FlowTable, InsertError, L4Proto, NewFlow,
-    Packet, Timeouts,
+    tcp_flags, Direction, Endpoint, FlowId, FlowKey, FlowState, FlowTable, InsertError, L4Proto,
+    NewFlow, Packet, Removal, Timeouts,
 };
 
 use crate::events::{EventKind, FlowEvent, FlowEvents};
 use crate::sched::{pick_persistent, Request};
-use crate::services::{ServiceCounts, ServiceTable};
-use crate::wire::answer::{arp_reply, icmp_echo_reply, icmp_port_unreachable, tcp_reset};
+use crate::services::{CompiledService, ServiceCounts, ServiceTable};
+use crate::traffic::DestState;
+use crate::wire::answer::{
+    arp_reply, icmp_echo_reply, icmp_port_unreachable, icmp_time_exceeded, tcp_reset,
+};
+use crate::wire::checksum::l4_verifies;
 use crate::wire::{
     classify, icmp_error, nat, ArpOp, DropReason, Fragment, Frame, IcmpErrorNat, Ipv4, Nat, L4,
 };
@@ -43,6 +58,13 @@ const NEIGH_CAPACITY: usize = 65_536;
 const ARP_QUEUE: usize = 256;
 /// SNAT ports tried for one new flow before giving up.
 const SNAT_TRIES: u32 = 64;
+/// SNAT ports looked at for a free one before taking the first one whose
+/// flow can be reclaimed (bounds the lookups per new flow in a flood).
+const RECLAIM_AFTER: u32 = 8;
+/// Seconds a worker counts as under pressure after it reclaimed a SNAT
+/// port or early-dropped a flow (or while its table is 7/8 full): its new
+/// TCP flows get the short `syn_recv_pressure` timeout meanwhile.
+const PRESSURE_HOLD: u32 = 2;
 
 /// Which side of the gateway a frame comes from or goes to. In one-arm
 /// mode both sides are the same interface.
@@ -88,8 +110,14 @@ pub struct Counters {
     pub drops: [u64; DropReason::COUNT],
     /// New flows created.
     pub new_flows: u64,
-    /// Rejects sent because a service had no backend (among `answered`).
+    /// Rejects sent (among `answered`): a TCP RST or ICMP port unreachable
+    /// for a service without an eligible backend, a port without a
+    /// service (`unknown_port = "reject"`), or a flow whose backend was
+    /// removed.
     pub rejected: u64,
+    /// ICMP time exceeded sent for packets whose TTL ran out (among
+    /// `answered`).
+    pub time_exceeded: u64,
 }
 
 impl Default for Counters {
@@ -102,6 +130,7 @@ impl Default for Counters {
             drops: [0; DropReason::COUNT],
             new_flows: 0,
             rejected: 0,
+            time_exceeded: 0,
         }
     }
 }
@@ -158,6 +187,10 @@ pub struct PipelineConfig {
     pub capacity: u32,
     /// Conntrack timeouts.
     pub timeouts: Timeouts,
+    /// IPVS's reuse and removal rules.
+    pub rules: ConnRules,
+    /// What a VIP port without a service answers.
+    pub unknown_port: UnknownPort,
 }
 
 /// One worker's pipeline.
@@ -174,6 +207,8 @@ pub struct Pipeline {
     /// (port-major): the search resumes where the last one ended, where
     /// the oldest flows were, so a free endpoint is usually the first.
     next_snat: u32,
+    /// Until when (worker clock) this worker is under pressure.
+    pressure_until: u32,
     counters: Counters,
     /// Where flow events go (none: not produced).
     events: Option<Arc<FlowEvents>>,
@@ -191,6 +226,7 @@ impl Pipeline {
             neigh: HashMap::new(),
             arp_queue: Vec::with_capacity(ARP_QUEUE),
             next_snat: 0,
+            pressure_until: 0,
             counters: Counters::default(),
             events: None,
             cfg,
@@ -224,6 +260,12 @@ impl Pipeline {
         &self.counters
     }
 
+    /// Replaces the reuse and removal rules (from the next packet on).
+    pub fn set_rules(&mut self, rules: ConnRules, unknown_port: UnknownPort) {
+        self.cfg.rules = rules;
+        self.cfg.unknown_port = unknown_port;
+    }
+
     /// Answers ARP and ping for `addr` (a VIP).
     pub fn own(&mut self, addr: Ipv4Addr) {
         self.owned.insert(addr);
@@ -236,6 +278,15 @@ impl Pipeline {
         }
     }
 
+    /// Adds or replaces a service, as this worker applies it (its next
+    /// hops are resolved at once).
+    pub fn upsert_service(&mut self, svc: Arc<CompiledService>) {
+        for b in &svc.backends {
+            self.resolve(b.endpoint.addr);
+        }
+        self.services.upsert(svc, self.cfg.worker);
+    }
+
     /// Queues an ARP request for `addr` (e.g. a new backend), once.
     pub fn resolve(&mut self, addr: Ipv4Addr) {
         if !self.neigh.contains_key(&addr)
@@ -246,9 +297,24 @@ impl Pipeline {
         }
     }
 
-    /// Takes the addresses to send ARP requests for.
-    pub fn drain_arp(&mut self) -> std::vec::Drain<'_, Ipv4Addr> {
-        self.arp_queue.drain(..)
+    /// Takes the next address to send an ARP request for.
+    pub fn next_arp(&mut self) -> Option<Ipv4Addr> {
+        self.arp_queue.pop()
+    }
+
+    /// A frame this pipeline forwarded (or, `answer`, answered) that never
+    /// got into a TX ring: it counts as a `tx_ring_full` drop instead, so
+    /// `rx = forwarded + answered + consumed + Σ drops` still holds and
+    /// `forwarded` counts only frames handed to the kernel.
+    pub fn unsent(&mut self, answer: bool) {
+        let c = &mut self.counters;
+        let from = if answer {
+            &mut c.answered
+        } else {
+            &mut c.forwarded
+        };
+        *from = from.saturating_sub(1);
+        c.drops[DropReason::TxRingFull.index()] += 1;
     }
 
     /// Builds an ARP request for `target` from the SNAT address into
@@ -459,10 +525,43 @@ impl Pipeline {
             tcp_flags,
             len: u32::from(ip.total_len),
         };
-        let hit = match looked {
+        let mut hit = match looked {
             Some(Some((id, dir))) if self.table.holds(id, dir, &key) => Some((id, dir)),
             _ => self.table.lookup(&key),
         };
+        // A packet that cannot be forwarded changes nothing (no flow, no
+        // state, no count against a backend): a router's answer.
+        if ip.ttl <= 1 {
+            if hit.is_none() && !self.owned.contains(&ip.dst) {
+                return Verdict::Drop(DropReason::NotOwned);
+            }
+            return match icmp_time_exceeded(buf, &ip) {
+                Ok(Some(len)) => {
+                    self.counters.time_exceeded += 1;
+                    Verdict::Answer(len)
+                }
+                Ok(None) => Verdict::Drop(DropReason::TtlExceeded),
+                Err(r) => Verdict::Drop(r),
+            };
+        }
+        if let Some((id, dir)) = hit {
+            if let Some(why) = self.ends_flow(id, dir, tcp_flags) {
+                self.retire(id, why);
+                hit = None;
+                let opens = tcp_flags & (tcp_flags::SYN | tcp_flags::ACK) == tcp_flags::SYN;
+                match (dir, key.proto) {
+                    // The backend's side of a flow that ended.
+                    (Direction::Reply, _) => return Verdict::Drop(DropReason::ReplyNoFlow),
+                    // The kernel's answer to a segment of a connection it
+                    // does not know.
+                    (Direction::Original, L4Proto::Tcp) if !opens => {
+                        return self.reject(buf, &ip, key.proto)
+                    }
+                    // A SYN or a datagram: scheduled afresh below.
+                    _ => {}
+                }
+            }
+        }
         let (id, dir) = match hit {
             Some((id, dir)) => {
                 if dir == Direction::Reply {
@@ -494,6 +593,62 @@ impl Pipeline {
             },
         };
         self.forward(buf, &ip, id, dir)
+    }
+
+    /// Whether IPVS's rules end the flow `id` at this packet (see the
+    /// module docs), and why. One read of the backend's state, from the
+    /// traffic-counter line the packet updates anyway.
+    #[inline]
+    fn ends_flow(&self, id: FlowId, dir: Direction, flags: u8) -> Option<Removal> {
+        let rules = self.cfg.rules;
+        let f = self.table.flow(id);
+        let dest = self
+            .services
+            .dest_state(f.service(), self.cfg.worker, f.backend_id());
+        // IPVS's is_new_conn(): a SYN without ACK, FIN or RST.
+        let all = tcp_flags::SYN | tcp_flags::ACK | tcp_flags::FIN | tcp_flags::RST;
+        let new_conn = f.proto() == L4Proto::Tcp
+            && dir == Direction::Original
+            && flags & all == tcp_flags::SYN;
+        match dest {
+            DestState::Removed if rules.expire_nodest_conn => Some(Removal::NoDest),
+            DestState::Quiesced if new_conn && rules.expire_nodest_conn => {
+                Some(Removal::Rescheduled)
+            }
+            _ if new_conn
+                && rules.conn_reuse_mode
+                && matches!(f.state(), FlowState::TimeWait | FlowState::Close) =>
+            {
+                Some(Removal::Rescheduled)
+            }
+            _ => None,
+        }
+    }
+
+    /// Ends a flow for `why`, keeping the connection counts right.
+    fn retire(&mut self, id: FlowId, why: Removal) {
+        let mut obs = ServiceCounts {
+            table: &self.services,
+            worker: self.cfg.worker,
+        };
+        self.table.retire(id, why, &mut obs);
+    }
+
+    /// kube-proxy's REJECT: a TCP RST or an ICMP port unreachable (counted
+    /// in `rejected`), or a drop when the packet may not be answered.
+    fn reject(&mut self, buf: &mut [u8], ip: &Ipv4, proto: L4Proto) -> Verdict {
+        let answer = match proto {
+            L4Proto::Tcp => tcp_reset(buf, ip),
+            _ => icmp_port_unreachable(buf, ip),
+        };
+        match answer {
+            Ok(Some(len)) => {
+                self.counters.rejected += 1;
+                Verdict::Answer(len)
+            }
+            Ok(None) => Verdict::Drop(DropReason::NoBackend),
+            Err(r) => Verdict::Drop(r),
+        }
     }
 
     /// Full-NAT rewrite of a tracked flow's packet.
@@ -552,7 +707,10 @@ impl Pipeline {
     ) -> Result<FlowId, Verdict> {
         let worker = self.cfg.worker;
         let Some(slot) = self.services.find(ip.dst, key.proto, key.dst_port) else {
-            return Err(Verdict::Drop(DropReason::NoService));
+            return Err(match self.cfg.unknown_port {
+                UnknownPort::Reject => self.reject(buf, ip, key.proto),
+                UnknownPort::Drop => Verdict::Drop(DropReason::NoService),
+            });
         };
         if !slot.svc.allows(ip.src) {
             return Err(Verdict::Drop(DropReason::SourceDenied));
@@ -563,6 +721,12 @@ impl Pipeline {
                 self.table.count_invalid();
                 return Err(Verdict::Drop(DropReason::TcpNoFlow));
             }
+        }
+        // Once per flow: a segment the backend would discard creates
+        // nothing.
+        if !l4_verifies(buf, ip) {
+            self.table.count_invalid();
+            return Err(Verdict::Drop(DropReason::L4BadChecksum));
         }
         let req = Request {
             client: key.source(),
@@ -587,6 +751,7 @@ impl Pipeline {
                     &req,
                     &svc.counts,
                     p,
+                    self.cfg.rules.expire_quiescent_template,
                     &mut self.table,
                     now,
                     &mut obs,
@@ -598,16 +763,7 @@ impl Pipeline {
             slot.sched = sched;
         }
         let Ok(i) = picked else {
-            self.counters.rejected += 1;
-            let reject = match key.proto {
-                L4Proto::Tcp => tcp_reset(buf, ip),
-                _ => icmp_port_unreachable(buf, ip),
-            };
-            return Err(match reject {
-                Ok(Some(len)) => Verdict::Answer(len),
-                Ok(None) => Verdict::Drop(DropReason::NoBackend),
-                Err(r) => Verdict::Drop(r),
-            });
+            return Err(self.reject(buf, ip, key.proto));
         };
         let b = svc.backends[i];
         // A port-0 service keeps the port the client asked for.
@@ -620,7 +776,7 @@ impl Pipeline {
             },
         };
         let snat = self
-            .snat_port(backend, key.proto)
+            .snat_port(backend, key.proto, now)
             .ok_or(Verdict::Drop(DropReason::SnatExhausted))?;
         let new = NewFlow {
             client: key.source(),
@@ -638,8 +794,20 @@ impl Pipeline {
         };
         // Both keys were just found free: the orig key missed above, the
         // reply key in snat_port.
-        match self.table.insert_new(&new, first, now, &mut obs) {
+        let evicted = self.table.stats().early_drop;
+        let inserted = self.table.insert_new(&new, first, now, &mut obs);
+        let table = &self.table;
+        if table.stats().early_drop != evicted || table.len() >= table.capacity() / 8 * 7 {
+            self.pressure_until = now + PRESSURE_HOLD;
+        }
+        match inserted {
             Ok(id) => {
+                // Under pressure (a SYN flood), handshakes that never
+                // complete leave sooner.
+                if now < self.pressure_until && self.table.flow(id).state() == FlowState::SynRecv {
+                    let secs = self.table.timeouts().syn_recv_pressure;
+                    self.table.shorten(id, secs);
+                }
                 self.counters.new_flows += 1;
                 svc.stats.conn(worker, b.id);
                 self.event(
@@ -657,29 +825,46 @@ impl Pipeline {
         }
     }
 
-    /// A free SNAT endpoint towards `backend`: the next of the
-    /// addresses × port slice whose reply key is not tracked, trying at
-    /// most [`SNAT_TRIES`].
-    fn snat_port(&mut self, backend: Endpoint, proto: L4Proto) -> Option<Endpoint> {
+    /// A SNAT endpoint towards `backend`, from the next of the addresses
+    /// × port slice on (the cursor goes round, so the endpoints it meets
+    /// are the ones used longest ago): the first whose reply key is not
+    /// tracked, trying at most [`SNAT_TRIES`]; or, once [`RECLAIM_AFTER`]
+    /// were tried, the first held by a flow that is only a handshake or
+    /// already closed ([`FlowState::is_reclaimable`]: a SYN flood's or
+    /// TIME_WAIT's), which is ended (counted as `reclaim`) to free it.
+    /// ESTABLISHED flows are never reclaimed.
+    fn snat_port(&mut self, backend: Endpoint, proto: L4Proto, now: u32) -> Option<Endpoint> {
         let range = self.cfg.snat_ports;
         let size = range.size();
         let total = size.saturating_mul(self.cfg.snat_addrs.len() as u32);
-        for _ in 0..SNAT_TRIES.min(total) {
+        let mut victim = None;
+        for tried in 0..SNAT_TRIES.min(total) {
+            if tried >= RECLAIM_AFTER && victim.is_some() {
+                break;
+            }
             let at = self.next_snat % total;
             self.next_snat = if at + 1 >= total { 0 } else { at + 1 };
             let snat = Endpoint {
                 addr: *self.cfg.snat_addrs.get((at / size) as usize)?,
                 port: (u32::from(range.first) + at % size) as u16,
             };
-            if self
-                .table
-                .lookup(&FlowKey::between(backend, snat, proto))
-                .is_none()
-            {
-                return Some(snat);
+            match self.table.lookup(&FlowKey::between(backend, snat, proto)) {
+                None => return Some(snat),
+                Some((id, _))
+                    if victim.is_none() && self.table.flow(id).state().is_reclaimable() =>
+                {
+                    victim = Some((id, snat, at));
+                }
+                Some(_) => {}
             }
         }
-        None
+        let (id, snat, at) = victim?;
+        // The search goes on from there: the endpoints after it were used
+        // after it, so reclaiming stays oldest first.
+        self.next_snat = if at + 1 >= total { 0 } else { at + 1 };
+        self.retire(id, Removal::Reclaimed);
+        self.pressure_until = now + PRESSURE_HOLD;
+        Some(snat)
     }
 
     /// An ICMP error about a tracked flow, translated like the flow.

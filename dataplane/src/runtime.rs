@@ -63,6 +63,9 @@ struct WorkerHandle {
     live: Arc<LiveCounters>,
     /// Control messages sent to it (compared with what it has applied).
     sent: AtomicU64,
+    /// Its AF_XDP sockets (for the kernel's statistics; valid while it
+    /// runs).
+    fds: Vec<i32>,
 }
 
 /// Sends updates to every worker and reads their snapshots.
@@ -97,6 +100,14 @@ impl DataplaneHandle {
         }
     }
 
+    /// Sets IPVS's reuse and removal rules and the unknown-port policy on
+    /// every worker (in force from their next packet).
+    pub fn set_rules(&self, rules: xvs_config::ConnRules, unknown_port: xvs_config::UnknownPort) {
+        for w in &self.workers {
+            self.send_to(w, Control::SetRules(rules, unknown_port));
+        }
+    }
+
     /// Removes a service from every worker.
     pub fn remove(&self, key: xvs_config::ServiceKey) {
         for w in &self.workers {
@@ -128,9 +139,19 @@ impl DataplaneHandle {
     }
 
     /// Every worker's counters, read from what the workers publish (no
-    /// round trip; at most one batch old).
+    /// round trip; at most one batch old), with what the kernel counted
+    /// on their sockets (asked here, not by the workers).
     pub fn counters(&self) -> Vec<CountersReading> {
-        self.workers.iter().map(|w| w.live.read()).collect()
+        self.workers
+            .iter()
+            .map(|w| {
+                let mut r = w.live.read();
+                for &fd in &w.fds {
+                    r.rings.add(&crate::xsk::RingStats::of_socket(fd));
+                }
+                r
+            })
+            .collect()
     }
 
     /// The flows matching `filter` on every worker, fetched chunk by
@@ -330,6 +351,7 @@ impl Dataplane {
         let mut events = Vec::new();
         for (w, (&queue, &core)) in i.queues.iter().zip(&i.cores).enumerate() {
             let port = XskPort::open(&ifnames, queue, zero_copy, default_program)?;
+            let fds = port.fds();
             for (k, st) in steerings.iter().enumerate() {
                 st.register_socket(queue, port.fd(k))?;
             }
@@ -342,6 +364,8 @@ impl Dataplane {
                     snat_ports: cfg.snat.worker_ports[w],
                     capacity: (cfg.conntrack.capacity / workers as u32).max(1),
                     timeouts: cfg.conntrack.timeouts,
+                    rules: cfg.conntrack.rules,
+                    unknown_port: cfg.vips.unknown_port,
                 },
                 clock(),
             );
@@ -352,10 +376,7 @@ impl Dataplane {
             pipeline.set_events(ev.clone());
             events.push(ev);
             for s in &services {
-                for b in &s.backends {
-                    pipeline.resolve(b.endpoint.addr);
-                }
-                pipeline.services.upsert(s.clone());
+                pipeline.upsert_service(s.clone());
             }
             let (tx, rx) = bounded(CONTROL_QUEUE);
             // SAFETY: plain syscall; the fd is closed when the handle drops.
@@ -390,12 +411,17 @@ impl Dataplane {
                 ring: peers.as_ref().map(|p| p.rings[w].clone()),
                 live,
                 sent: AtomicU64::new(0),
+                fds,
             });
         }
         Ok(Dataplane {
             handle: DataplaneHandle { workers: handles },
             steerings,
-            ifname: i.client.clone(),
+            ifname: match &ifnames[..] {
+                [one] => (*one).to_owned(),
+                [client, backend, ..] => format!("{client} (clients) and {backend} (backends)"),
+                [] => String::new(),
+            },
             compiled: services.iter().map(|s| (s.key, s.clone())).collect(),
             events,
             next_id: services.len() as u32 + 1,
@@ -422,11 +448,10 @@ impl Dataplane {
         for w in &self.handle.workers {
             self.handle.send_to(w, Control::Own(svc.key.vip));
         }
-        let mut compiled = CompiledService::new(id, svc, self.workers, None);
-        if let Some(p) = &prev {
-            compiled.carry_over(p);
-        }
-        let compiled = Arc::new(compiled);
+        let compiled = Arc::new(match &prev {
+            Some(p) => CompiledService::update(p, svc, self.handle.applied(), None),
+            None => CompiledService::new(id, svc, self.workers, None),
+        });
         self.compiled.insert(svc.key, compiled.clone());
         self.handle.upsert(compiled);
         Ok(())
@@ -456,7 +481,7 @@ impl Dataplane {
         &self.handle
     }
 
-    /// The interface it serves.
+    /// The interface it serves (two-arm: both, with their roles).
     pub fn interface(&self) -> &str {
         &self.ifname
     }

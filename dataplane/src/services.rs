@@ -4,12 +4,24 @@
 //! services.
 //!
 //! A service is compiled once by the control plane ([`CompiledService::new`],
-//! O(that service): the Maglev table is built here) and shared by every
-//! worker through an `Arc`; each worker keeps its own copy of the
-//! scheduler's state (cursors, random generator). Replacing one service
-//! touches only its entry. Invariant: backend ids are indexes into the
-//! service's `backends` and its `counts`.
+//! [`CompiledService::update`]: O(that service); the Maglev table is built
+//! here) and shared by every worker through an `Arc`; each worker keeps its
+//! own copy of the scheduler's state (cursors, random generator). Replacing
+//! one service touches only its entry.
+//!
+//! Backend identity: a backend keeps its id for the life of its service,
+//! whatever else changes in its list (IPVS's `struct ip_vs_dest`); flows,
+//! connection counts and traffic counters refer to the id, never to a
+//! position. A removed backend's id stays reserved while flows to it may
+//! exist (it is re-used only once every worker has applied its removal
+//! and its counts show no flow), and a backend added back with the same
+//! address and port gets its old id back, as IPVS takes a destination
+//! back from its trash. Invariant: `ids[b.id]` is `b.endpoint` for every
+//! backend, and the counts and counters cover every id of `ids`. The
+//! traffic of ids given to another backend is kept in `retired`, so the
+//! service's totals never go back.
 
+use std::collections::HashMap as StdHashMap;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
@@ -19,11 +31,14 @@ use xvs_config::{Protocol, Service, ServiceKey};
 use xvs_conntrack::{Endpoint, L4Proto, Observer};
 
 use crate::sched::{ConnCounts, MaglevParams, Persist, SchedBackend, Scheduler, DEFAULT_SEED};
-use crate::traffic::TrafficStats;
+use crate::traffic::{DestState, TrafficStats, TrafficTotals};
 
 /// Service ids above this get no per-packet traffic counters (the
 /// counters are found by id in a dense array).
 const MAX_STATS_ID: u32 = 1 << 24;
+
+/// Backend ids the counters of a new service cover at least.
+const MIN_ID_CAPACITY: usize = 4;
 
 /// A service ready for the data plane.
 #[derive(Debug)]
@@ -32,14 +47,19 @@ pub struct CompiledService {
     pub id: u32,
     /// What identifies it.
     pub key: ServiceKey,
-    /// Backends (ids are their indexes).
+    /// Backends, in the service's order, with their stable ids.
     pub backends: Vec<SchedBackend>,
+    /// The endpoint each backend id stands for (index = id): the live
+    /// backends and removed ones whose id is not re-used yet.
+    pub ids: Vec<Endpoint>,
     /// The scheduler as built; workers clone it.
     pub scheduler: Scheduler,
     /// Global connection counts of its backends.
     pub counts: Arc<ConnCounts>,
     /// Traffic counters of its backends (`--stats`).
     pub stats: TrafficStats,
+    /// Traffic of backend ids since given to other backends.
+    pub retired: TrafficTotals,
     /// Client persistence.
     pub persist: Option<Persist>,
     /// Allowed client ranges (empty = all).
@@ -54,27 +74,142 @@ pub fn l4(p: Protocol) -> L4Proto {
     }
 }
 
+fn endpoint_of(b: &xvs_config::Backend) -> Endpoint {
+    Endpoint {
+        addr: b.address,
+        port: b.port,
+    }
+}
+
 impl CompiledService {
-    /// Compiles `svc` for `workers` workers.
+    /// Compiles `svc`, a new service, for `workers` workers.
     pub fn new(
         id: u32,
         svc: &Service,
         workers: usize,
         maglev_seed: Option<u64>,
     ) -> CompiledService {
-        let backends: Vec<SchedBackend> = svc
+        let ids: Vec<Endpoint> = svc.backends.iter().map(endpoint_of).collect();
+        let capacity = ids.len().max(MIN_ID_CAPACITY);
+        let backends = svc
             .backends
             .iter()
             .enumerate()
             .map(|(i, b)| SchedBackend {
                 id: i as u32,
-                endpoint: Endpoint {
-                    addr: b.address,
-                    port: b.port,
-                },
+                endpoint: endpoint_of(b),
                 weight: b.weight,
             })
             .collect();
+        Self::assemble(
+            id,
+            svc,
+            backends,
+            ids,
+            ConnCounts::new(workers, capacity),
+            TrafficStats::new(workers, capacity),
+            TrafficTotals::default(),
+            maglev_seed,
+        )
+    }
+
+    /// Compiles `svc`, the next version of `prev` (same key, same id):
+    /// backends keep their ids (matched by address and port, also against
+    /// removed ones whose id is still reserved); a new backend takes the
+    /// id of a removed one when `settled` (every worker has applied every
+    /// version sent so far) and no flow to it is left, else a fresh id.
+    /// The counts and counters are `prev`'s, or larger arrays when the ids
+    /// outgrow them (each worker adopts its row when it applies this one).
+    pub fn update(
+        prev: &CompiledService,
+        svc: &Service,
+        settled: bool,
+        maglev_seed: Option<u64>,
+    ) -> CompiledService {
+        let mut ids = prev.ids.clone();
+        let mut retired = prev.retired;
+        let by_endpoint: StdHashMap<Endpoint, u32> = ids
+            .iter()
+            .enumerate()
+            .map(|(id, e)| (*e, id as u32))
+            .collect();
+        let mut taken = vec![false; ids.len()];
+        let mut found: Vec<Option<u32>> = svc
+            .backends
+            .iter()
+            .map(|b| {
+                let id = *by_endpoint.get(&endpoint_of(b))?;
+                (!std::mem::replace(&mut taken[id as usize], true)).then_some(id)
+            })
+            .collect();
+        // Ids free for re-use: not listed any more and without flows.
+        let mut reusable = (0..ids.len() as u32)
+            .filter(|&id| settled && !taken[id as usize] && prev.counts.flows(id) == 0);
+        for (slot, b) in found.iter_mut().zip(&svc.backends) {
+            if slot.is_some() {
+                continue;
+            }
+            let id = match reusable.next() {
+                Some(id) => {
+                    retired.add(&prev.stats.take(id));
+                    ids[id as usize] = endpoint_of(b);
+                    id
+                }
+                None => {
+                    ids.push(endpoint_of(b));
+                    ids.len() as u32 - 1
+                }
+            };
+            *slot = Some(id);
+        }
+        let backends = svc
+            .backends
+            .iter()
+            .zip(found)
+            .map(|(b, id)| SchedBackend {
+                id: id.unwrap_or_default(),
+                endpoint: endpoint_of(b),
+                weight: b.weight,
+            })
+            .collect();
+        let (counts, stats) = if ids.len() <= prev.stats.backends() {
+            (prev.counts.clone(), prev.stats.clone())
+        } else {
+            // Larger arrays; readers see a copy at once, each worker
+            // copies its own row exactly when it applies this version.
+            let workers = prev.counts.workers();
+            let capacity = ids.len().next_power_of_two();
+            let counts = ConnCounts::new(workers, capacity);
+            let stats = TrafficStats::new(workers, capacity);
+            for w in 0..workers {
+                counts.adopt_row(&prev.counts, w);
+                stats.adopt_row(&prev.stats, w);
+            }
+            (counts, stats)
+        };
+        Self::assemble(
+            prev.id,
+            svc,
+            backends,
+            ids,
+            counts,
+            stats,
+            retired,
+            maglev_seed,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        id: u32,
+        svc: &Service,
+        backends: Vec<SchedBackend>,
+        ids: Vec<Endpoint>,
+        counts: Arc<ConnCounts>,
+        stats: TrafficStats,
+        retired: TrafficTotals,
+        maglev_seed: Option<u64>,
+    ) -> CompiledService {
         let maglev = MaglevParams {
             size: svc.maglev_table_size(),
             seed: maglev_seed.unwrap_or(DEFAULT_SEED),
@@ -83,8 +218,10 @@ impl CompiledService {
         CompiledService {
             id,
             key: svc.key,
-            counts: ConnCounts::new(workers, backends.len()),
-            stats: TrafficStats::new(workers, backends.len()),
+            counts,
+            stats,
+            retired,
+            ids,
             backends,
             scheduler,
             persist: svc.persistence.map(|p| Persist {
@@ -97,21 +234,20 @@ impl CompiledService {
         }
     }
 
-    /// Keeps `prev`'s connection counts and traffic counters when the
-    /// backends are the same endpoints in the same order (an edit of
-    /// weights, scheduler or persistence): flows of `prev` keep reporting
-    /// to the counts the scheduler reads. Otherwise they start at zero.
-    pub fn carry_over(&mut self, prev: &CompiledService) {
-        let same = prev.backends.len() == self.backends.len()
-            && prev
-                .backends
-                .iter()
-                .zip(&self.backends)
-                .all(|(a, b)| a.endpoint == b.endpoint);
-        if same {
-            self.counts = prev.counts.clone();
-            self.stats = prev.stats.clone();
+    /// The backend with address and port `endpoint`, if listed.
+    pub fn backend(&self, endpoint: Endpoint) -> Option<&SchedBackend> {
+        self.backends.iter().find(|b| b.endpoint == endpoint)
+    }
+
+    /// The service's totals: every id's counters, plus those of ids since
+    /// given to other backends (they never go back when a backend
+    /// leaves).
+    pub fn totals(&self) -> TrafficTotals {
+        let mut t = self.retired;
+        for id in 0..self.ids.len() as u32 {
+            t.add(&self.stats.backend(id));
         }
+        t
     }
 
     /// Whether a client may use the service.
@@ -150,8 +286,11 @@ fn key_of(k: &ServiceKey) -> (Ipv4Addr, L4Proto, u16) {
 }
 
 impl ServiceTable {
-    /// Adds or replaces a service (by key).
-    pub fn upsert(&mut self, svc: Arc<CompiledService>) {
+    /// Adds or replaces a service (by key), as worker `worker` applies
+    /// it: a new version of the same service takes over this worker's
+    /// row of counts and counters (when its arrays are new) and sets the
+    /// row's view of every backend id.
+    pub fn upsert(&mut self, svc: Arc<CompiledService>, worker: usize) {
         let k = key_of(&svc.key);
         if let Some(old) = self.by_key.get(&k) {
             self.by_id.remove(&old.svc.id);
@@ -159,8 +298,12 @@ impl ServiceTable {
                 if let Some(t) = self.traffic.get_mut(old.svc.id as usize) {
                     *t = None;
                 }
+            } else {
+                svc.counts.adopt_row(&old.svc.counts, worker);
+                svc.stats.adopt_row(&old.svc.stats, worker);
             }
         }
+        svc.stats.set_states(worker, &svc.backends);
         self.by_id.insert(svc.id, k);
         if svc.id < MAX_STATS_ID {
             let i = svc.id as usize;
@@ -188,6 +331,14 @@ impl ServiceTable {
     #[inline]
     pub fn traffic(&self, id: u32) -> Option<&TrafficStats> {
         self.traffic.get(id as usize)?.as_ref()
+    }
+
+    /// This worker's view of backend `backend_id` of service `service`:
+    /// removed when the service itself is gone.
+    #[inline]
+    pub fn dest_state(&self, service: u32, worker: usize, backend_id: u32) -> DestState {
+        self.traffic(service)
+            .map_or(DestState::Removed, |t| t.state(worker, backend_id))
     }
 
     /// The service for (vip, proto, port), else the port-0 one of the VIP.
@@ -234,5 +385,99 @@ impl Observer for ServiceCounts<'_> {
                 .counts
                 .add(self.worker, backend_id, d_active, d_inactive);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xvs_config::{Backend, ForwardMethod};
+
+    fn svc(hosts: &[u8]) -> Service {
+        let mut s = Service::new(ServiceKey {
+            vip: Ipv4Addr::new(198, 19, 0, 1),
+            protocol: Protocol::Tcp,
+            port: 80,
+        });
+        s.backends = hosts
+            .iter()
+            .map(|&h| Backend {
+                address: Ipv4Addr::new(198, 18, 1, h),
+                port: 8080,
+                weight: 1,
+                forward: ForwardMethod::Masq,
+            })
+            .collect();
+        s
+    }
+
+    fn ids(c: &CompiledService) -> Vec<u32> {
+        c.backends.iter().map(|b| b.id).collect()
+    }
+
+    #[test]
+    fn deleting_a_backend_keeps_the_others_ids_and_counters() {
+        let v1 = CompiledService::new(7, &svc(&[10, 11, 12]), 2, None);
+        assert_eq!(ids(&v1), [0, 1, 2]);
+        v1.stats.conn(0, 2);
+        v1.counts.add(1, 1, 1, 0);
+        let v2 = CompiledService::update(&v1, &svc(&[10, 12]), true, None);
+        assert_eq!(ids(&v2), [0, 2], "the third keeps id 2");
+        assert_eq!(v2.id, 7);
+        assert_eq!(v2.stats.backend(2).conns, 1, "its counters follow it");
+        // Backend 11 still has a flow: its id stays reserved.
+        let v3 = CompiledService::update(&v2, &svc(&[10, 12, 13]), true, None);
+        assert_eq!(ids(&v3), [0, 2, 3]);
+        // Added back while reserved: the old id, as IPVS's trash.
+        let v4 = CompiledService::update(&v3, &svc(&[10, 11, 12, 13]), true, None);
+        assert_eq!(ids(&v4), [0, 1, 2, 3]);
+        assert_eq!(v4.counts.active(1), 1);
+    }
+
+    #[test]
+    fn an_id_is_reused_only_when_settled_and_without_flows() {
+        let v1 = CompiledService::new(1, &svc(&[10, 11, 12, 13]), 1, None);
+        v1.stats.packet(0, 1, 0, 1000);
+        let before = v1.totals();
+        let v2 = CompiledService::update(&v1, &svc(&[10, 12, 13]), true, None);
+        // Not settled: a worker may still send flows to 11.
+        let v3 = CompiledService::update(&v2, &svc(&[10, 12, 13, 14]), false, None);
+        assert_eq!(ids(&v3), [0, 2, 3, 4]);
+        assert_eq!(v3.stats.backends(), 8, "the arrays grew");
+        assert_eq!(v3.totals(), before);
+        // Settled and no flow left: 14 would take id 1 now.
+        let v4 = CompiledService::update(&v2, &svc(&[10, 12, 13, 14]), true, None);
+        assert_eq!(ids(&v4), [0, 2, 3, 1]);
+        assert!(v4.stats.backend(1).is_zero(), "the new backend starts at 0");
+        assert_eq!(
+            v4.totals(),
+            before,
+            "the service's totals keep the old traffic"
+        );
+        assert_eq!(v4.ids[1].addr, Ipv4Addr::new(198, 18, 1, 14));
+    }
+
+    #[test]
+    fn a_worker_adopts_its_row_and_sees_removed_backends() {
+        let v1 = Arc::new(CompiledService::new(1, &svc(&[10, 11]), 1, None));
+        let mut t = ServiceTable::default();
+        t.upsert(v1.clone(), 0);
+        v1.counts.add(0, 1, 0, 1);
+        v1.stats.conn(0, 1);
+        assert_eq!(t.dest_state(1, 0, 1), DestState::Available);
+        let mut grown = svc(&[10, 12, 13, 14, 15]);
+        grown.backends[0].weight = 0;
+        let v2 = Arc::new(CompiledService::update(&v1, &grown, false, None));
+        assert!(!Arc::ptr_eq(&v1.counts, &v2.counts));
+        // The worker's own row moves when it applies the version.
+        v1.counts.add(0, 1, 1, -1);
+        t.upsert(v2.clone(), 0);
+        assert_eq!((v2.counts.active(1), v2.counts.inactive(1)), (1, 0));
+        assert_eq!(v2.stats.backend(1).conns, 1);
+        assert_eq!(t.dest_state(1, 0, 0), DestState::Quiesced);
+        assert_eq!(t.dest_state(1, 0, 1), DestState::Removed);
+        assert_eq!(t.dest_state(1, 0, 5), DestState::Available);
+        t.remove(&v2.key);
+        assert_eq!(t.dest_state(1, 0, 0), DestState::Removed, "service gone");
     }
 }

@@ -7,11 +7,36 @@
 //! stores. Readers sum the rows; a sum may be one packet stale, never
 //! lose one. Unknown workers or backend ids are ignored (never a panic on
 //! the packet path).
+//!
+//! The cell also holds what the worker's own service version says of the
+//! backend ([`DestState`]: available, quiesced, removed), written by that
+//! worker when it applies a version: the packet path reads it from the
+//! line it updates anyway, to apply IPVS's rules for flows whose backend
+//! was quiesced or removed.
+//!
+//! Ids are stable for the life of a service (see [`crate::services`]); the
+//! arrays cover every id in use and grow when a version needs more: each
+//! worker then copies its own row into the new arrays when it applies
+//! that version ([`TrafficStats::adopt_row`]), so no count is lost.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
+
+use crate::sched::SchedBackend;
+
+/// What a worker's service version says of a backend id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum DestState {
+    /// Not in the service (removed, or the service itself is gone).
+    Removed = 0,
+    /// In the service with weight 0: no new flows.
+    Quiesced = 1,
+    /// In the service with a weight.
+    Available = 2,
+}
 
 /// One backend's counters on one worker.
 #[derive(Debug, Default)]
@@ -19,6 +44,7 @@ struct Cell {
     conns: AtomicU64,
     pkts: [AtomicU64; 2],
     bytes: [AtomicU64; 2],
+    state: AtomicU8,
 }
 
 /// A sum over workers.
@@ -33,6 +59,11 @@ pub struct TrafficTotals {
 }
 
 impl TrafficTotals {
+    /// Whether every counter is zero.
+    pub fn is_zero(&self) -> bool {
+        *self == TrafficTotals::default()
+    }
+
     /// Adds another total.
     pub fn add(&mut self, o: &TrafficTotals) {
         self.conns += o.conns;
@@ -54,7 +85,8 @@ pub struct TrafficStats {
 }
 
 impl TrafficStats {
-    /// Counters for backend ids `0..backends` on `workers` workers.
+    /// Counters for backend ids `0..backends` on `workers` workers, every
+    /// id [`DestState::Removed`] until a worker sets its row's states.
     pub fn new(workers: usize, backends: usize) -> TrafficStats {
         let cells = (0..workers.max(1) * backends)
             .map(|_| CachePadded::default())
@@ -68,6 +100,82 @@ impl TrafficStats {
     /// Backend ids covered.
     pub fn backends(&self) -> usize {
         self.backends as usize
+    }
+
+    fn workers(&self) -> usize {
+        self.cells.len() / (self.backends.max(1) as usize)
+    }
+
+    /// Whether `other` is the same shared array.
+    pub fn same(&self, other: &TrafficStats) -> bool {
+        Arc::ptr_eq(&self.cells, &other.cells)
+    }
+
+    /// Sets `worker`'s view of every id from its service version's
+    /// `backends`: the ones listed are available (or quiesced at weight
+    /// 0), every other id is removed. O(ids); the worker's thread only.
+    pub fn set_states(&self, worker: usize, backends: &[SchedBackend]) {
+        for id in 0..self.backends {
+            if let Some(c) = self.cell(worker, id) {
+                c.state.store(DestState::Removed as u8, Relaxed);
+            }
+        }
+        for b in backends {
+            if let Some(c) = self.cell(worker, b.id) {
+                let s = if b.weight > 0 {
+                    DestState::Available
+                } else {
+                    DestState::Quiesced
+                };
+                c.state.store(s as u8, Relaxed);
+            }
+        }
+    }
+
+    /// `worker`'s view of backend `id` (removed when unknown).
+    #[inline]
+    pub fn state(&self, worker: usize, id: u32) -> DestState {
+        match self.cell(worker, id).map(|c| c.state.load(Relaxed)) {
+            Some(2) => DestState::Available,
+            Some(1) => DestState::Quiesced,
+            _ => DestState::Removed,
+        }
+    }
+
+    /// Copies `worker`'s row of `from` (an earlier version's counters)
+    /// into this array, when the two differ: the worker's thread only,
+    /// when it applies the version that holds this array, so the copy is
+    /// exact (it is the only writer of its row).
+    pub fn adopt_row(&self, from: &TrafficStats, worker: usize) {
+        if self.same(from) {
+            return;
+        }
+        for id in 0..self.backends.min(from.backends) {
+            if let (Some(to), Some(c)) = (self.cell(worker, id), from.cell(worker, id)) {
+                to.conns.store(c.conns.load(Relaxed), Relaxed);
+                for d in 0..2 {
+                    to.pkts[d].store(c.pkts[d].load(Relaxed), Relaxed);
+                    to.bytes[d].store(c.bytes[d].load(Relaxed), Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Backend `id`'s totals over every worker, then zeroes them (for an
+    /// id given to another backend: no worker has a flow to it, so none
+    /// writes its cells meanwhile).
+    pub fn take(&self, id: u32) -> TrafficTotals {
+        let t = self.backend(id);
+        for w in 0..self.workers() {
+            if let Some(c) = self.cell(w, id) {
+                c.conns.store(0, Relaxed);
+                for d in 0..2 {
+                    c.pkts[d].store(0, Relaxed);
+                    c.bytes[d].store(0, Relaxed);
+                }
+            }
+        }
+        t
     }
 
     #[inline]
@@ -107,8 +215,7 @@ impl TrafficStats {
     /// Backend `id`'s totals over every worker.
     pub fn backend(&self, id: u32) -> TrafficTotals {
         let mut t = TrafficTotals::default();
-        let workers = self.cells.len() / (self.backends.max(1) as usize);
-        for w in 0..workers {
+        for w in 0..self.workers() {
             if let Some(c) = self.cell(w, id) {
                 t.conns += c.conns.load(Relaxed);
                 for i in 0..2 {
@@ -147,5 +254,57 @@ mod tests {
         assert_eq!(s.backend(0), TrafficTotals::default());
         assert_eq!(s.backends(), 3);
         assert!(std::mem::align_of::<CachePadded<Cell>>() >= 64);
+    }
+
+    fn backend(id: u32, weight: u32) -> SchedBackend {
+        SchedBackend {
+            id,
+            endpoint: xvs_conntrack::Endpoint {
+                addr: std::net::Ipv4Addr::new(198, 18, 1, 10 + id as u8),
+                port: 80,
+            },
+            weight,
+        }
+    }
+
+    #[test]
+    fn states_are_per_worker_and_unlisted_ids_are_removed() {
+        let s = TrafficStats::new(2, 4);
+        assert_eq!(s.state(0, 0), DestState::Removed, "before any version");
+        s.set_states(0, &[backend(0, 1), backend(2, 0)]);
+        assert_eq!(s.state(0, 0), DestState::Available);
+        assert_eq!(s.state(0, 1), DestState::Removed);
+        assert_eq!(s.state(0, 2), DestState::Quiesced);
+        assert_eq!(
+            s.state(1, 0),
+            DestState::Removed,
+            "worker 1 has not applied"
+        );
+        assert_eq!(s.state(0, 99), DestState::Removed);
+        s.set_states(0, &[backend(2, 1)]);
+        assert_eq!(
+            s.state(0, 0),
+            DestState::Removed,
+            "removed by a later version"
+        );
+        assert_eq!(s.state(0, 2), DestState::Available);
+    }
+
+    #[test]
+    fn a_grown_array_adopts_each_row_and_take_zeroes() {
+        let old = TrafficStats::new(2, 2);
+        old.conn(0, 1);
+        old.packet(1, 1, 0, 100);
+        let new = TrafficStats::new(2, 8);
+        new.adopt_row(&old, 0);
+        assert_eq!(new.backend(1).conns, 1);
+        assert_eq!(new.backend(1).pkts, [0, 0], "row 1 not adopted yet");
+        new.adopt_row(&old, 1);
+        assert_eq!(new.backend(1), old.backend(1));
+        // Adopting itself changes nothing.
+        new.adopt_row(&new.clone(), 0);
+        assert_eq!(new.backend(1).conns, 1);
+        assert_eq!(new.take(1).bytes, [100, 0]);
+        assert!(new.backend(1).is_zero());
     }
 }

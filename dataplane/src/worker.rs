@@ -28,7 +28,7 @@ use xvs_conntrack::{Direction, Filter, FlowId, FlowInfo};
 use crate::counters::{CountersReading, LiveCounters};
 use crate::pipeline::{Counters, Pipeline, Prepared, Side, Verdict};
 use crate::services::CompiledService;
-use crate::xsk::{XskPort, BATCH};
+use crate::xsk::{RingStats, XskPort, BATCH};
 
 /// Empty polls before an adaptive worker sleeps.
 const SPIN_BEFORE_SLEEP: u32 = 256;
@@ -36,6 +36,9 @@ const SPIN_BEFORE_SLEEP: u32 = 256;
 const SLEEP_MS: i32 = 100;
 /// Conntrack entries examined per loop iteration.
 const EXPIRY_BUDGET: u32 = 256;
+/// Frames a side keeps waiting for its TX ring, retried on the next loop
+/// iterations; beyond this they are dropped, counted (`tx_ring_full`).
+const TX_BACKLOG: usize = 2 * BATCH;
 /// Flow-table slots one dump or delete request walks (bounded pause).
 const CHUNK_SLOTS: u32 = 16_384;
 
@@ -107,6 +110,8 @@ pub enum Control {
     },
     /// New conntrack timeouts (flows take them at their next transition).
     SetTimeouts(xvs_conntrack::Timeouts),
+    /// New reuse and removal rules and unknown-port policy.
+    SetRules(xvs_config::ConnRules, xvs_config::UnknownPort),
     /// Stop the worker.
     Stop,
 }
@@ -132,6 +137,10 @@ pub struct Snapshot {
     pub idle: u64,
     /// Frames sent.
     pub tx: u64,
+    /// ARP requests built and sent (among `tx`).
+    pub arp_requests: u64,
+    /// The kernel's statistics of the worker's AF_XDP sockets.
+    pub rings: RingStats,
     /// Frames received on this queue but owned by another worker, handed
     /// over.
     pub handed_off: u64,
@@ -157,6 +166,34 @@ pub struct WorkerLinks {
     pub live: Arc<LiveCounters>,
 }
 
+/// Frames waiting for one side's TX ring, in order, with whether each is
+/// an answer (else a forwarded frame): a frame that never gets into the
+/// ring is taken back out of the count it was in.
+struct Outbox {
+    frames: Vec<FrameDesc>,
+    answers: Vec<bool>,
+}
+
+impl Outbox {
+    fn new() -> Outbox {
+        Outbox {
+            frames: Vec::with_capacity(TX_BACKLOG + 2 * BATCH),
+            answers: Vec::with_capacity(TX_BACKLOG + 2 * BATCH),
+        }
+    }
+
+    fn push(&mut self, desc: FrameDesc, answer: bool) {
+        self.frames.push(desc);
+        self.answers.push(answer);
+    }
+
+    /// The first `n` frames went into the ring.
+    fn sent(&mut self, n: usize) {
+        self.frames.drain(..n);
+        self.answers.drain(..n);
+    }
+}
+
 /// Everything a worker thread owns.
 pub struct Worker {
     /// Index.
@@ -180,6 +217,7 @@ pub struct Worker {
     busy: u64,
     idle: u64,
     tx: u64,
+    arp_requests: u64,
     handed_off: u64,
     handoff_full: u64,
     handed_in: u64,
@@ -210,6 +248,7 @@ impl Worker {
             busy: 0,
             idle: 0,
             tx: 0,
+            arp_requests: 0,
             handed_off: 0,
             handoff_full: 0,
             handed_in: 0,
@@ -221,6 +260,9 @@ impl Worker {
         self.live.publish(&CountersReading {
             pipeline: *self.pipeline.counters(),
             tx: self.tx,
+            arp_requests: self.arp_requests,
+            conntrack: self.pipeline.table.stats(),
+            rings: RingStats::default(),
             busy: self.busy,
             idle: self.idle,
             flows: u64::from(self.pipeline.table.len()),
@@ -241,6 +283,8 @@ impl Worker {
             busy: self.busy,
             idle: self.idle,
             tx: self.tx,
+            arp_requests: self.arp_requests,
+            rings: self.port.ring_stats(),
             handed_off: self.handed_off,
             handoff_full: self.handoff_full,
             handed_in: self.handed_in,
@@ -252,12 +296,7 @@ impl Worker {
     fn control(&mut self) -> bool {
         while let Ok(msg) = self.control.try_recv() {
             match msg {
-                Control::Upsert(svc) => {
-                    for b in &svc.backends {
-                        self.pipeline.resolve(b.endpoint.addr);
-                    }
-                    self.pipeline.services.upsert(svc);
-                }
+                Control::Upsert(svc) => self.pipeline.upsert_service(svc),
                 Control::Remove(key) => self.pipeline.services.remove(&key),
                 Control::Own(a) => self.pipeline.own(a),
                 Control::Disown(a) => self.pipeline.disown(a),
@@ -285,6 +324,7 @@ impl Worker {
                     let _ = reply.send(self.pipeline.delete_matching(&filter, cursor, CHUNK_SLOTS));
                 }
                 Control::SetTimeouts(t) => self.pipeline.table.set_timeouts(t),
+                Control::SetRules(r, u) => self.pipeline.set_rules(r, u),
                 Control::Stop => return false,
             }
             self.live.applied_one();
@@ -303,8 +343,7 @@ impl Worker {
     /// Runs until stopped; returns the final snapshot.
     pub fn run(mut self, clock: impl Fn() -> u32) -> Snapshot {
         let mut rx = vec![FrameDesc::default(); BATCH];
-        let mut outs: [Vec<FrameDesc>; 2] =
-            [Vec::with_capacity(BATCH * 2), Vec::with_capacity(BATCH * 2)];
+        let mut outs: [Outbox; 2] = [Outbox::new(), Outbox::new()];
         let mut drop: Vec<FrameDesc> = Vec::with_capacity(BATCH);
         let mut empty_streak = 0u32;
         loop {
@@ -335,17 +374,10 @@ impl Worker {
             }
             self.port.release(&drop);
             drop.clear();
-            self.send_arp(&mut outs[1]);
-            for (side, out) in [Side::Client, Side::Backend]
-                .into_iter()
-                .zip(outs.iter_mut())
-            {
-                if !out.is_empty() {
-                    let sock = self.sock_of(side);
-                    self.tx += self.port.transmit(sock, out) as u64;
-                    out.clear();
-                }
+            for side in [Side::Client, Side::Backend] {
+                self.transmit(side, &mut outs[side as usize], TX_BACKLOG);
             }
+            self.send_arp();
             self.pipeline.advance(now, EXPIRY_BUDGET);
             if got > 0 {
                 empty_streak = 0;
@@ -363,8 +395,33 @@ impl Worker {
                 empty_streak = 0;
             }
         }
+        // What never got into a ring is dropped, counted.
+        for side in [Side::Client, Side::Backend] {
+            self.transmit(side, &mut outs[side as usize], 0);
+        }
         self.publish();
         self.snapshot()
+    }
+
+    /// Puts what it can of `out` into `side`'s TX ring; keeps at most
+    /// `backlog` frames for the next iteration and drops the newest of
+    /// the rest, each counted as `tx_ring_full` instead of what it was.
+    fn transmit(&mut self, side: Side, out: &mut Outbox, backlog: usize) {
+        if out.frames.is_empty() {
+            return;
+        }
+        let sock = self.sock_of(side);
+        let n = self.port.transmit(sock, &out.frames);
+        self.tx += n as u64;
+        out.sent(n);
+        if out.frames.len() > backlog {
+            for &answer in &out.answers[backlog..] {
+                self.pipeline.unsent(answer);
+            }
+            self.port.release(&out.frames[backlog..]);
+            out.frames.truncate(backlog);
+            out.answers.truncate(backlog);
+        }
     }
 
     /// Runs a batch through the pipeline: frames for another worker are
@@ -378,7 +435,7 @@ impl Worker {
         ingress: Side,
         from_port: bool,
         now: u32,
-        outs: &mut [Vec<FrameDesc>; 2],
+        outs: &mut [Outbox; 2],
         drop: &mut Vec<FrameDesc>,
     ) {
         self.keep.clear();
@@ -410,9 +467,9 @@ impl Worker {
                     pipeline.process_prepared(ingress, buf, len, now, &prep, looked)
                 })
             };
-            let (len, side) = match verdict {
-                Verdict::Forward { len, to } => (len, to),
-                Verdict::Answer(len) => (len, ingress),
+            let (len, side, answer) = match verdict {
+                Verdict::Forward { len, to } => (len, to, false),
+                Verdict::Answer(len) => (len, ingress, true),
                 Verdict::Consumed | Verdict::Drop(_) => {
                     drop.push(*desc);
                     continue;
@@ -420,7 +477,7 @@ impl Worker {
             };
             // SAFETY: as above; the frame is about to be sent.
             unsafe { self.port.set_len(desc, len) };
-            outs[side as usize].push(*desc);
+            outs[side as usize].push(*desc, answer);
         }
     }
 
@@ -516,30 +573,46 @@ impl Worker {
         Some((desc, frame.side))
     }
 
-    /// Builds the ARP requests the pipeline queued into free frames,
-    /// appended to `out` for transmission.
-    fn send_arp(&mut self, out: &mut Vec<FrameDesc>) {
-        let targets: Vec<std::net::Ipv4Addr> = self.pipeline.drain_arp().collect();
-        if targets.is_empty() {
-            return;
-        }
-        for t in targets {
-            let Some(mut desc) = self.port.alloc() else {
-                break;
-            };
-            let pipeline = &self.pipeline;
-            // SAFETY: a free frame of this port, referenced nowhere else.
-            let len = unsafe {
-                self.port
-                    .with_frame(&mut desc, |buf, _| pipeline.build_arp_request(buf, t))
-            };
-            match len {
-                Some(len) => {
-                    // SAFETY: as above.
-                    unsafe { self.port.set_len(&mut desc, len) };
-                    out.push(desc);
+    /// Builds the ARP requests the pipeline queued into free frames and
+    /// sends them on the backend side; one the TX ring cannot take is
+    /// released (the next packet to that next hop asks again).
+    fn send_arp(&mut self) {
+        let mut frames = [FrameDesc::default(); 8];
+        loop {
+            let mut n = 0;
+            while n < frames.len() {
+                let Some(target) = self.pipeline.next_arp() else {
+                    break;
+                };
+                let Some(mut desc) = self.port.alloc() else {
+                    break;
+                };
+                let pipeline = &self.pipeline;
+                // SAFETY: a free frame of this port, referenced nowhere else.
+                let len = unsafe {
+                    self.port
+                        .with_frame(&mut desc, |buf, _| pipeline.build_arp_request(buf, target))
+                };
+                match len {
+                    Some(len) => {
+                        // SAFETY: as above.
+                        unsafe { self.port.set_len(&mut desc, len) };
+                        frames[n] = desc;
+                        n += 1;
+                    }
+                    None => self.port.release(&[desc]),
                 }
-                None => self.port.release(&[desc]),
+            }
+            if n == 0 {
+                return;
+            }
+            let sock = self.sock_of(Side::Backend);
+            let sent = self.port.transmit(sock, &frames[..n]);
+            self.tx += sent as u64;
+            self.arp_requests += sent as u64;
+            self.port.release(&frames[sent..n]);
+            if sent < n {
+                return;
             }
         }
     }

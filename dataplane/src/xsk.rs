@@ -21,6 +21,81 @@ pub const BATCH: usize = 64;
 /// Frames of a port's UMEM.
 pub const FRAMES: u32 = 4096;
 const RING: u32 = 2048;
+/// Frames the kernel sends per `sendto` wakeup in copy mode
+/// (`TX_BATCH_SIZE` in `net/xdp/xsk.c`).
+const KERNEL_TX_BATCH: usize = 32;
+/// Wakeups one [`XskPort::transmit`] makes at most.
+const MAX_KICKS: usize = 8;
+
+/// What the kernel counted on a port's AF_XDP sockets (`XDP_STATISTICS`),
+/// summed over its sockets: the frames lost before xvs saw them, and the
+/// ring conditions behind them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RingStats {
+    /// Received frames dropped for lack of a fill-ring frame or room
+    /// (`rx_dropped`).
+    pub rx_dropped: u64,
+    /// Received frames dropped because the RX ring was full
+    /// (`rx_ring_full`).
+    pub rx_ring_full: u64,
+    /// Invalid descriptors met on the RX side (`rx_invalid_descs`).
+    pub rx_invalid_descs: u64,
+    /// Times the fill ring was found empty (`rx_fill_ring_empty_descs`;
+    /// overlaps `rx_dropped`).
+    pub rx_fill_ring_empty: u64,
+    /// Invalid descriptors met on the TX ring (`tx_invalid_descs`).
+    pub tx_invalid_descs: u64,
+    /// Times the kernel found the TX ring empty (`tx_ring_empty_descs`:
+    /// not a loss).
+    pub tx_ring_empty: u64,
+}
+
+impl RingStats {
+    /// Frames the sockets lost before xvs received them.
+    pub fn lost(&self) -> u64 {
+        self.rx_dropped + self.rx_ring_full + self.rx_invalid_descs
+    }
+
+    /// Adds another reading.
+    pub fn add(&mut self, o: &RingStats) {
+        self.rx_dropped += o.rx_dropped;
+        self.rx_ring_full += o.rx_ring_full;
+        self.rx_invalid_descs += o.rx_invalid_descs;
+        self.rx_fill_ring_empty += o.rx_fill_ring_empty;
+        self.tx_invalid_descs += o.tx_invalid_descs;
+        self.tx_ring_empty += o.tx_ring_empty;
+    }
+
+    /// Asks the kernel for one socket's statistics (zeros if it cannot
+    /// answer, e.g. the socket is closed).
+    pub fn of_socket(fd: i32) -> RingStats {
+        // SAFETY: xdp_statistics is plain old data; all-zero is valid.
+        let mut st: libxdp_sys::xdp_statistics = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libxdp_sys::xdp_statistics>() as libc::socklen_t;
+        // SAFETY: `st` is a writable xdp_statistics of `len` bytes; the
+        // kernel writes at most `len` bytes and updates `len`.
+        let ret = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_XDP,
+                libxdp_sys::XDP_STATISTICS as i32,
+                (&mut st as *mut libxdp_sys::xdp_statistics).cast(),
+                &mut len,
+            )
+        };
+        if ret != 0 {
+            return RingStats::default();
+        }
+        RingStats {
+            rx_dropped: st.rx_dropped,
+            rx_ring_full: st.rx_ring_full,
+            rx_invalid_descs: st.rx_invalid_descs,
+            rx_fill_ring_empty: st.rx_fill_ring_empty_descs,
+            tx_invalid_descs: st.tx_invalid_descs,
+            tx_ring_empty: st.tx_ring_empty_descs,
+        }
+    }
+}
 
 /// Why a port could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -174,6 +249,21 @@ impl XskPort {
         self.socks[i].rx.fd().as_raw_fd()
     }
 
+    /// Every socket's file descriptor.
+    pub fn fds(&self) -> Vec<i32> {
+        (0..self.socks.len()).map(|i| self.fd(i)).collect()
+    }
+
+    /// The kernel's statistics of every socket of the port, summed (one
+    /// getsockopt per socket: not for the packet path).
+    pub fn ring_stats(&self) -> RingStats {
+        let mut t = RingStats::default();
+        for i in 0..self.socks.len() {
+            t.add(&RingStats::of_socket(self.fd(i)));
+        }
+        t
+    }
+
     /// Whether every frame is accounted for.
     pub fn frames_accounted(&self) -> bool {
         let (free, fill, tx) = self.frame_counts();
@@ -290,8 +380,11 @@ impl XskPort {
         self.free.extend_from_slice(descs);
     }
 
-    /// Queues frames for transmission on socket `i`; frames its TX ring
-    /// cannot take are released (returns how many were queued).
+    /// Queues the first frames of `descs` for transmission on socket `i`
+    /// and returns how many: the TX ring may have no room for the rest,
+    /// which stay the caller's (to retry, or to release). Wakes the kernel
+    /// as often as it takes to send what was queued (in copy mode the
+    /// kernel sends at most 32 frames per wakeup), up to a bound.
     pub fn transmit(&mut self, i: usize, descs: &[FrameDesc]) -> usize {
         if descs.is_empty() {
             return 0;
@@ -300,9 +393,16 @@ impl XskPort {
         // SAFETY: the frames belong to this UMEM (shared by every socket
         // of the port), are owned by userspace, and are handed to the
         // kernel once.
-        let n = unsafe { s.tx.produce_and_wakeup(descs) }.unwrap_or(0);
+        let n = unsafe { s.tx.produce(descs) };
         s.in_tx += n as u32;
-        self.free.extend_from_slice(&descs[n..]);
+        let queued = (RING - s.tx.nb_free_exact()) as usize;
+        let kicks = queued.div_ceil(KERNEL_TX_BATCH).clamp(1, MAX_KICKS);
+        for _ in 0..kicks {
+            if !s.tx.needs_wakeup() || s.tx.nb_free_exact() == RING {
+                break;
+            }
+            let _ = s.tx.wakeup();
+        }
         n
     }
 }

@@ -129,6 +129,7 @@ fn persistence_comes_before_the_scheduler() {
         &client(1, 1000),
         &counts,
         &persist,
+        true,
         &mut table,
         0,
         &mut (),
@@ -142,6 +143,7 @@ fn persistence_comes_before_the_scheduler() {
             &client(last, port),
             &counts,
             &persist,
+            true,
             &mut table,
             10,
             &mut (),
@@ -163,21 +165,38 @@ fn persistence_comes_before_the_scheduler() {
         &other,
         &counts,
         &persist,
+        true,
         &mut table,
         10,
         &mut (),
     )
     .unwrap();
     assert_ne!(j, first);
-    // Quiescing the persisted backend sends new connections elsewhere.
+    // Quiesced: with expire_quiescent_template off (IPVS's default), the
+    // template still holds the client ...
     b[first].weight = 0;
     let mut rr = Scheduler::new(Kind::Rr, SchedulerFlags::default(), &b, MAGLEV, 1);
+    let kept = pick_persistent(
+        &mut rr,
+        &b,
+        &client(3, 3),
+        &counts,
+        &persist,
+        false,
+        &mut table,
+        20,
+        &mut (),
+    )
+    .unwrap();
+    assert_eq!(kept, first);
+    // ... with it on (kube-proxy's setting), new connections go elsewhere.
     let k = pick_persistent(
         &mut rr,
         &b,
         &client(3, 3),
         &counts,
         &persist,
+        true,
         &mut table,
         20,
         &mut (),
@@ -191,6 +210,7 @@ fn persistence_comes_before_the_scheduler() {
         &client(4, 4),
         &counts,
         &persist,
+        true,
         &mut table,
         21,
         &mut (),

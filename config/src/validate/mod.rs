@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use crate::error::{Diagnostic, Invalid, Locator};
 use crate::raw::{RawFile, Sp};
 use crate::service::{is_unicast, MAX_TIMEOUT_SECS};
-use crate::settings::Config;
+use crate::settings::{Config, Vips};
 use shape::read_raw;
 
 /// Largest RX queue index accepted.
@@ -106,6 +106,9 @@ impl Checker<'_> {
             }
         };
         let conntrack = self.conntrack(raw.conntrack, workers);
+        let vips = Vips {
+            unknown_port: raw.vips.unknown_port.unwrap_or_default(),
+        };
         let admin = self.admin(raw.admin);
         let kubernetes = self.kubernetes(raw.kubernetes);
         let services = self.services(raw.services);
@@ -116,6 +119,7 @@ impl Checker<'_> {
             interfaces: interfaces?,
             snat: snat?.0,
             conntrack: conntrack?,
+            vips,
             admin: admin?,
             kubernetes: kubernetes?,
             services: services?.into_iter().map(|(s, _)| s).collect(),

@@ -11,7 +11,7 @@ use crate::names::{ArmMode, PollMode, Steering, XdpAttachMode, ZeroCopy};
 use crate::raw::{RawAdmin, RawConntrack, RawInterfaces, RawKubernetes, RawSnat, RawTimeouts, Sp};
 use crate::service::Service;
 use crate::settings::{
-    Admin, AdminTcp, Conntrack, Interfaces, Kubernetes, PortRange, Snat, Timeouts,
+    Admin, AdminTcp, ConnRules, Conntrack, Interfaces, Kubernetes, PortRange, Snat, Timeouts,
     DEFAULT_ADMIN_SOCKET, DEFAULT_SERVICE_PROXY_NAME, DEFAULT_SNAT_PORTS, MAX_CONNTRACK_CAPACITY,
 };
 
@@ -300,16 +300,25 @@ impl Checker<'_> {
             }
         };
         let timeouts = self.timeouts(&raw.timeouts);
+        let d = ConnRules::default();
+        let rules = ConnRules {
+            conn_reuse_mode: raw.conn_reuse_mode.unwrap_or(d.conn_reuse_mode),
+            expire_nodest_conn: raw.expire_nodest_conn.unwrap_or(d.expire_nodest_conn),
+            expire_quiescent_template: raw
+                .expire_quiescent_template
+                .unwrap_or(d.expire_quiescent_template),
+        };
         Some(Conntrack {
             capacity: capacity?,
             timeouts: timeouts?,
+            rules,
         })
     }
 
     fn timeouts(&mut self, raw: &RawTimeouts) -> Option<Timeouts> {
         let mut t = Timeouts::default();
         let mut ok = true;
-        let fields: [(&str, &Option<Sp<i64>>, &mut u32); 11] = [
+        let fields: [(&str, &Option<Sp<i64>>, &mut u32); 12] = [
             ("established", &raw.established, &mut t.established),
             ("syn_sent", &raw.syn_sent, &mut t.syn_sent),
             ("syn_recv", &raw.syn_recv, &mut t.syn_recv),
@@ -321,6 +330,11 @@ impl Checker<'_> {
             ("synack", &raw.synack, &mut t.synack),
             ("udp", &raw.udp, &mut t.udp),
             ("icmp", &raw.icmp, &mut t.icmp),
+            (
+                "syn_recv_pressure",
+                &raw.syn_recv_pressure,
+                &mut t.syn_recv_pressure,
+            ),
         ];
         for (name, value, slot) in fields {
             if let Some(v) = value {

@@ -519,9 +519,13 @@ fn run_conntrack(c: &Conntrack, out: &mut dyn Write) -> Result<(), String> {
         let stats: Vec<WorkerConntrack> = serde_json::from_str(&body).map_err(|e| e.to_string())?;
         let mut s = String::new();
         for x in stats {
+            // conntrack(8)'s fields first, then xvs's own: why flows
+            // ended, and what the kernel dropped at the AF_XDP sockets.
+            let r = &x.rings;
             s.push_str(&format!(
-                "cpu={:<8}\tentries={} found={} invalid={} insert={} insert_failed={} drop={} early_drop={} error=0 search_restart=0 expire={} delete={}\n",
-                x.worker, x.entries, x.found, x.invalid, x.insert, x.insert_failed, x.drop, x.early_drop, x.expire, x.delete
+                "cpu={:<8}\tentries={} found={} invalid={} insert={} insert_failed={} drop={} early_drop={} error=0 search_restart=0 expire={} delete={} reschedule={} nodest={} reclaim={} xsk_rx_dropped={} xsk_rx_ring_full={} xsk_rx_invalid={} xsk_fill_empty={} xsk_tx_invalid={} tx_ring_full={}\n",
+                x.worker, x.entries, x.found, x.invalid, x.insert, x.insert_failed, x.drop, x.early_drop, x.expire, x.delete,
+                x.reschedule, x.nodest, x.reclaim, r.rx_dropped, r.rx_ring_full, r.rx_invalid_descs, r.rx_fill_ring_empty, r.tx_invalid_descs, x.tx_ring_full
             ));
         }
         return w(out, s);

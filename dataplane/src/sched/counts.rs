@@ -8,17 +8,34 @@
 //! read. A sum read while workers update may be a few connections stale,
 //! exactly as an IPVS read of atomics on another CPU is; no count is ever
 //! lost.
+//!
+//! A cell keeps both counts in one word, so a reader never sees a flow
+//! half-way between active and inactive: a row's `active + inactive` is
+//! exactly the number of that worker's flows to the backend, which is how
+//! the control plane knows that a removed backend's id has no flow left
+//! ([`ConnCounts::flows`]). When a version grows the arrays, each worker
+//! copies its own row over ([`ConnCounts::adopt_row`]).
 
-use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
-/// Active/inactive counts of one backend on one worker.
+/// Active (high half) and inactive (low half) counts of one backend on
+/// one worker, each an `i32`.
 #[derive(Debug, Default)]
-struct Cell {
-    active: AtomicI32,
-    inactive: AtomicI32,
+struct Cell(AtomicU64);
+
+impl Cell {
+    fn get(&self) -> (i32, i32) {
+        let v = self.0.load(Relaxed);
+        ((v >> 32) as u32 as i32, v as u32 as i32)
+    }
+
+    fn set(&self, active: i32, inactive: i32) {
+        let v = (u64::from(active as u32) << 32) | u64::from(inactive as u32);
+        self.0.store(v, Relaxed);
+    }
 }
 
 const CHUNK: usize = 8;
@@ -52,6 +69,11 @@ impl ConnCounts {
         self.backends
     }
 
+    /// Workers covered.
+    pub fn workers(&self) -> usize {
+        self.rows.len()
+    }
+
     fn cell(&self, worker: usize, id: u32) -> Option<&Cell> {
         let id = id as usize;
         if id >= self.backends {
@@ -65,18 +87,27 @@ impl ConnCounts {
 
     /// Active (ESTABLISHED) connections of backend `id`, all workers.
     pub fn active(&self, id: u32) -> u32 {
-        self.sum(id, |c| &c.active)
+        self.sum(id, |(a, _)| a)
     }
 
     /// Inactive connections of backend `id`, all workers.
     pub fn inactive(&self, id: u32) -> u32 {
-        self.sum(id, |c| &c.inactive)
+        self.sum(id, |(_, i)| i)
     }
 
-    fn sum(&self, id: u32, field: impl Fn(&Cell) -> &AtomicI32) -> u32 {
+    /// Flows (active and inactive) to backend `id`, all workers. Each
+    /// row is read whole, so a flow changing state is never missed.
+    pub fn flows(&self, id: u32) -> u32 {
+        self.sum(id, |(a, i)| a + i)
+    }
+
+    fn sum(&self, id: u32, field: impl Fn((i64, i64)) -> i64) -> u32 {
         let total: i64 = (0..self.rows.len())
             .filter_map(|w| self.cell(w, id))
-            .map(|c| i64::from(field(c).load(Relaxed)))
+            .map(|c| {
+                let (a, i) = c.get();
+                field((i64::from(a), i64::from(i)))
+            })
             .sum();
         total.max(0) as u32
     }
@@ -85,9 +116,23 @@ impl ConnCounts {
     /// Unknown workers or ids are ignored.
     pub fn add(&self, worker: usize, id: u32, d_active: i32, d_inactive: i32) {
         if let Some(c) = self.cell(worker, id) {
-            c.active.store(c.active.load(Relaxed) + d_active, Relaxed);
-            c.inactive
-                .store(c.inactive.load(Relaxed) + d_inactive, Relaxed);
+            let (a, i) = c.get();
+            c.set(a.wrapping_add(d_active), i.wrapping_add(d_inactive));
+        }
+    }
+
+    /// Copies `worker`'s row of `from` (an earlier version's counts) into
+    /// these counts when they are another array: the worker's thread
+    /// only, when it applies the version holding them.
+    pub fn adopt_row(&self, from: &ConnCounts, worker: usize) {
+        if std::ptr::eq(self, from) {
+            return;
+        }
+        for id in 0..self.backends.min(from.backends) as u32 {
+            if let (Some(to), Some(c)) = (self.cell(worker, id), from.cell(worker, id)) {
+                let (a, i) = c.get();
+                to.set(a, i);
+            }
         }
     }
 }
@@ -125,6 +170,20 @@ mod tests {
         c.add(9, 0, 1, 1);
         c.add(0, 99, 1, 1);
         assert_eq!(c.backends(), 4);
+    }
+
+    #[test]
+    fn a_grown_array_adopts_rows_and_flows_counts_both() {
+        let old = ConnCounts::new(2, 2);
+        old.add(0, 1, 2, 3);
+        old.add(1, 1, -1, 5);
+        assert_eq!(old.flows(1), 9);
+        let new = ConnCounts::new(2, 16);
+        new.adopt_row(&old, 0);
+        new.adopt_row(&old, 1);
+        assert_eq!((new.active(1), new.inactive(1), new.flows(1)), (1, 8, 9));
+        new.add(0, 1, -2, 2);
+        assert_eq!(new.flows(1), 9, "a move between the halves keeps the sum");
     }
 
     #[test]

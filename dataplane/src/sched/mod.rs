@@ -156,7 +156,8 @@ pub struct Persist {
 
 /// Persistence first, then the scheduler: a client (under the netmask)
 /// with a live template goes to its backend while that backend is still
-/// in the list with a weight; otherwise the scheduler picks and the
+/// in the list, and has a weight unless `expire_quiescent` is off (IPVS's
+/// `expire_quiescent_template`); otherwise the scheduler picks and the
 /// template is (re)written. A template that cannot be stored (table full
 /// of ESTABLISHED flows) does not fail the flow: it is scheduled anyway.
 #[allow(clippy::too_many_arguments)]
@@ -166,6 +167,7 @@ pub fn pick_persistent(
     req: &Request,
     counts: &ConnCounts,
     persist: &Persist,
+    expire_quiescent: bool,
     table: &mut FlowTable,
     now: u32,
     obs: &mut impl Observer,
@@ -173,9 +175,9 @@ pub fn pick_persistent(
     let net = Ipv4Addr::from(u32::from(req.client.addr) & u32::from(persist.netmask));
     let key = FlowTable::template_key(net, req.vip, persist.proto);
     if let Some((id, endpoint)) = table.template_lookup(&key, now) {
-        let found = backends
-            .iter()
-            .position(|b| b.id == id && b.endpoint == endpoint && b.available());
+        let found = backends.iter().position(|b| {
+            b.id == id && b.endpoint == endpoint && (b.available() || !expire_quiescent)
+        });
         if let Some(i) = found {
             let _ = table.template_set(
                 &key,

@@ -1,7 +1,8 @@
 //! Answers xvs builds in place of the frame that asked: ARP replies for the
-//! addresses it owns, ICMP echo replies for VIPs, and kube-proxy's REJECT
+//! addresses it owns, ICMP echo replies for VIPs, kube-proxy's REJECT
 //! for "no service / no endpoints" (a TCP RST for TCP, ICMP port
-//! unreachable for UDP).
+//! unreachable for UDP), and the ICMP time exceeded a router sends for a
+//! packet whose TTL runs out.
 //!
 //! Each function turns the received frame, in its own buffer, into the
 //! answer and returns how many bytes to transmit: `Ok(Some(len))`. Where
@@ -194,6 +195,26 @@ pub fn tcp_reset(buf: &mut [u8], ip: &Ipv4) -> Result<Option<usize>, DropReason>
 /// bytes (RFC 792). Suppressed (RFC 1812 4.3.2.7) for later fragments and
 /// for packets from or to a non-unicast address.
 pub fn icmp_port_unreachable(buf: &mut [u8], ip: &Ipv4) -> Result<Option<usize>, DropReason> {
+    icmp_error_answer(buf, ip, 3, 3)
+}
+
+/// Turns a TCP or UDP packet whose TTL ran out (0 or 1 on arrival: it
+/// cannot be forwarded) into an ICMP time exceeded in transit (type 11,
+/// code 0, RFC 792 and RFC 1812 5.3.1) from the address it was sent to
+/// (a VIP or SNAT address xvs owns), quoting it like any ICMP error.
+/// Suppressed like [`icmp_port_unreachable`].
+pub fn icmp_time_exceeded(buf: &mut [u8], ip: &Ipv4) -> Result<Option<usize>, DropReason> {
+    icmp_error_answer(buf, ip, 11, 0)
+}
+
+/// An ICMP error of `kind` and `code` about a TCP or UDP packet, from its
+/// destination.
+fn icmp_error_answer(
+    buf: &mut [u8],
+    ip: &Ipv4,
+    kind: u8,
+    code: u8,
+) -> Result<Option<usize>, DropReason> {
     if !matches!(ip.l4, L4::Tcp { .. } | L4::Udp { .. })
         || ip.fragment == Fragment::Later
         || !is_unicast(ip.src)
@@ -223,8 +244,8 @@ pub fn icmp_port_unreachable(buf: &mut [u8], ip: &Ipv4) -> Result<Option<usize>,
         ip.src,
     );
     let m = &mut buf[icmp..len];
-    m[0] = 3; // destination unreachable
-    m[1] = 3; // port unreachable
+    m[0] = kind;
+    m[1] = code;
     m[2..8].fill(0); // checksum, unused
     Icmpv4Packet::new_unchecked(m).fill_checksum();
     Ok(Some(pad(buf, len)))

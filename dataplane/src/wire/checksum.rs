@@ -99,6 +99,30 @@ pub(crate) fn put_addr(buf: &mut [u8], at: usize, a: Ipv4Addr) {
     buf[at..at + 4].copy_from_slice(&a.octets());
 }
 
+/// Whether the TCP or UDP checksum of `ip` (a whole packet in `frame`)
+/// verifies in full, pseudo-header included (a UDP checksum of 0, "none",
+/// verifies; other protocols are not checked here). Reads every byte of
+/// the segment: for the first packet of a flow only, where a sender
+/// that left its checksum to an offload it does not have (a partial
+/// checksum on a veth or a VM's virtio link) shows up once, counted,
+/// instead of as a backend silently discarding every segment.
+pub fn l4_verifies(frame: &[u8], ip: &super::Ipv4) -> bool {
+    use smoltcp::wire::{IpAddress, TcpPacket, UdpPacket};
+    let Some(seg) = frame.get(ip.l4_offset()..ip.end()) else {
+        return false;
+    };
+    let (src, dst) = (IpAddress::Ipv4(ip.src), IpAddress::Ipv4(ip.dst));
+    match ip.l4 {
+        super::L4::Tcp { .. } => {
+            TcpPacket::new_checked(seg).is_ok_and(|t| t.verify_checksum(&src, &dst))
+        }
+        super::L4::Udp { .. } => {
+            UdpPacket::new_checked(seg).is_ok_and(|u| u.verify_checksum(&src, &dst))
+        }
+        _ => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -97,6 +97,13 @@ drop_reasons! {
     /// The next hop's Ethernet address is not known yet (an ARP request is
     /// sent; the sender retransmits).
     NextHopUnresolved = "next_hop_unresolved",
+    /// The first packet of a would-be flow carries a TCP or UDP checksum
+    /// that does not verify (often a sender relying on a checksum offload
+    /// its link does not do: see the README on veth and VM offloads).
+    L4BadChecksum = "l4_bad_checksum",
+    /// The TX ring had no room for the frame, even after retrying on the
+    /// next loop iterations.
+    TxRingFull = "tx_ring_full",
 }
 
 impl DropReason {
