@@ -399,9 +399,12 @@ fn every_snat_address_adds_the_port_slice_and_replies_find_their_flow() {
         used,
         vec![(SNAT, 2000), (SNAT, 2001), (SNAT2, 2000), (SNAT2, 2001)]
     );
-    // The fifth finds nothing free: a counted drop.
-    let (v, _) = run(&mut p, &syn_from(40_004), 1);
-    assert_eq!(v, Verdict::Drop(DropReason::SnatExhausted));
+    // The fifth finds nothing free: all four are half-open, so the oldest
+    // gives its endpoint (counted); ESTABLISHED ones never would.
+    let (v, out) = run(&mut p, &syn_from(40_004), 1);
+    assert!(matches!(v, Verdict::Forward { .. }), "{v:?}");
+    assert_eq!(source_of(&out), (SNAT, 2000));
+    assert_eq!(p.table.stats().reclaim, 1);
     // The backend's reply to the second address reaches the third client.
     let mut reply = forwarded[2].clone();
     let (src, dst) = (reply[26..30].to_vec(), reply[30..34].to_vec());
