@@ -9,10 +9,13 @@ set -euo pipefail
 # libxdp/libbpf's build needs; libbpf-dev gives the BPF program its headers.
 # Tests: iproute2 (netns, veth), iputils-ping and arping (reachability), ethtool (offloads off on veths), iptables and
 # nftables (the baselines of the end-to-end bench), systemd (systemd-analyze
-# verify of the unit file), curl (the admin API over its unix socket).
+# verify of the unit file), curl (the admin API over its unix socket, and a
+# real HTTP client), nginx-light (real HTTP backends), wrk (a real load tool
+# that reuses client ports) and hping3 (an unbounded SYN flood).
 packages=(
   clang llvm libelf-dev zlib1g-dev libpcap-dev libbpf-dev m4 pkg-config
   linux-libc-dev libc6-dev gcc g++ make iproute2 iputils-ping arping ethtool iptables nftables systemd curl
+  nginx-light wrk hping3
 )
 
 missing=()

@@ -7,8 +7,10 @@
 //! a printed reason, unless `XVS_REQUIRE_PRIVILEGED` is set (as `make test`
 //! does for root), in which case they fail instead of skipping.
 
+pub mod daemon;
 pub mod fakekube;
 pub mod netns;
+pub mod nginx;
 pub mod procs;
 pub mod topology;
 

@@ -140,6 +140,28 @@ impl Netns {
             .map(|_| ())
     }
 
+    /// A counter of the namespace's kernel from `/proc/net/snmp` or
+    /// `/proc/net/netstat` (`group` as the file names it, e.g. `Tcp`,
+    /// `Ip`, `TcpExt`; `field`, e.g. `PassiveOpens`, `InReceives`).
+    pub fn snmp(&self, group: &str, field: &str) -> Result<u64, CmdError> {
+        let out = self.exec("cat", &["/proc/net/snmp", "/proc/net/netstat"])?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let prefix = format!("{group}:");
+        let rows: Vec<&str> = text.lines().filter(|l| l.starts_with(&prefix)).collect();
+        rows.chunks(2)
+            .find_map(|pair| {
+                let names = pair.first()?.split_whitespace();
+                let values = pair.get(1)?.split_whitespace();
+                names
+                    .zip(values)
+                    .find(|(n, _)| *n == field)
+                    .and_then(|(_, v)| v.parse().ok())
+            })
+            .ok_or_else(|| CmdError::Parse {
+                what: format!("{group}:{field} in /proc/net/snmp of {}", self.name),
+            })
+    }
+
     /// Moves the calling thread into the namespace, for work that must
     /// happen inside it (attaching XDP programs, binding AF_XDP sockets).
     /// Use a thread of its own: it stays there.

@@ -19,10 +19,48 @@ impl Spawned {
     /// Starts `cmd`, then waits (at most `ready_within`) for its first line
     /// on stdout, which tells that it is ready; returns that line too.
     pub fn start(
-        mut cmd: Command,
+        cmd: Command,
         what: &str,
         ready_within: Duration,
     ) -> std::io::Result<(Spawned, String)> {
+        let (guard, first) = Self::spawn(cmd, what)?;
+        match first.recv_timeout(ready_within) {
+            Ok(line) if !line.is_empty() => Ok((guard, line.trim().to_owned())),
+            _ => Err(std::io::Error::other(format!(
+                "{what} did not become ready"
+            ))),
+        }
+    }
+
+    /// Starts `cmd` (a program that prints nothing when ready, such as a
+    /// server), then polls `ready` every 20 ms, at most `ready_within`.
+    pub fn start_until(
+        cmd: Command,
+        what: &str,
+        ready_within: Duration,
+        mut ready: impl FnMut() -> bool,
+    ) -> std::io::Result<Spawned> {
+        let (mut guard, _) = Self::spawn(cmd, what)?;
+        let step = Duration::from_millis(20);
+        let mut waited = Duration::ZERO;
+        while !ready() {
+            if waited >= ready_within || !matches!(guard.child.try_wait(), Ok(None)) {
+                return Err(std::io::Error::other(format!(
+                    "{what} did not become ready"
+                )));
+            }
+            std::thread::sleep(step);
+            waited += step;
+        }
+        Ok(guard)
+    }
+
+    /// Spawns `cmd` with its stdout read (and kept) by a thread; the
+    /// receiver gets its first line.
+    fn spawn(
+        mut cmd: Command,
+        what: &str,
+    ) -> std::io::Result<(Spawned, std::sync::mpsc::Receiver<String>)> {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
@@ -54,12 +92,7 @@ impl Spawned {
                 rest.clear();
             }
         });
-        match rx.recv_timeout(ready_within) {
-            Ok(line) if !line.is_empty() => Ok((guard, line.trim().to_owned())),
-            _ => Err(std::io::Error::other(format!(
-                "{what} did not become ready"
-            ))),
-        }
+        Ok((guard, rx))
     }
 
     /// Its process id.

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use xvs_vm_tests::daemon::{dir_of, Daemon};
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
 use xvs_vm_tests::topology::{backend_addr, Arms, Spec, Topology};
@@ -58,80 +59,22 @@ fn config_admin(t: &Topology, socket: &Path, weights81: &[u32], admin: &str) -> 
     )
 }
 
-struct Gateway {
-    xvs: Option<Spawned>,
-    dir: PathBuf,
-    socket: PathBuf,
-    cfg: PathBuf,
+fn bins() -> PathBuf {
+    sibling("xvs").parent().unwrap().to_owned()
 }
 
-impl Gateway {
-    fn start(t: &Topology, weights81: &[u32]) -> Gateway {
-        Self::start_with(t, weights81, &[], "")
-    }
-
-    fn dir_of(t: &Topology) -> PathBuf {
-        std::env::temp_dir().join(format!("xvs-ctl-{}", t.tag))
-    }
-
-    fn start_with(t: &Topology, weights81: &[u32], env: &[(&str, &Path)], admin: &str) -> Gateway {
-        let dir = Self::dir_of(t);
-        std::fs::create_dir_all(&dir).unwrap();
-        let socket = dir.join("xvs.sock");
-        let cfg = dir.join("xvs.toml");
-        std::fs::write(&cfg, config_admin(t, &socket, weights81, admin)).unwrap();
-        let mut cmd = t.gateway.command(sibling("xvs").to_str().unwrap());
-        cmd.args(["run", "--config", cfg.to_str().unwrap()]);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let (xvs, ready) = Spawned::start(cmd, "xvs", Duration::from_secs(20)).unwrap();
-        assert!(ready.contains("admin API on"), "{ready}");
-        Gateway {
-            xvs: Some(xvs),
-            dir,
-            socket,
-            cfg,
-        }
-    }
-
-    /// Runs xvsadm; returns (status, stdout, stderr).
-    fn adm(&self, args: &[&str]) -> (i32, String, String) {
-        let out = Command::new(sibling("xvsadm"))
-            .args(args)
-            .args(["--socket", self.socket.to_str().unwrap()])
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8(out.stdout).unwrap(),
-            String::from_utf8(out.stderr).unwrap(),
-        )
-    }
-
-    fn adm_ok(&self, args: &[&str]) -> String {
-        let (status, out, err) = self.adm(args);
-        assert_eq!(status, 0, "xvsadm {args:?}: {err}");
-        out
-    }
-
-    fn stop(mut self) -> String {
-        let (_, printed) = self
-            .xvs
-            .take()
-            .unwrap()
-            .stop(libc::SIGTERM, Duration::from_secs(10));
-        printed
-    }
+/// `xvs run` on [`config`] with `weights81`.
+fn start(t: &Topology, weights81: &[u32]) -> Daemon {
+    start_with(t, weights81, &[], "")
 }
 
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        if let Some(x) = self.xvs.take() {
-            x.stop(libc::SIGTERM, Duration::from_secs(10));
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// [`start`] with environment variables and more `[admin]` keys.
+fn start_with(t: &Topology, weights81: &[u32], env: &[(&str, &Path)], admin: &str) -> Daemon {
+    let socket = dir_of(t, "ctl").join("xvs.sock");
+    let text = config_admin(t, &socket, weights81, admin);
+    let (gw, ready) = Daemon::start(t, "ctl", &bins(), &text, env).unwrap();
+    assert!(ready.contains("admin API on"), "{ready}");
+    gw
 }
 
 fn load(t: &Topology, port: u16, n: usize) -> String {
@@ -163,7 +106,7 @@ fn xvsadm_changes_a_weight_under_traffic_and_lists_like_ipvsadm() {
     }
     let t = topology();
     let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
-    let gw = Gateway::start(&t, &[1, 1, 1]);
+    let gw = start(&t, &[1, 1, 1]);
 
     // A long-lived connection runs across the change.
     let hold = hold80(&t);
@@ -332,7 +275,7 @@ fn xvsadm_changes_a_weight_under_traffic_and_lists_like_ipvsadm() {
     let e: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
     assert_eq!(e["reason"], "no_service");
 
-    let printed = gw.stop();
+    let (_, printed) = gw.stop();
     assert!(printed.contains("worker 0:"), "{printed}");
 }
 
@@ -343,12 +286,12 @@ fn reload_applies_one_changed_service_and_refuses_a_bad_file() {
     }
     let t = topology();
     let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
-    let gw = Gateway::start(&t, &[1, 1, 1]);
+    let gw = start(&t, &[1, 1, 1]);
 
     // A connection on :80 is held across the reload.
     let hold = hold80(&t);
     assert_eq!(load(&t, 81, 30), "ok=30 failed=0 by=b0:10,b1:10,b2:10");
-    let stats80 = |gw: &Gateway| -> String {
+    let stats80 = |gw: &Daemon| -> String {
         gw.adm_ok(&["-Ln", "--stats", "--exact", "-t", "198.19.0.1:80"])
             .lines()
             .nth(3)
@@ -396,7 +339,7 @@ fn reload_applies_one_changed_service_and_refuses_a_bad_file() {
 
     // SIGHUP does the same as --reload: the fixed file applies.
     std::fs::write(&gw.cfg, config(&t, &gw.socket, &[1, 1, 1])).unwrap();
-    let pid = gw.xvs.as_ref().unwrap().pid();
+    let pid = gw.pid();
     // SAFETY: signals only the xvs process this test started.
     unsafe { libc::kill(pid as i32, libc::SIGHUP) };
     // Poll until the reload is in force (b0 serves again); a load that
@@ -429,9 +372,9 @@ fn systemd_hears_ready_reloading_and_stopping() {
         let n = sock.recv(&mut buf).unwrap();
         String::from_utf8_lossy(&buf[..n]).into_owned()
     };
-    let gw = Gateway::start_with(&t, &[1, 1, 1], &[("NOTIFY_SOCKET", &path)], "");
+    let gw = start_with(&t, &[1, 1, 1], &[("NOTIFY_SOCKET", &path)], "");
     assert!(next().contains("READY=1"));
-    let pid = gw.xvs.as_ref().unwrap().pid();
+    let pid = gw.pid();
     // SAFETY: signals only the xvs process this test started.
     unsafe { libc::kill(pid as i32, libc::SIGHUP) };
     assert!(next().contains("RELOADING=1"));
@@ -447,7 +390,7 @@ fn the_tcp_admin_listener_requires_the_bearer_token() {
         return;
     }
     let t = topology();
-    let dir = Gateway::dir_of(&t);
+    let dir = dir_of(&t, "ctl");
     std::fs::create_dir_all(&dir).unwrap();
     let (token, wrong) = (dir.join("token"), dir.join("wrong"));
     std::fs::write(&token, "s3cret-token\n").unwrap();
@@ -456,7 +399,7 @@ fn the_tcp_admin_listener_requires_the_bearer_token() {
         "tcp = \"127.0.0.1:19180\"\ntoken_file = \"{}\"",
         token.display()
     );
-    let gw = Gateway::start_with(&t, &[1, 1, 1], &[], &admin);
+    let gw = start_with(&t, &[1, 1, 1], &[], &admin);
     // The listener is on the gateway namespace's loopback.
     let adm = |file: &Path| {
         t.gateway

@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use xvs_vm_tests::daemon::{self, Daemon};
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
 use xvs_vm_tests::topology::{backend_addr, Arms, Spec, Topology};
@@ -73,28 +74,14 @@ fn servers(t: &Topology) -> Vec<Spawned> {
 
 /// `key=value` of a summary line.
 fn field(line: &str, key: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{key} not in {line}"))
+    daemon::field(line, key).unwrap_or_else(|| panic!("{key} not in {line}"))
 }
 
-/// Writes `config` beside the test and starts `xvs run` on it in the
-/// gateway namespace; returns the process, its ready line and the folder.
-fn launch(t: &Topology, config: &str) -> (Spawned, String, PathBuf) {
-    let dir = std::env::temp_dir().join(format!("xvs-e2e-{}", t.tag));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join("xvs.toml");
-    // Each run its own admin socket.
-    let config = format!(
-        "{config}\n[admin]\nsocket = \"{}\"\n",
-        dir.join("xvs.sock").display()
-    );
-    std::fs::write(&cfg, config).unwrap();
-    let mut cmd = t.gateway.command(xvs_bin().to_str().unwrap());
-    cmd.args(["run", "--config", cfg.to_str().unwrap()]);
-    let (xvs, ready) = Spawned::start(cmd, "xvs", Duration::from_secs(20)).unwrap();
-    (xvs, ready, dir)
+/// Starts `xvs run` on `config` in the gateway namespace (its own folder
+/// and admin socket); returns the daemon and its ready line.
+fn launch(t: &Topology, config: &str) -> (Daemon, String) {
+    let bins = xvs_bin().parent().unwrap().to_owned();
+    Daemon::start(t, "e2e", &bins, config, &[]).unwrap()
 }
 
 /// Checks every worker line xvs printed at stop: the counters add up and
@@ -122,8 +109,7 @@ fn worker_lines(printed: &str) -> Vec<String> {
 struct Running {
     t: Topology,
     _servers: Vec<Spawned>,
-    xvs: Spawned,
-    dir: PathBuf,
+    xvs: Daemon,
 }
 
 fn start(scheduler: &str) -> Running {
@@ -134,13 +120,12 @@ fn start(scheduler: &str) -> Running {
     })
     .unwrap();
     let servers = servers(&t);
-    let (xvs, ready, dir) = launch(&t, &config(&t, scheduler));
+    let (xvs, ready) = launch(&t, &config(&t, scheduler));
     assert!(ready.starts_with("ready: 2 services on g0"), "{ready}");
     Running {
         t,
         _servers: servers,
         xvs,
-        dir,
     }
 }
 
@@ -158,7 +143,7 @@ impl Running {
     /// Stops xvs; checks its exit, counters and frames, and that the
     /// program left the link; returns its worker line.
     fn stop(self) -> String {
-        let (status, printed) = self.xvs.stop(libc::SIGTERM, Duration::from_secs(10));
+        let (status, printed) = self.xvs.stop();
         assert!(
             status.is_some_and(|s| s.success()),
             "xvs exit {status:?}: {printed}"
@@ -171,7 +156,6 @@ impl Running {
             .unwrap()
             .stdout;
         assert!(!String::from_utf8_lossy(&link).contains("prog/xdp"));
-        let _ = std::fs::remove_dir_all(&self.dir);
         line
     }
 }
@@ -471,7 +455,7 @@ fn two_queues_two_workers_hand_replies_to_their_owner() {
     })
     .unwrap();
     let _servers = servers(&t);
-    let (xvs, ready, dir) = launch(&t, &config_queues(&t, "rr", 2));
+    let (xvs, ready) = launch(&t, &config_queues(&t, "rr", 2));
     assert!(ready.contains("2 worker(s)"), "{ready}");
     let out = t.client.ns.exec(
         TESTNET,
@@ -485,7 +469,7 @@ fn two_queues_two_workers_hand_replies_to_their_owner() {
             "32",
         ],
     );
-    let (status, printed) = xvs.stop(libc::SIGTERM, Duration::from_secs(10));
+    let (status, printed) = xvs.stop();
     let out = out.unwrap_or_else(|e| panic!("{e}\nxvs:\n{printed}"));
     let summary = String::from_utf8(out.stdout).unwrap();
     assert!(summary.starts_with("ok=1000 failed=0"), "{summary}");
@@ -512,7 +496,6 @@ fn two_queues_two_workers_hand_replies_to_their_owner() {
     // rehashes a socket's TX queue on timeout) and open a second flow on
     // the other worker; every connection still completes.
     assert!(new_flows >= 1000, "{new_flows}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Millions of packets through the data plane (bulk streams both ways):
@@ -564,7 +547,7 @@ fn two_arm_full_nat_between_two_interfaces() {
         "mode = \"two-arm\"\nclient = \"gc\"\nbackend = \"gb\"",
     );
     assert!(text.contains("two-arm"), "{text}");
-    let (xvs, ready, dir) = launch(&t, &text);
+    let (xvs, ready) = launch(&t, &text);
     assert!(ready.starts_with("ready: 2 services on gc"), "{ready}");
     let out = t.client.ns.exec(
         TESTNET,
@@ -582,7 +565,7 @@ fn two_arm_full_nat_between_two_interfaces() {
         TESTNET,
         &["udp", "--connect", "198.19.0.1:53", "--requests", "30"],
     );
-    let (status, printed) = xvs.stop(libc::SIGTERM, Duration::from_secs(10));
+    let (status, printed) = xvs.stop();
     let out = out.unwrap_or_else(|e| panic!("{e}\nxvs:\n{printed}"));
     let summary = String::from_utf8(out.stdout).unwrap();
     assert!(summary.starts_with("ok=1000 failed=0"), "{summary}");
@@ -606,7 +589,6 @@ fn two_arm_full_nat_between_two_interfaces() {
             "program left on {ifname}"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `steering = "all"`: libxdp's default program hands every packet to
@@ -654,7 +636,7 @@ fn steering_all_uses_the_default_program() {
         "poll = \"adaptive\"",
         "poll = \"adaptive\"\nsteering = \"all\"",
     );
-    let (xvs, _, dir) = launch(&t, &text);
+    let (xvs, _) = launch(&t, &text);
     let attached = t.gateway.ip(&["-d", "link", "show", "g0"]).unwrap().stdout;
     assert!(
         String::from_utf8_lossy(&attached).contains("xdp"),
@@ -669,7 +651,7 @@ fn steering_all_uses_the_default_program() {
         .client
         .ns
         .exec("ping", &["-c", "1", "-W", "1", "198.18.0.1"]);
-    let (status, printed) = xvs.stop(libc::SIGTERM, Duration::from_secs(10));
+    let (status, printed) = xvs.stop();
     let out = out.unwrap_or_else(|e| panic!("{e}\nxvs:\n{printed}"));
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("ok=200 failed=0"));
     assert!(
@@ -684,5 +666,4 @@ fn steering_all_uses_the_default_program() {
         !String::from_utf8_lossy(&link).contains("prog/xdp"),
         "program left on g0"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,6 +8,10 @@
 //!   summary line `ok=N failed=M by=NAME:COUNT,...` and exits 0 only if
 //!   every connection succeeded.
 //! - `udp`: the same for request/response datagrams.
+//! - `http-from-port`: HTTP/1.1 requests, each on a new connection from
+//!   the same client port, as a client pinned to one source port makes
+//!   them (it waits for the server to close, so it never holds the port
+//!   in TIME_WAIT); prints the body of each answer, or `ERR`.
 //!
 //! Every operation has a timeout; loads are bounded in count and time.
 
@@ -102,6 +106,22 @@ enum Cmd {
         #[arg(long, default_value_t = 5)]
         seconds: u64,
     },
+    /// HTTP requests (`Connection: close`), each on a new connection from
+    /// the same local port.
+    HttpFromPort {
+        /// Server address.
+        #[arg(long)]
+        connect: SocketAddr,
+        /// Local port every connection uses.
+        #[arg(long)]
+        local_port: u16,
+        /// Number of requests.
+        #[arg(long, default_value_t = 10)]
+        count: u32,
+        /// Timeout of every operation, in milliseconds.
+        #[arg(long, default_value_t = 2000)]
+        timeout_ms: u64,
+    },
     /// UDP request/response load.
     Udp {
         /// Address to send to.
@@ -138,6 +158,29 @@ fn main() -> ExitCode {
             timeout_ms,
         } => udp_load(connect, requests, Duration::from_millis(timeout_ms)),
         Cmd::Blast { to, seconds, size } => blast(to, seconds, size),
+        Cmd::HttpFromPort {
+            connect,
+            local_port,
+            count,
+            timeout_ms,
+        } => {
+            let timeout = Duration::from_millis(timeout_ms);
+            let mut failed = 0;
+            for _ in 0..count {
+                match http_from_port(connect, local_port, timeout) {
+                    Ok(body) => println!("{body}"),
+                    Err(e) => {
+                        failed += 1;
+                        println!("ERR {e}");
+                    }
+                }
+            }
+            if failed == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
         Cmd::Sink { listen, seconds } => sink(listen, seconds),
         Cmd::Hold {
             connect,
@@ -251,6 +294,57 @@ fn one_connection(
         return Err("echo differs from what was sent".into());
     }
     Ok(name.trim().to_owned())
+}
+
+/// One `GET /` with `Connection: close` from `local_port`: the body's last
+/// line. The port is bound with SO_REUSEADDR and the connection retried
+/// for a while if the previous one is not gone yet (it waits for the
+/// server's FIN, then closes: LAST_ACK lasts one round trip).
+fn http_from_port(to: SocketAddr, local_port: u16, timeout: Duration) -> Result<String, String> {
+    use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+    let local = SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), local_port);
+    let mut attempts = 0;
+    let mut stream = loop {
+        let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
+            .map_err(|e| e.to_string())?;
+        s.set_reuse_address(true).map_err(|e| e.to_string())?;
+        let r = s
+            .bind(&SockAddr::from(local))
+            .and_then(|()| s.connect_timeout(&SockAddr::from(to), timeout));
+        match r {
+            Ok(()) => break TcpStream::from(s),
+            Err(e)
+                if attempts < 100
+                    && matches!(
+                        e.kind(),
+                        std::io::ErrorKind::AddrInUse | std::io::ErrorKind::AddrNotAvailable
+                    ) =>
+            {
+                attempts += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(format!("connect: {e}")),
+        }
+    };
+    stream
+        .set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: xvs\r\nConnection: close\r\n\r\n")
+        .map_err(|e| format!("write: {e}"))?;
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .map_err(|e| format!("read: {e}"))?;
+    if !answer.starts_with("HTTP/1.1 200") {
+        return Err(format!("answer: {answer:?}"));
+    }
+    Ok(answer
+        .trim_end()
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_owned())
 }
 
 #[allow(clippy::disallowed_types)] // a load generator measures real time

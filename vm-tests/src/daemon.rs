@@ -1,0 +1,137 @@
+//! `xvs run` as the tests start it: the real daemon in the gateway
+//! namespace, on a config file written to a folder of its own (with its
+//! own admin socket), and `xvsadm` against that socket.
+//!
+//! Invariant: the daemon is stopped (SIGTERM, by its own PID) and its
+//! folder removed when the guard drops, also when a test panics.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::time::Duration;
+
+use crate::procs::Spawned;
+use crate::topology::Topology;
+
+/// A running `xvs run`.
+#[derive(Debug)]
+pub struct Daemon {
+    xvs: Option<Spawned>,
+    bins: PathBuf,
+    /// Its folder.
+    pub dir: PathBuf,
+    /// The admin socket.
+    pub socket: PathBuf,
+    /// The config file.
+    pub cfg: PathBuf,
+}
+
+/// The folder a test's daemon uses (`kind` tells tests apart).
+pub fn dir_of(t: &Topology, kind: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("xvs-{kind}-{}", t.tag))
+}
+
+impl Daemon {
+    /// Writes `config` (without an `[admin]` socket: one is added, unless
+    /// `config` has an `[admin]` table, which must then name
+    /// [`dir_of`]`/xvs.sock`) and starts `bins/xvs run` on it in the
+    /// gateway namespace with `env`; waits for its ready line, which is
+    /// returned.
+    pub fn start(
+        t: &Topology,
+        kind: &str,
+        bins: &Path,
+        config: &str,
+        env: &[(&str, &Path)],
+    ) -> Result<(Daemon, String), String> {
+        let dir = dir_of(t, kind);
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let socket = dir.join("xvs.sock");
+        let cfg = dir.join("xvs.toml");
+        let text = if config.contains("[admin]") {
+            config.to_owned()
+        } else {
+            format!("{config}\n[admin]\nsocket = \"{}\"\n", socket.display())
+        };
+        std::fs::write(&cfg, text).map_err(|e| e.to_string())?;
+        let mut cmd = t.gateway.command(&bins.join("xvs").display().to_string());
+        cmd.args(["run", "--config"]).arg(&cfg);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        // The guard exists before the process, so its folder goes on error.
+        let mut d = Daemon {
+            xvs: None,
+            bins: bins.to_owned(),
+            dir,
+            socket,
+            cfg,
+        };
+        let (xvs, ready) =
+            Spawned::start(cmd, "xvs", Duration::from_secs(20)).map_err(|e| e.to_string())?;
+        d.xvs = Some(xvs);
+        Ok((d, ready))
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.xvs.as_ref().map_or(0, Spawned::pid)
+    }
+
+    /// Runs xvsadm against it; returns (status, stdout, stderr).
+    pub fn adm(&self, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new(self.bins.join("xvsadm"))
+            .args(args)
+            .arg("--socket")
+            .arg(&self.socket)
+            .output();
+        match out {
+            Ok(o) => (
+                o.status.code().unwrap_or(-1),
+                String::from_utf8_lossy(&o.stdout).into_owned(),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            ),
+            Err(e) => (-1, String::new(), e.to_string()),
+        }
+    }
+
+    /// Runs xvsadm; panics with its error unless it exits 0.
+    pub fn adm_ok(&self, args: &[&str]) -> String {
+        let (status, out, err) = self.adm(args);
+        assert_eq!(status, 0, "xvsadm {args:?}: {err}");
+        out
+    }
+
+    /// Stops it (SIGTERM); returns its exit status and what it printed
+    /// after the ready line (the workers' counter lines).
+    pub fn stop(mut self) -> (Option<ExitStatus>, String) {
+        match self.xvs.take() {
+            Some(x) => x.stop(libc::SIGTERM, Duration::from_secs(10)),
+            None => (None, String::new()),
+        }
+    }
+
+    /// Kills it with `signal` (e.g. SIGKILL) and waits for it.
+    pub fn kill(mut self, signal: i32) -> (Option<ExitStatus>, String) {
+        match self.xvs.take() {
+            Some(x) => x.stop(signal, Duration::from_secs(10)),
+            None => (None, String::new()),
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(x) = self.xvs.take() {
+            x.stop(libc::SIGTERM, Duration::from_secs(10));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `key=value` of a summary line (the daemon's worker lines, the load
+/// clients' summaries).
+pub fn field(line: &str, key: &str) -> Option<u64> {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.trim_end_matches(',').parse().ok())
+}

@@ -1,0 +1,111 @@
+//! Real HTTP backends: Debian's nginx in a backend namespace, one process
+//! (`master_process off`, so the guard's PID is the whole server), serving
+//! `NAME\n` on `/` (so a client sees which backend answered) and nginx's
+//! `stub_status` on `/status`; its files live in a folder of its own,
+//! removed with it.
+//!
+//! Invariant: the server is killed (by its own PID) and its folder removed
+//! when the guard drops, also when a test panics.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::netns::Netns;
+use crate::procs::Spawned;
+
+/// One nginx server.
+#[derive(Debug)]
+pub struct Nginx {
+    _proc: Spawned,
+    dir: PathBuf,
+    ns: String,
+    status_url: String,
+    /// The name it answers with.
+    pub name: String,
+}
+
+/// nginx's own counters (`stub_status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NginxStatus {
+    /// Connections accepted.
+    pub accepts: u64,
+    /// Requests served.
+    pub requests: u64,
+}
+
+impl Nginx {
+    /// Starts nginx in `ns` on `addr:port`, answering `name`; waits until
+    /// it accepts connections.
+    pub fn start(ns: &Netns, addr: Ipv4Addr, port: u16, name: &str) -> std::io::Result<Nginx> {
+        let dir = std::env::temp_dir().join(format!("xvs-nginx-{}-{name}", ns.name()));
+        std::fs::create_dir_all(&dir)?;
+        let d = dir.display();
+        let conf = format!(
+            "worker_processes 1;\n\
+             pid {d}/nginx.pid;\n\
+             error_log {d}/error.log warn;\n\
+             events {{ worker_connections 4096; }}\n\
+             http {{\n\
+               access_log off;\n\
+               client_body_temp_path {d}/body;\n\
+               proxy_temp_path {d}/proxy;\n\
+               fastcgi_temp_path {d}/fastcgi;\n\
+               uwsgi_temp_path {d}/uwsgi;\n\
+               scgi_temp_path {d}/scgi;\n\
+               keepalive_requests 1000000;\n\
+               server {{\n\
+                 listen {addr}:{port} backlog=4096;\n\
+                 location = /status {{ stub_status; }}\n\
+                 location / {{ default_type text/plain; return 200 \"{name}\\n\"; }}\n\
+               }}\n\
+             }}\n"
+        );
+        let path = dir.join("nginx.conf");
+        std::fs::write(&path, conf)?;
+        let mut cmd = ns.command("nginx");
+        cmd.args(["-p", &d.to_string(), "-c"])
+            .arg(&path)
+            .args(["-g", "daemon off; master_process off;"]);
+        let url = format!("http://{addr}:{port}/status");
+        let proc = Spawned::start_until(cmd, "nginx", Duration::from_secs(10), || {
+            ns.exec("curl", &["-sf", "-m", "1", &url]).is_ok()
+        })
+        .inspect_err(|_| {
+            let _ = std::fs::remove_dir_all(&dir);
+        })?;
+        Ok(Nginx {
+            _proc: proc,
+            dir,
+            ns: ns.name().to_owned(),
+            status_url: url,
+            name: name.to_owned(),
+        })
+    }
+
+    /// Its counters, asked over a connection of its own from its
+    /// namespace (which itself counts one accept and one request).
+    pub fn status(&self) -> Option<NginxStatus> {
+        let out = Netns::existing(&self.ns)
+            .exec("curl", &["-sf", "-m", "2", &self.status_url])
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut numbers = text
+            .lines()
+            .nth(2)?
+            .split_whitespace()
+            .filter_map(|v| v.parse::<u64>().ok());
+        let accepts = numbers.next()?;
+        let _handled = numbers.next()?;
+        Some(NginxStatus {
+            accepts,
+            requests: numbers.next()?,
+        })
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

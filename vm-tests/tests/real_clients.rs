@@ -1,0 +1,398 @@
+//! xvs under the clients and servers operators use: nginx backends, wrk
+//! with `Connection: close` (which reuses client ports at once), curl from
+//! one fixed `--local-port`, and the operator's own commands (`xvsadm -e
+//! -w 0`, `-d`, `--stats`, `-Lnc`) while the load runs. The judge of
+//! "a backend accepted a connection" is that backend's own kernel
+//! (`Tcp: PassiveOpens`), and of "traffic reached it" its `Ip:` counters.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use xvs_vm_tests::daemon::{field, Daemon};
+use xvs_vm_tests::nginx::Nginx;
+use xvs_vm_tests::privileged;
+use xvs_vm_tests::topology::{backend_addr, Arms, Spec, Topology};
+
+const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
+const VIP: &str = "198.19.0.1:80";
+
+fn bins() -> PathBuf {
+    PathBuf::from(TESTNET).parent().unwrap().to_owned()
+}
+
+/// A one-arm gateway running `xvs run`, three nginx backends behind
+/// 198.19.0.1:80 (rr), and the client.
+struct Lab {
+    t: Topology,
+    nginx: Vec<Option<Nginx>>,
+    gw: Daemon,
+}
+
+/// The config of [`Lab`]; `extra` goes before the services (e.g. a
+/// `[conntrack]` table).
+fn config(t: &Topology, extra: &str) -> String {
+    let backends: Vec<String> = (0..t.backends.len())
+        .map(|i| format!("{{ address = \"{}\", port = 8080 }}", backend_addr(i)))
+        .collect();
+    format!(
+        "[interfaces]\nmode = \"one-arm\"\nclient = \"{}\"\nqueues = [0]\ncores = [0]\npoll = \"adaptive\"\nzero_copy = \"off\"\n\n\
+         [snat]\naddresses = [\"198.18.1.2\"]\n\n{extra}\n\
+         [[services]]\nvip = \"198.19.0.1\"\nport = 80\nscheduler = \"rr\"\nbackends = [{}]\n",
+        t.gateway_client_if,
+        backends.join(", ")
+    )
+}
+
+fn lab(extra: &str) -> Lab {
+    let t = Topology::build(Spec {
+        arms: Arms::One,
+        backends: 3,
+        queues: 1,
+    })
+    .unwrap();
+    let nginx = t
+        .backends
+        .iter()
+        .enumerate()
+        .map(|(i, b)| Some(Nginx::start(&b.ns, b.addr, 8080, &format!("b{i}")).unwrap()))
+        .collect();
+    let (gw, ready) = Daemon::start(&t, "real", &bins(), &config(&t, extra), &[]).unwrap();
+    assert!(ready.starts_with("ready: 1 services on g0"), "{ready}");
+    Lab { t, nginx, gw }
+}
+
+impl Lab {
+    /// Connections backend `i`'s kernel has accepted so far.
+    fn accepted(&self, i: usize) -> u64 {
+        self.t.backends[i].ns.snmp("Tcp", "PassiveOpens").unwrap()
+    }
+
+    /// IP packets backend `i`'s kernel received and sent so far.
+    fn ip_packets(&self, i: usize) -> (u64, u64) {
+        let ns = &self.t.backends[i].ns;
+        (
+            ns.snmp("Ip", "InReceives").unwrap(),
+            ns.snmp("Ip", "OutRequests").unwrap(),
+        )
+    }
+
+    /// wrk against the VIP for `seconds` (16 connections; with `close`,
+    /// every request on a new connection, as `Connection: close` loads
+    /// do), in a thread: its summary when joined.
+    fn wrk(&self, seconds: u32, close: bool) -> std::thread::JoinHandle<Wrk> {
+        let mut cmd = self.t.client.ns.command("wrk");
+        cmd.args(["-t1", "-c16", &format!("-d{seconds}s"), "--timeout", "2s"]);
+        if close {
+            cmd.args(["-H", "Connection: close"]);
+        }
+        cmd.arg("http://198.19.0.1/");
+        std::thread::spawn(move || {
+            let out = cmd.output().unwrap();
+            Wrk::parse(&String::from_utf8_lossy(&out.stdout))
+        })
+    }
+
+    /// `n` HTTP requests, each a new connection from client port `port`,
+    /// one after the other (`xvs-testnet http-from-port`: it lets the
+    /// server close first, so its own kernel frees the port at once,
+    /// while xvs still holds the last connection in TIME_WAIT); each
+    /// answer's body (the backend's name) or `ERR ...`.
+    fn requests_from_port(&self, port: u16, n: usize) -> Vec<String> {
+        let out = self
+            .t
+            .client
+            .ns
+            .command(TESTNET)
+            .args(["http-from-port", "--connect", VIP, "--local-port"])
+            .arg(port.to_string())
+            .arg("--count")
+            .arg(n.to_string())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// One request with curl: the answer's body.
+    fn curl(&self) -> String {
+        let out = self
+            .t
+            .client
+            .ns
+            .exec("curl", &["-sf", "-m", "2", "http://198.19.0.1/"])
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// `xvsadm -Ln --stats --json` (or without `--stats`): the service.
+    fn service_json(&self) -> serde_json::Value {
+        let out = self.gw.adm_ok(&["-Ln", "--stats", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["services"][0].clone()
+    }
+}
+
+/// What wrk printed.
+#[derive(Debug, Default)]
+struct Wrk {
+    requests: u64,
+    errors: u64,
+    text: String,
+}
+
+impl Wrk {
+    fn parse(text: &str) -> Wrk {
+        let mut w = Wrk {
+            text: text.to_owned(),
+            ..Wrk::default()
+        };
+        for line in text.lines().map(str::trim) {
+            if let Some(n) = line
+                .split(" requests in ")
+                .next()
+                .filter(|_| line.contains(" requests in "))
+            {
+                w.requests = n.trim().parse().unwrap_or(0);
+            }
+            if let Some(rest) = line.strip_prefix("Socket errors:") {
+                w.errors = rest
+                    .split(',')
+                    .filter_map(|kv| kv.split_whitespace().nth(1)?.parse::<u64>().ok())
+                    .sum();
+            }
+        }
+        w
+    }
+}
+
+fn backend(i: usize) -> String {
+    format!("{}:8080", backend_addr(i))
+}
+
+/// Quiesce, then delete, a backend under a `Connection: close` load: once
+/// the change is in force, the backend's kernel accepts not one more
+/// connection, whatever ports the client reuses; the service's `Conns`
+/// counts every connection the backends accepted.
+#[test]
+fn under_connection_close_load_a_quiesced_or_deleted_backend_accepts_nothing_new() {
+    if !privileged("under_connection_close_load_a_quiesced_or_deleted_backend_accepts_nothing_new")
+    {
+        return;
+    }
+    let lab = lab("");
+    let before: Vec<u64> = (0..3).map(|i| lab.accepted(i)).collect();
+
+    // Phase 1: weight 0 on b2 while wrk runs, with keep-alive connections
+    // (some on b2) beside the `Connection: close` load.
+    let load = lab.wrk(6, true);
+    let kept = lab.wrk(6, false);
+    std::thread::sleep(Duration::from_secs(2));
+    lab.gw
+        .adm_ok(&["-e", "-t", VIP, "-r", &backend(2), "-m", "-w", "0"]);
+    // SYNs already on their way when the change landed may still finish.
+    std::thread::sleep(Duration::from_millis(300));
+    let b2_at_change = lab.accepted(2);
+    let mid: Vec<u64> = (0..3).map(|i| lab.accepted(i)).collect();
+    // (This query is one connection to b2 of its own.)
+    let b2_status = lab.nginx[2].as_ref().unwrap().status().unwrap();
+    let w1 = load.join().unwrap();
+    let k1 = kept.join().unwrap();
+    let after1: Vec<u64> = (0..3).map(|i| lab.accepted(i)).collect();
+    let b2_end = lab.nginx[2].as_ref().unwrap().status().unwrap();
+    eprintln!("phase 1: {w1:?} {k1:?}\naccepted {before:?} -> {mid:?} -> {after1:?}\nb2 nginx {b2_status:?} -> {b2_end:?}");
+    assert!(w1.requests > 1000, "{}", w1.text);
+    assert_eq!(
+        after1[2],
+        b2_at_change + 1,
+        "the quiesced backend accepted new connections (one is the status query)"
+    );
+    assert_eq!(w1.errors + k1.errors, 0, "{}\n{}", w1.text, k1.text);
+    // Its established (keep-alive) connections went on serving.
+    assert!(
+        b2_end.requests > b2_status.requests + 100,
+        "b2's established connections stopped: {b2_status:?} -> {b2_end:?}"
+    );
+    for i in 0..2 {
+        assert!(after1[i] > mid[i] + 100, "b{i} took the load: {after1:?}");
+    }
+
+    // Phase 2: delete b1 while wrk runs.
+    let load = lab.wrk(6, true);
+    std::thread::sleep(Duration::from_secs(2));
+    lab.gw.adm_ok(&["-d", "-t", VIP, "-r", &backend(1)]);
+    std::thread::sleep(Duration::from_millis(300));
+    let b1_at_change = lab.accepted(1);
+    let w2 = load.join().unwrap();
+    let after2: Vec<u64> = (0..3).map(|i| lab.accepted(i)).collect();
+    eprintln!("phase 2: {w2:?}\naccepted -> {after2:?}");
+    assert!(w2.requests > 1000, "{}", w2.text);
+    assert_eq!(
+        after2[1], b1_at_change,
+        "the deleted backend accepted new connections"
+    );
+    assert_eq!(
+        after2[2],
+        after1[2] + 1,
+        "b2 is still quiesced (one more status query)"
+    );
+    assert!(after2[0] > after1[0] + 1000);
+
+    // Every connection a backend accepted was scheduled and counted:
+    // Conns is at least that. It is a little more: a SYN the backend
+    // refused (its TIME_WAIT on a SNAT endpoint used again within 60 s
+    // rejects an older timestamp: TcpExt PAWSTimewait) is retried by the
+    // client and counted again, as IPVS counts it.
+    // (Less the two status queries to b2.)
+    let accepted: u64 = (0..3).map(|i| after2[i] - before[i]).sum::<u64>() - 2;
+    let conns = lab.service_json()["stats"]["conns"].as_u64().unwrap();
+    eprintln!(
+        "conns={conns} accepted={accepted} requests={}",
+        w1.requests + w2.requests
+    );
+    assert!(
+        conns >= accepted && conns - accepted <= accepted * 3 / 100 + 50,
+        "Conns {conns} for {accepted} accepted connections"
+    );
+    let (_, printed) = lab.gw.stop();
+    let line = printed
+        .lines()
+        .find(|l| l.starts_with("worker 0:"))
+        .unwrap();
+    eprintln!("{line}");
+    assert!(field(line, "reschedule").unwrap() > 100, "{line}");
+}
+
+/// A client that always uses the same source port (as `curl
+/// --local-port` does):
+/// every request is a new connection, scheduled afresh (rr spreads them),
+/// never to a quiesced or deleted backend, and never failing while a
+/// healthy backend is left, even once the deleted backend's server is
+/// gone.
+#[test]
+fn a_client_reusing_one_port_is_scheduled_afresh_every_time() {
+    if !privileged("a_client_reusing_one_port_is_scheduled_afresh_every_time") {
+        return;
+    }
+    let mut lab = lab("");
+    assert!(lab.curl().starts_with('b'));
+    let first = lab.requests_from_port(40_000, 30);
+    let count = |v: &[String], name: &str| v.iter().filter(|s| *s == name).count();
+    // rr after the curl: 10 each.
+    assert_eq!(
+        (
+            count(&first, "b0"),
+            count(&first, "b1"),
+            count(&first, "b2")
+        ),
+        (10, 10, 10),
+        "{first:?}"
+    );
+    lab.gw
+        .adm_ok(&["-e", "-t", VIP, "-r", &backend(0), "-m", "-w", "0"]);
+    let quiesced = lab.requests_from_port(40_000, 20);
+    assert_eq!(
+        count(&quiesced, "b1") + count(&quiesced, "b2"),
+        20,
+        "{quiesced:?}"
+    );
+    lab.gw.adm_ok(&["-d", "-t", VIP, "-r", &backend(1)]);
+    let deleted = lab.requests_from_port(40_000, 10);
+    assert_eq!(count(&deleted, "b2"), 10, "{deleted:?}");
+    // The deleted backend's server stops: nothing changes for the client.
+    lab.nginx[1] = None;
+    let gone = lab.requests_from_port(40_000, 10);
+    assert_eq!(count(&gone, "b2"), 10, "{gone:?}");
+    // 71 connections, each counted.
+    let conns = lab.service_json()["stats"]["conns"].as_u64().unwrap();
+    assert_eq!(conns, 71);
+}
+
+/// After a backend is deleted, the others' `--stats` still match what
+/// their own kernels counted (nothing of the deleted one's traffic
+/// credited to them), the service's totals did not go back, and the
+/// `ActiveConn`/`InActConn` of every backend equal the connection listing.
+#[test]
+fn after_a_delete_stats_match_the_backends_kernels_and_the_listing() {
+    if !privileged("after_a_delete_stats_match_the_backends_kernels_and_the_listing") {
+        return;
+    }
+    let lab = lab("");
+    let base: Vec<(u64, u64)> = (0..3).map(|i| lab.ip_packets(i)).collect();
+    // Keep-alive and close loads, then the middle backend leaves while
+    // wrk's keep-alive connections to it are open.
+    let load = lab.wrk(3, false);
+    let w = load.join().unwrap();
+    assert!(w.requests > 1000, "{}", w.text);
+    let load = lab.wrk(6, false);
+    std::thread::sleep(Duration::from_secs(2));
+    let total_before = lab.service_json()["stats"].clone();
+    lab.gw.adm_ok(&["-d", "-t", VIP, "-r", &backend(1)]);
+    let w = load.join().unwrap();
+    eprintln!("{w:?}");
+    let w = lab.wrk(2, true).join().unwrap();
+    assert!(w.requests > 200, "{}", w.text);
+    std::thread::sleep(Duration::from_millis(500));
+
+    let svc = lab.service_json();
+    for (i, addr) in [(0, backend_addr(0)), (2, backend_addr(2))] {
+        let b = svc["backends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["address"] == addr.to_string())
+            .unwrap();
+        let (rx, tx) = lab.ip_packets(i);
+        let (rx, tx) = (rx - base[i].0, tx - base[i].1);
+        let (inp, outp) = (
+            b["stats"]["inpkts"].as_u64().unwrap(),
+            b["stats"]["outpkts"].as_u64().unwrap(),
+        );
+        eprintln!("b{i}: xvs in={inp} out={outp}, kernel received={rx} sent={tx}");
+        let close = |a: u64, b: u64| a.abs_diff(b) <= 20 + b / 200;
+        assert!(
+            close(inp, rx),
+            "b{i}: InPkts {inp}, its kernel received {rx}"
+        );
+        assert!(
+            close(outp, tx),
+            "b{i}: OutPkts {outp}, its kernel sent {tx}"
+        );
+    }
+    // The service's totals only grow.
+    for k in ["conns", "inpkts", "outpkts", "inbytes", "outbytes"] {
+        assert!(
+            svc["stats"][k].as_u64().unwrap() >= total_before[k].as_u64().unwrap(),
+            "{k}: {} then {}",
+            total_before[k],
+            svc["stats"][k]
+        );
+    }
+    // ActiveConn / InActConn against the listing, with no traffic.
+    let conns: serde_json::Value =
+        serde_json::from_str(&lab.gw.adm_ok(&["-Lnc", "--json"])).unwrap();
+    let listed = |addr: &str, established: bool| {
+        conns["connections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| {
+                c["backend"].as_str().unwrap() == addr
+                    && (c["state"] == "ESTABLISHED") == established
+            })
+            .count() as u64
+    };
+    let svc = lab.service_json();
+    for b in svc["backends"].as_array().unwrap() {
+        let addr = format!("{}:{}", b["address"].as_str().unwrap(), b["port"]);
+        assert_eq!(b["active"].as_u64().unwrap(), listed(&addr, true), "{addr}");
+        assert_eq!(
+            b["inactive"].as_u64().unwrap(),
+            listed(&addr, false),
+            "{addr}"
+        );
+    }
+}
