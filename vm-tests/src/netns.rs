@@ -162,6 +162,29 @@ impl Netns {
             })
     }
 
+    /// A link's packet counters: `(rx packets, rx dropped, tx packets, tx
+    /// dropped)`, as `ip -s link` shows them.
+    pub fn link_stats(&self, ifname: &str) -> Result<(u64, u64, u64, u64), CmdError> {
+        let out = self.ip(&["-j", "-s", "link", "show", "dev", ifname])?;
+        let v: serde_json::Value =
+            serde_json::from_slice(&out.stdout).map_err(|_| CmdError::Parse {
+                what: format!("ip -j -s link show {ifname}"),
+            })?;
+        let s = &v[0]["stats64"];
+        let n = |dir: &str, k: &str| s[dir][k].as_u64();
+        match (
+            n("rx", "packets"),
+            n("rx", "dropped"),
+            n("tx", "packets"),
+            n("tx", "dropped"),
+        ) {
+            (Some(a), Some(b), Some(c), Some(d)) => Ok((a, b, c, d)),
+            _ => Err(CmdError::Parse {
+                what: format!("the counters of {ifname}"),
+            }),
+        }
+    }
+
     /// Moves the calling thread into the namespace, for work that must
     /// happen inside it (attaching XDP programs, binding AF_XDP sockets).
     /// Use a thread of its own: it stays there.

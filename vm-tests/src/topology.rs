@@ -268,6 +268,12 @@ impl Topology {
             .collect()
     }
 
+    /// The switch namespace (its ports are `p-gw`, `p-cl` in one-arm
+    /// mode, `p-b0`, ...).
+    pub fn switch(&self) -> &Netns {
+        &self.switch
+    }
+
     /// Names of every namespace of this topology.
     pub fn namespaces(&self) -> Vec<String> {
         let mut v = vec![
