@@ -253,6 +253,11 @@ impl Engine {
                 self.path.display()
             )));
         }
+        // The host may have started using SNAT ports of an address it
+        // shares with xvs since the start: say so now.
+        xvs_dataplane::host::check_snat(&new.snat.addresses, new.snat.ports).map_err(|e| {
+            Refused::Invalid(format!("{}: {e}; nothing was applied", self.path.display()))
+        })?;
         // Keys the Kubernetes source owns stay its own (first owner kept).
         let mut desired = by_key(&new.services);
         self.conflicts.clear();

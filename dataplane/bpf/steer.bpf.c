@@ -1,17 +1,31 @@
 // SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause)
 /*
  * xvs steering program: hands to the AF_XDP socket of the receiving queue
- * only the traffic xvs owns — IPv4 packets to, and ARP requests/replies
- * about, an address in `owned` (VIPs and SNAT addresses) — and passes
- * everything else to the kernel, so SSH and the node's own traffic keep
- * working. A queue without a socket falls back to the kernel too
- * (bpf_redirect_map's XDP_PASS default).
+ * only the traffic xvs owns and passes everything else to the kernel, so
+ * SSH and the node's own traffic keep working. A queue without a socket
+ * falls back to the kernel too (bpf_redirect_map's XDP_PASS default).
+ *
+ * An address in `owned` is either xvs's alone (OWN_XVS: VIPs, SNAT
+ * addresses of their own), and every IPv4 packet to it and ARP about it
+ * goes to xvs; or shared with the host (OWN_SHARED: a SNAT address that is
+ * also the node's, as kube-proxy masquerades to the node's address), and
+ * only what belongs to xvs's SNAT port range goes to xvs: TCP/UDP to a
+ * port in `snat_ports`, and ICMP errors quoting a packet sent from such a
+ * port. The kernel keeps the rest (its ARP, ping, listening and ephemeral
+ * ports). ARP replies to 0.0.0.0 answer xvs's ARP probes (how it resolves
+ * next hops from a shared address without taking the kernel's replies)
+ * and go to xvs.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
+#include <linux/in.h>
 #include <linux/ip.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+
+#define OWN_XVS 1
+#define OWN_SHARED 2
+#define ARP_REPLY 2
 
 struct {
 	__uint(type, BPF_MAP_TYPE_XSKMAP);
@@ -20,13 +34,26 @@ struct {
 	__type(value, __u32);
 } xsks SEC(".maps");
 
-/* IPv4 addresses xvs answers for, network byte order. */
+/* IPv4 addresses xvs answers for (network byte order) -> OWN_*. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1 << 20);
 	__type(key, __u32);
 	__type(value, __u8);
 } owned SEC(".maps");
+
+/* The SNAT port range, host byte order, inclusive. */
+struct port_range {
+	__u16 first;
+	__u16 last;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct port_range);
+} snat_ports SEC(".maps");
 
 /* Ethernet/IPv4 ARP payload. */
 struct arp_ipv4 {
@@ -41,33 +68,86 @@ struct arp_ipv4 {
 	__be32 tpa;
 } __attribute__((packed));
 
+static __always_inline int in_snat_range(__be16 port)
+{
+	__u32 zero = 0;
+	struct port_range *r = bpf_map_lookup_elem(&snat_ports, &zero);
+	__u16 p = bpf_ntohs(port);
+
+	return r && p >= r->first && p <= r->last;
+}
+
+/* Whether a packet to a shared address is xvs's: TCP/UDP to a SNAT port,
+ * or an ICMP error about a TCP/UDP packet sent from one. */
+static __always_inline int for_xvs(struct iphdr *ip, void *end)
+{
+	void *l4 = (void *)ip + (ip->ihl & 0xf) * 4;
+
+	if (ip->frag_off & bpf_htons(0x1fff))
+		return 0;
+	if (ip->protocol == IPPROTO_TCP || ip->protocol == IPPROTO_UDP) {
+		__be16 *ports = l4;
+
+		if ((void *)(ports + 2) > end)
+			return 0;
+		return in_snat_range(ports[1]);
+	}
+	if (ip->protocol == IPPROTO_ICMP) {
+		__u8 *icmp = l4;
+		struct iphdr *inner = l4 + 8;
+		__be16 *ports;
+
+		if ((void *)(inner + 1) > end)
+			return 0;
+		if (icmp[0] != 3 && icmp[0] != 11 && icmp[0] != 12)
+			return 0;
+		if (inner->protocol != IPPROTO_TCP && inner->protocol != IPPROTO_UDP)
+			return 0;
+		ports = (void *)inner + (inner->ihl & 0xf) * 4;
+		if ((void *)(ports + 2) > end)
+			return 0;
+		return in_snat_range(ports[0]);
+	}
+	return 0;
+}
+
 SEC("xdp")
 int xvs_steer(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
-	__u32 dst;
+	__u8 *kind;
 
 	if ((void *)(eth + 1) > end)
 		return XDP_PASS;
 	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = (void *)(eth + 1);
+		__u32 dst;
 
 		if ((void *)(ip + 1) > end)
 			return XDP_PASS;
 		dst = ip->daddr;
+		kind = bpf_map_lookup_elem(&owned, &dst);
+		if (!kind)
+			return XDP_PASS;
+		if (*kind == OWN_SHARED && !for_xvs(ip, end))
+			return XDP_PASS;
 	} else if (eth->h_proto == bpf_htons(ETH_P_ARP)) {
 		struct arp_ipv4 *arp = (void *)(eth + 1);
+		__u32 tpa;
 
 		if ((void *)(arp + 1) > end)
 			return XDP_PASS;
-		dst = arp->tpa;
+		tpa = arp->tpa;
+		if (tpa == 0 && arp->op == bpf_htons(ARP_REPLY))
+			return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+		kind = bpf_map_lookup_elem(&owned, &tpa);
+		if (!kind || *kind == OWN_SHARED)
+			return XDP_PASS;
 	} else {
 		return XDP_PASS;
 	}
-	if (!bpf_map_lookup_elem(&owned, &dst))
-		return XDP_PASS;
 	return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
 }
 

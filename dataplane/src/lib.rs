@@ -7,6 +7,7 @@
 
 pub mod counters;
 pub mod events;
+pub mod host;
 pub mod pipeline;
 pub mod runtime;
 pub mod sched;

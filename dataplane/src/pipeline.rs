@@ -209,6 +209,10 @@ pub struct Pipeline {
     next_snat: u32,
     /// Until when (worker clock) this worker is under pressure.
     pressure_until: u32,
+    /// The sender address of ARP requests: the first SNAT address that
+    /// is not also the host's, else 0.0.0.0 (an ARP probe, whose answer
+    /// the steering program gives xvs without taking the kernel's).
+    arp_source: Ipv4Addr,
     counters: Counters,
     /// Where flow events go (none: not produced).
     events: Option<Arc<FlowEvents>>,
@@ -227,6 +231,11 @@ impl Pipeline {
             arp_queue: Vec::with_capacity(ARP_QUEUE),
             next_snat: 0,
             pressure_until: 0,
+            arp_source: cfg
+                .snat_addrs
+                .first()
+                .copied()
+                .unwrap_or(Ipv4Addr::UNSPECIFIED),
             counters: Counters::default(),
             events: None,
             cfg,
@@ -258,6 +267,19 @@ impl Pipeline {
     /// Counters so far.
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// Marks SNAT addresses that are also the host's: xvs resolves next
+    /// hops with ARP probes (sender 0.0.0.0) unless another SNAT address
+    /// is its own, so the kernel keeps its ARP on its address.
+    pub fn share_with_host(&mut self, shared: &[Ipv4Addr]) {
+        self.arp_source = self
+            .cfg
+            .snat_addrs
+            .iter()
+            .copied()
+            .find(|a| !shared.contains(a))
+            .unwrap_or(Ipv4Addr::UNSPECIFIED);
     }
 
     /// Replaces the reuse and removal rules (from the next packet on).
@@ -317,9 +339,10 @@ impl Pipeline {
         c.drops[DropReason::TxRingFull.index()] += 1;
     }
 
-    /// Builds an ARP request for `target` from the SNAT address into
-    /// `buf` (to send on the backend side); returns its length (60) or
-    /// `None` if `buf` is too short.
+    /// Builds an ARP request for `target` from the ARP source (a SNAT
+    /// address, or 0.0.0.0: see [`Pipeline::share_with_host`]) into `buf`
+    /// (to send on the backend side); returns its length (60) or `None`
+    /// if `buf` is too short.
     pub fn build_arp_request(&self, buf: &mut [u8], target: Ipv4Addr) -> Option<usize> {
         let f = buf.get_mut(..60)?;
         f.fill(0);
@@ -328,13 +351,7 @@ impl Pipeline {
         f[12..14].copy_from_slice(&[0x08, 0x06]);
         f[14..22].copy_from_slice(&[0, 1, 0x08, 0, 6, 4, 0, 1]);
         f[22..28].copy_from_slice(&self.cfg.backend_mac.0);
-        let from = self
-            .cfg
-            .snat_addrs
-            .first()
-            .copied()
-            .unwrap_or(Ipv4Addr::UNSPECIFIED);
-        f[28..32].copy_from_slice(&from.octets());
+        f[28..32].copy_from_slice(&self.arp_source.octets());
         f[38..42].copy_from_slice(&target.octets());
         Some(60)
     }

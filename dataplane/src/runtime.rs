@@ -312,6 +312,17 @@ impl Dataplane {
             xvs_config::XdpAttachMode::Generic => XdpFlags::XDP_FLAGS_SKB_MODE,
             xvs_config::XdpAttachMode::Auto => XdpFlags::empty(),
         });
+        // SNAT addresses that are the host's own: their ports are checked
+        // against the kernel's, and the steering program takes only the
+        // SNAT ports' packets to them.
+        let shared = crate::host::check_snat(&cfg.snat.addresses, cfg.snat.ports)
+            .map_err(StartError::Unsupported)?;
+        if all && !shared.is_empty() {
+            return Err(StartError::Unsupported(format!(
+                "snat.addresses: {} is this host's address, which needs steering = \"vip\" (with \"all\" the kernel would get none of its own traffic)",
+                shared[0]
+            )));
+        }
         let steerings: Vec<Steering> = if all {
             Vec::new()
         } else {
@@ -330,8 +341,13 @@ impl Dataplane {
         let mut owned: Vec<Ipv4Addr> = cfg.snat.addresses.clone();
         owned.extend(services.iter().map(|s| s.key.vip));
         for st in &steerings {
+            st.set_snat_ports(cfg.snat.ports)?;
             for a in &owned {
-                st.add_address(*a)?;
+                if shared.contains(a) {
+                    st.share_address(*a)?;
+                } else {
+                    st.add_address(*a)?;
+                }
             }
         }
         let zero_copy = match i.zero_copy {
@@ -372,6 +388,7 @@ impl Dataplane {
             for a in &owned {
                 pipeline.own(*a);
             }
+            pipeline.share_with_host(&shared);
             let ev = Arc::new(FlowEvents::default());
             pipeline.set_events(ev.clone());
             events.push(ev);

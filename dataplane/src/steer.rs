@@ -1,6 +1,7 @@
 //! The XDP steering program (`bpf/steer.bpf.c`, compiled by build.rs and
 //! embedded): loading it, attaching it to an interface, and updating its
-//! maps — the addresses xvs owns and the AF_XDP socket of each queue.
+//! maps — the addresses xvs owns (alone, or shared with the host), the
+//! SNAT port range, and the AF_XDP socket of each queue.
 //!
 //! Invariant: a [`Steering`] owns its attachment. Dropping it detaches the
 //! program from the interface and frees the BPF object, on every exit path
@@ -19,6 +20,10 @@ use xvs_config::XdpAttachMode;
 static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/steer.bpf.o"));
 
 const XDP_FLAGS_UPDATE_IF_NOEXIST: u32 = 1 << 0;
+/// `owned` value: every packet to the address is xvs's.
+const OWN_XVS: u8 = 1;
+/// `owned` value: the host's address too; xvs gets only its SNAT ports.
+const OWN_SHARED: u8 = 2;
 const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
 const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
 
@@ -54,6 +59,7 @@ pub struct Steering {
     flags: u32,
     owned_fd: i32,
     xsks_fd: i32,
+    ports_fd: i32,
 }
 
 impl Steering {
@@ -80,6 +86,7 @@ impl Steering {
             flags: 0,
             owned_fd: -1,
             xsks_fd: -1,
+            ports_fd: -1,
         };
         // SAFETY: `obj` was returned by bpf_object__open_mem and is not
         // closed until `s` drops.
@@ -92,6 +99,7 @@ impl Steering {
         }
         s.owned_fd = s.map_fd("owned")?;
         s.xsks_fd = s.map_fd("xsks")?;
+        s.ports_fd = s.map_fd("snat_ports")?;
         let name =
             CString::new("xvs_steer").map_err(|_| bpf_err("name the program", -libc::EINVAL))?;
         // SAFETY: valid object and NUL-terminated name.
@@ -139,8 +147,39 @@ impl Steering {
 
     /// Starts steering packets for `addr` (a VIP or SNAT address) to xvs.
     pub fn add_address(&self, addr: Ipv4Addr) -> Result<(), SteerError> {
+        self.set_address(addr, OWN_XVS)
+    }
+
+    /// Starts steering to xvs the packets for `addr`, an address of the
+    /// host too, that belong to the SNAT port range (see
+    /// [`Steering::set_snat_ports`]); the kernel keeps the others.
+    pub fn share_address(&self, addr: Ipv4Addr) -> Result<(), SteerError> {
+        self.set_address(addr, OWN_SHARED)
+    }
+
+    /// The SNAT port range (for shared addresses).
+    pub fn set_snat_ports(&self, ports: xvs_config::PortRange) -> Result<(), SteerError> {
+        let key = 0u32;
+        let value: [u16; 2] = [ports.first, ports.last];
+        // SAFETY: key and value point at initialised values of the map's
+        // key (u32) and value (two u16) sizes.
+        let ret = unsafe {
+            sys::bpf_map_update_elem(
+                self.ports_fd,
+                (&key as *const u32).cast(),
+                value.as_ptr().cast(),
+                0,
+            )
+        };
+        if ret != 0 {
+            return Err(bpf_err("set the SNAT port range", ret));
+        }
+        Ok(())
+    }
+
+    fn set_address(&self, addr: Ipv4Addr, kind: u8) -> Result<(), SteerError> {
         let key = u32::from_ne_bytes(addr.octets());
-        let value = 1u8;
+        let value = kind;
         // SAFETY: key and value point at initialised values of the map's
         // key (u32) and value (u8) sizes.
         let ret = unsafe {

@@ -135,3 +135,32 @@ pub fn field(line: &str, key: &str) -> Option<u64> {
         .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
         .and_then(|v| v.trim_end_matches(',').parse().ok())
 }
+
+/// How many frames a worker line's `drops=[...]` says were dropped for
+/// `reason` (0 when the reason is not listed).
+pub fn drops(line: &str, reason: &str) -> u64 {
+    line.split("drops=[")
+        .nth(1)
+        .and_then(|l| l.split(']').next())
+        .into_iter()
+        .flat_map(|l| l.split(','))
+        .find_map(|kv| kv.strip_prefix(&format!("{reason}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_and_drops_of_a_worker_line() {
+        let line = "worker 0: rx=10 forwarded=7 dropped=3 drops=[tcp_no_flow=2,reply_no_flow=1]";
+        assert_eq!(field(line, "rx"), Some(10));
+        assert_eq!(field(line, "nodest"), None);
+        assert_eq!(drops(line, "reply_no_flow"), 1);
+        assert_eq!(drops(line, "tcp_no_flow"), 2);
+        assert_eq!(drops(line, "no_flow"), 0);
+        assert_eq!(drops("worker 0: drops=[]", "x"), 0);
+    }
+}

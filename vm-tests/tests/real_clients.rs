@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use xvs_vm_tests::daemon::{field, Daemon};
+use xvs_vm_tests::daemon::{drops, field, Daemon};
 use xvs_vm_tests::nginx::Nginx;
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::topology::{backend_addr, Arms, Spec, Topology};
@@ -552,4 +552,140 @@ fn a_udp_overload_is_accounted_for_to_the_datagram() {
         lost1,
         "{line}"
     );
+}
+
+/// The node's own address as the SNAT address, as kube-proxy masquerades:
+/// a port range that collides with the kernel's is refused with the
+/// collision named; with a range of its own, xvs serves the VIP through
+/// that address while the node's own ping and TCP to the backends, and
+/// the backends' TCP to the node, keep working; a listener started later
+/// inside the range makes a reload refuse.
+#[test]
+fn the_nodes_own_address_as_snat_leaves_the_nodes_traffic_alone() {
+    if !privileged("the_nodes_own_address_as_snat_leaves_the_nodes_traffic_alone") {
+        return;
+    }
+    let t = Topology::build(Spec {
+        arms: Arms::One,
+        backends: 3,
+        queues: 1,
+    })
+    .unwrap();
+    let _nginx: Vec<Nginx> = t
+        .backends
+        .iter()
+        .enumerate()
+        .map(|(i, b)| Nginx::start(&b.ns, b.addr, 8080, &format!("b{i}")).unwrap())
+        .collect();
+    // The node's own TCP service, on the address xvs will share.
+    let mut serve = t.gateway.command(TESTNET);
+    serve.args(["serve", "--name", "node", "--tcp", "198.18.1.1:2222"]);
+    let (_node, _) =
+        xvs_vm_tests::procs::Spawned::start(serve, "node server", Duration::from_secs(5)).unwrap();
+
+    // The whole default range: refused, naming what collides.
+    let node_snat = |ports: &str| {
+        config(&t, "").replace(
+            "addresses = [\"198.18.1.2\"]",
+            &format!("addresses = [\"198.18.1.1\"]\n{ports}"),
+        )
+    };
+    let dir = xvs_vm_tests::daemon::dir_of(&t, "snat");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("refused.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{}\n[admin]\nsocket = \"{}/x.sock\"\n",
+            node_snat(""),
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let out = t
+        .gateway
+        .command(bins().join("xvs").to_str().unwrap())
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("198.18.1.1 is this host's")
+            && err.contains("32768-60999 (net.ipv4.ip_local_port_range)")
+            && err.contains("2222/tcp"),
+        "{err}"
+    );
+    let link = t.gateway.ip(&["-d", "link", "show", "g0"]).unwrap().stdout;
+    assert!(
+        !String::from_utf8_lossy(&link).contains("prog/xdp"),
+        "nothing was attached"
+    );
+
+    // A range of its own: served.
+    let text = node_snat("ports = \"10000-20000\"");
+    let (gw, ready) = Daemon::start(&t, "real", &bins(), &text, &[]).unwrap();
+    assert!(ready.starts_with("ready:"), "{ready}");
+    let load = std::thread::spawn({
+        let mut cmd = t.client.ns.command("wrk");
+        cmd.args([
+            "-t1",
+            "-c8",
+            "-d4s",
+            "-H",
+            "Connection: close",
+            "http://198.19.0.1/",
+        ]);
+        move || Wrk::parse(&String::from_utf8_lossy(&cmd.output().unwrap().stdout))
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    // The node's own ping and TCP to a backend.
+    t.gateway
+        .exec("ping", &["-c", "3", "-i", "0.2", "-W", "2", "198.18.1.10"])
+        .unwrap();
+    let body = t
+        .gateway
+        .exec("curl", &["-sf", "-m", "2", "http://198.18.1.11:8080/"])
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&body.stdout).trim(), "b1");
+    // A backend's TCP to the node.
+    let out = t.backends[2]
+        .ns
+        .exec(
+            TESTNET,
+            &["tcp", "--connect", "198.18.1.1:2222", "--connections", "20"],
+        )
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "ok=20 failed=0 by=node:20"
+    );
+    let w = load.join().unwrap();
+    assert!(w.requests > 500 && w.errors == 0, "{}", w.text);
+    // The VIP's flows go out from the node's address, in the range.
+    let conns: serde_json::Value = serde_json::from_str(&gw.adm_ok(&["-Lnc", "--json"])).unwrap();
+    let snat = conns["connections"][0]["snat"].as_str().unwrap().to_owned();
+    let port: u16 = snat.strip_prefix("198.18.1.1:").unwrap().parse().unwrap();
+    assert!((10_000..=20_000).contains(&port), "{snat}");
+
+    // A listener inside the range: the next reload says so and changes
+    // nothing.
+    let mut late = t.gateway.command(TESTNET);
+    late.args(["serve", "--name", "late", "--tcp", "198.18.1.1:15000"]);
+    let (_late, _) =
+        xvs_vm_tests::procs::Spawned::start(late, "late server", Duration::from_secs(5)).unwrap();
+    let (status, _, err) = gw.adm(&["--reload"]);
+    assert_eq!(status, 2, "{err}");
+    assert!(err.contains("15000/tcp"), "{err}");
+    let (_, printed) = gw.stop();
+    let line = printed
+        .lines()
+        .find(|l| l.starts_with("worker 0:"))
+        .unwrap();
+    // Nothing of the node's own reached xvs (it would have dropped it).
+    assert_eq!(drops(line, "reply_no_flow"), 0, "{line}");
+    assert_eq!(drops(line, "not_owned"), 0, "{line}");
+    assert_eq!(drops(line, "icmp_unsupported_type"), 0, "{line}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

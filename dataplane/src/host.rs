@@ -1,0 +1,254 @@
+//! What the host itself uses, for SNAT addresses that are the host's own
+//! (kube-proxy masquerades to the node's address, so operators configure
+//! it): the host's addresses, the kernel's ephemeral port range
+//! (`net.ipv4.ip_local_port_range`) and its listening TCP and bound UDP
+//! ports on an address. Read from the kernel of the calling thread's
+//! network namespace; never on the packet path.
+//!
+//! Rule (checked at start and on every reload): on an address shared with
+//! the host, the SNAT port range must not overlap the kernel's ephemeral
+//! range nor a port the host listens on, because the steering program
+//! hands xvs exactly the packets to that address whose destination port
+//! is in the SNAT range, and passes every other one to the kernel.
+
+use std::net::Ipv4Addr;
+
+use xvs_config::PortRange;
+
+/// The addresses of the host's interfaces (IPv4).
+pub fn addresses() -> std::io::Result<Vec<Ipv4Addr>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head we free below with
+    // freeifaddrs, on success only.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut out = Vec::new();
+    let mut at = head;
+    while !at.is_null() {
+        // SAFETY: `at` is a node of the list getifaddrs returned, alive
+        // until freeifaddrs.
+        let ifa = unsafe { &*at };
+        if !ifa.ifa_addr.is_null() {
+            // SAFETY: ifa_addr points at a sockaddr of the family it names.
+            let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
+            if family == libc::AF_INET {
+                // SAFETY: an AF_INET address is a sockaddr_in.
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                out.push(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+            }
+        }
+        at = ifa.ifa_next;
+    }
+    // SAFETY: `head` came from a successful getifaddrs, freed once.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
+/// The kernel's ephemeral port range.
+pub fn local_port_range() -> std::io::Result<PortRange> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")?;
+    parse_port_range(&text).ok_or_else(|| std::io::Error::other("unreadable ip_local_port_range"))
+}
+
+fn parse_port_range(text: &str) -> Option<PortRange> {
+    let mut it = text.split_whitespace().map(|v| v.parse::<u16>().ok());
+    Some(PortRange {
+        first: it.next()??,
+        last: it.next()??,
+    })
+}
+
+/// A port the host uses on an address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HostPort {
+    /// Port.
+    pub port: u16,
+    /// `"tcp"` (listening) or `"udp"` (bound).
+    pub proto: &'static str,
+}
+
+/// Ports the host listens on (TCP) or has bound (UDP) on `addr`, directly
+/// or through a wildcard (IPv4 or dual-stack IPv6) socket.
+pub fn ports_on(addr: Ipv4Addr) -> Vec<HostPort> {
+    let mut out = Vec::new();
+    for (file, proto, state) in [
+        ("/proc/net/tcp", "tcp", "0A"),
+        ("/proc/net/tcp6", "tcp", "0A"),
+        ("/proc/net/udp", "udp", "07"),
+        ("/proc/net/udp6", "udp", "07"),
+    ] {
+        if let Ok(text) = std::fs::read_to_string(file) {
+            out.extend(
+                sockets(&text, state)
+                    .filter(|(a, _)| a.is_none_or(|a| a == addr))
+                    .map(|(_, port)| HostPort { port, proto }),
+            );
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The local (address, port) of every socket in state `state` of a
+/// `/proc/net/{tcp,udp}[6]` table; `None` for a wildcard address, and
+/// IPv6 addresses other than wildcard and v4-mapped are skipped.
+fn sockets<'a>(
+    text: &'a str,
+    state: &'a str,
+) -> impl Iterator<Item = (Option<Ipv4Addr>, u16)> + 'a {
+    text.lines().skip(1).filter_map(move |line| {
+        let mut f = line.split_whitespace();
+        let local = f.nth(1)?;
+        let st = f.nth(1)?;
+        if st != state {
+            return None;
+        }
+        let (a, p) = local.split_once(':')?;
+        let port = u16::from_str_radix(p, 16).ok()?;
+        let addr = match a.len() {
+            // The kernel prints each 32-bit word of the address as a u32
+            // in host order: its native bytes are the address's.
+            8 => u32::from_str_radix(a, 16)
+                .ok()
+                .map(|v| Ipv4Addr::from(v.to_ne_bytes())),
+            32 if a.chars().all(|c| c == '0') => None,
+            32 if a[..24].eq_ignore_ascii_case("0000000000000000FFFF0000") => {
+                u32::from_str_radix(&a[24..], 16)
+                    .ok()
+                    .map(|v| Ipv4Addr::from(v.to_ne_bytes()))
+            }
+            _ => return None,
+        };
+        match addr {
+            Some(a) if a.is_unspecified() => Some((None, port)),
+            Some(a) => Some((Some(a), port)),
+            None if a.len() == 32 => Some((None, port)),
+            None => None,
+        }
+    })
+}
+
+/// Checks SNAT addresses against the host: returns those that are the
+/// host's own (shared with the kernel), or an error that names every
+/// overlap of `ports` with what the host uses on them, and a range that
+/// would do.
+pub fn check_snat(addrs: &[Ipv4Addr], ports: PortRange) -> Result<Vec<Ipv4Addr>, String> {
+    let host = addresses().map_err(|e| format!("cannot list the host's addresses: {e}"))?;
+    let shared: Vec<Ipv4Addr> = addrs.iter().copied().filter(|a| host.contains(a)).collect();
+    if shared.is_empty() {
+        return Ok(shared);
+    }
+    let ephemeral =
+        local_port_range().map_err(|e| format!("cannot read net.ipv4.ip_local_port_range: {e}"))?;
+    let mut problems = Vec::new();
+    let mut used: Vec<u16> = Vec::new();
+    if ports.overlaps(ephemeral) {
+        problems.push(format!(
+            "the kernel's ephemeral ports {ephemeral} (net.ipv4.ip_local_port_range)"
+        ));
+    }
+    for a in &shared {
+        let mine: Vec<HostPort> = ports_on(*a);
+        used.extend(mine.iter().map(|p| p.port));
+        let inside: Vec<String> = mine
+            .iter()
+            .filter(|p| ports.first <= p.port && p.port <= ports.last)
+            .map(|p| format!("{}/{}", p.port, p.proto))
+            .collect();
+        if !inside.is_empty() {
+            problems.push(format!("ports the host uses on {a}: {}", inside.join(" ")));
+        }
+    }
+    if problems.is_empty() {
+        return Ok(shared);
+    }
+    let list: Vec<String> = shared.iter().map(Ipv4Addr::to_string).collect();
+    let mut msg = format!(
+        "snat.addresses: {} {} this host's, so xvs shares {} with the kernel, which keeps the ports it uses: snat.ports {ports} overlaps {}",
+        list.join(", "),
+        if shared.len() == 1 { "is" } else { "are" },
+        if shared.len() == 1 { "it" } else { "them" },
+        problems.join(" and ")
+    );
+    match free_range(ephemeral, &used) {
+        Some(r) => msg.push_str(&format!("; set snat.ports outside them, e.g. \"{r}\"")),
+        None => msg.push_str("; use an address of its own for SNAT"),
+    }
+    Err(msg)
+}
+
+/// The largest range of ports from 1024 up that avoids `ephemeral` and
+/// every port of `used`.
+fn free_range(ephemeral: PortRange, used: &[u16]) -> Option<PortRange> {
+    let mut best: Option<PortRange> = None;
+    let mut start: Option<u16> = None;
+    for p in 1024..=u16::MAX {
+        let in_ephemeral = ephemeral.first <= p && p <= ephemeral.last;
+        let free = !(in_ephemeral || used.contains(&p));
+        match (free, start) {
+            (true, None) => start = Some(p),
+            (false, Some(s)) => {
+                let r = PortRange {
+                    first: s,
+                    last: p - 1,
+                };
+                if best.is_none_or(|b| r.size() > b.size()) {
+                    best = Some(r);
+                }
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(s) = start {
+        let r = PortRange {
+            first: s,
+            last: u16::MAX,
+        };
+        if best.is_none_or(|b| r.size() > b.size()) {
+            best = Some(r);
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_net_tables_give_addresses_ports_and_wildcards() {
+        // 198.18.1.1:2222 listening, 0.0.0.0:22 listening, an
+        // established socket (ignored), [::]:80 and v4-mapped
+        // [::ffff:198.18.1.1]:8443 listening.
+        let tcp = "  sl  local_address rem_address   st\n\
+                   0: 010112C6:08AE 00000000:0000 0A 0\n\
+                   1: 00000000:0016 00000000:0000 0A 0\n\
+                   2: 010112C6:9C40 0A0012C6:0050 01 0\n";
+        let tcp6 = "  sl  local_address rem_address st\n\
+                    0: 00000000000000000000000000000000:0050 00000000000000000000000000000000:0000 0A 0\n\
+                    1: 0000000000000000FFFF0000010112C6:20FB 00000000000000000000000000000000:0000 0A 0\n";
+        let a = Ipv4Addr::new(198, 18, 1, 1);
+        let got: Vec<_> = sockets(tcp, "0A").collect();
+        assert_eq!(got, [(Some(a), 2222), (None, 22)]);
+        let got: Vec<_> = sockets(tcp6, "0A").collect();
+        assert_eq!(got, [(None, 80), (Some(a), 8443)]);
+    }
+
+    #[test]
+    fn the_suggested_range_avoids_ephemeral_and_used_ports() {
+        let eph = PortRange {
+            first: 32768,
+            last: 60999,
+        };
+        let r = free_range(eph, &[2222, 8080]).unwrap();
+        assert_eq!((r.first, r.last), (8081, 32767));
+        assert_eq!(
+            parse_port_range("32768\t60999\n"),
+            Some(eph),
+            "the sysctl's format"
+        );
+    }
+}
