@@ -25,6 +25,20 @@ pub struct Daemon {
     pub cfg: PathBuf,
 }
 
+/// Where a test finds `xvs`, `xvsadm` and `xvs-pktgen`: beside its own
+/// binaries (`testnet` is the path of one of them), or in `XVS_BIN_DIR`
+/// (an absolute path: e.g. the release build, to measure it, or another
+/// build, to run today's tests against it).
+pub fn bins(testnet: &str) -> PathBuf {
+    match std::env::var_os("XVS_BIN_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(testnet)
+            .parent()
+            .map(Path::to_owned)
+            .unwrap_or_default(),
+    }
+}
+
 /// The folder a test's daemon uses (`kind` tells tests apart).
 pub fn dir_of(t: &Topology, kind: &str) -> PathBuf {
     std::env::temp_dir().join(format!("xvs-{kind}-{}", t.tag))

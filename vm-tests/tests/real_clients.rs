@@ -19,7 +19,7 @@ const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
 const VIP: &str = "198.19.0.1:80";
 
 fn bins() -> PathBuf {
-    PathBuf::from(TESTNET).parent().unwrap().to_owned()
+    xvs_vm_tests::daemon::bins(TESTNET)
 }
 
 /// A one-arm gateway running `xvs run`, three nginx backends behind
