@@ -548,7 +548,10 @@ fn two_arm_full_nat_between_two_interfaces() {
     );
     assert!(text.contains("two-arm"), "{text}");
     let (xvs, ready) = launch(&t, &text);
-    assert!(ready.starts_with("ready: 2 services on gc"), "{ready}");
+    assert!(
+        ready.starts_with("ready: 2 services on gc (clients) and gb (backends)"),
+        "{ready}"
+    );
     let out = t.client.ns.exec(
         TESTNET,
         &[
