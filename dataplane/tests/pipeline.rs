@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+mod support;
+
 #[path = "fixtures/fixtures.rs"]
 mod fixtures;
 
@@ -13,6 +15,7 @@ use std::sync::Arc;
 
 use fixtures::*;
 use smoltcp::wire::EthernetAddress;
+use support::run;
 use xvs_config::{
     Backend, ForwardMethod, PortRange, Protocol, Scheduler, Service, ServiceKey, Timeouts,
 };
@@ -89,18 +92,6 @@ fn backend_arp_reply() -> Vec<u8> {
     f[32..38].copy_from_slice(&GW_MAC);
     f[38..42].copy_from_slice(&SNAT.octets());
     f
-}
-
-fn run(p: &mut Pipeline, frame: &[u8], now: u32) -> (Verdict, Vec<u8>) {
-    let mut buf = vec![0u8; 2048];
-    buf[..frame.len()].copy_from_slice(frame);
-    let v = p.process(&mut buf, frame.len(), now);
-    let len = match v {
-        Verdict::Forward { len: n, .. } | Verdict::Answer(n) => n,
-        _ => 0,
-    };
-    buf.truncate(len);
-    (v, buf)
 }
 
 fn assert_counters_add_up(p: &Pipeline) {

@@ -6,10 +6,13 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+mod support;
+
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use smoltcp::wire::{EthernetAddress, IpAddress, Ipv4Packet, TcpPacket, UdpPacket};
+use support::run;
 use xvs_config::{
     Backend, ConnRules, ForwardMethod, PortRange, Protocol, Scheduler, Service, ServiceKey,
     Timeouts, UnknownPort,
@@ -169,20 +172,6 @@ impl Gw {
     fn conns(&self) -> u64 {
         self.tcp.totals().conns
     }
-}
-
-fn run(p: &mut Pipeline, frame: &[u8], now: u32) -> (Verdict, Vec<u8>) {
-    let mut buf = vec![0u8; 2048];
-    buf[..frame.len()].copy_from_slice(frame);
-    let v = p.process(&mut buf, frame.len(), now);
-    let len = match v {
-        Verdict::Forward { len: n, .. } | Verdict::Answer(n) => n,
-        _ => 0,
-    };
-    buf.truncate(len);
-    let c = p.counters();
-    assert_eq!(c.rx, c.forwarded + c.answered + c.consumed + c.dropped());
-    (v, buf)
 }
 
 /// An Ethernet/IPv4/TCP frame with valid checksums.

@@ -124,6 +124,17 @@ impl Daemon {
         }
     }
 
+    /// Stops it (SIGTERM); returns worker 0's counter line (what a test
+    /// reads with [`field`] and [`drops`]), or panics with what it
+    /// printed.
+    pub fn stop_counters(self) -> String {
+        let (_, printed) = self.stop();
+        match printed.lines().find(|l| l.starts_with("worker 0:")) {
+            Some(line) => line.to_owned(),
+            None => panic!("xvs printed no counter line:\n{printed}"),
+        }
+    }
+
     /// Kills it with `signal` (e.g. SIGKILL) and waits for it.
     pub fn kill(mut self, signal: i32) -> (Option<ExitStatus>, String) {
         match self.xvs.take() {

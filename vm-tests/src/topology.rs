@@ -227,6 +227,20 @@ impl Topology {
             .unwrap_or_default()
     }
 
+    /// Runs `xvs-testnet blast` (the binary at `testnet`) from the client:
+    /// UDP datagrams to `to` as fast as one socket sends them for
+    /// `seconds`; returns its summary line (`sent=N pps=R`).
+    pub fn udp_blast(&self, testnet: &str, to: &str, seconds: u32) -> String {
+        let out = self
+            .client
+            .ns
+            .command(testnet)
+            .args(["blast", "--to", to, "--seconds", &seconds.to_string()])
+            .output();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_default()
+    }
+
     /// Starts `xvs-testnet serve` (the binary at `testnet`) in every
     /// backend: TCP on `tcp_port`, UDP on `udp_port` if given, named
     /// `{prefix}{i}`; waits until each is ready.

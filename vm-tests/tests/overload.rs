@@ -149,11 +149,7 @@ fn a_syn_flood_at_a_fixed_rate_locks_no_client_out() {
         "during: ok={ok} failed={failed}"
     );
     assert_eq!(ok_failed(&after), (20, 0), "{after}");
-    let (_, printed) = gw.stop();
-    let line = printed
-        .lines()
-        .find(|l| l.starts_with("worker 0:"))
-        .unwrap();
+    let line = &gw.stop_counters();
     eprintln!("{line}");
     assert!(
         field(line, "reclaim").unwrap() > 0,
@@ -196,11 +192,7 @@ fn an_unbounded_syn_flood_is_survived() {
     let report =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     let after = t.tcp_load(TESTNET, VIP, 20, 2000);
-    let (_, printed) = gw.stop();
-    let line = printed
-        .lines()
-        .find(|l| l.starts_with("worker 0:"))
-        .unwrap();
+    let line = &gw.stop_counters();
     eprintln!(
         "hping3 --flood: {}\nlegitimate during: ok={ok} failed={failed}\nafter: {after}\n{line}",
         report.trim()
@@ -230,11 +222,7 @@ fn eleven_snat_ports_serve_new_clients_as_soon_as_old_ones_close() {
     // The next ones, each within 1 s.
     let next = t.tcp_load(TESTNET, VIP, 20, 1000);
     assert_eq!(ok_failed(&next), (20, 0), "{next}");
-    let (_, printed) = gw.stop();
-    let line = printed
-        .lines()
-        .find(|l| l.starts_with("worker 0:"))
-        .unwrap();
+    let line = &gw.stop_counters();
     assert_eq!(field(line, "reclaim"), Some(20), "{line}");
     assert_eq!(drops(line, "snat_exhausted"), 0, "{line}");
 }
@@ -279,20 +267,9 @@ fn a_tx_overload_counts_what_the_ring_could_not_take() {
     let pid = ours[0].0.to_string();
     xvs_vm_tests::netns::run("taskset", &["-p", "1", &pid]).unwrap();
     xvs_vm_tests::netns::run("chrt", &["-i", "-p", "0", &pid]).unwrap();
-    let out = t
-        .client
-        .ns
-        .exec(
-            TESTNET,
-            &["blast", "--to", "198.19.0.1:53", "--seconds", "3"],
-        )
-        .unwrap();
-    let (_, printed) = gw.stop();
-    let line = printed
-        .lines()
-        .find(|l| l.starts_with("worker 0:"))
-        .unwrap();
-    eprintln!("{}{line}", String::from_utf8_lossy(&out.stdout));
+    let blast = t.udp_blast(TESTNET, "198.19.0.1:53", 3);
+    let line = &gw.stop_counters();
+    eprintln!("{blast}\n{line}");
     let n = |k: &str| field(line, k).unwrap();
     assert!(drops(line, "tx_ring_full") > 1000, "no TX overload: {line}");
     assert_eq!(

@@ -272,11 +272,7 @@ fn under_connection_close_load_a_quiesced_or_deleted_backend_accepts_nothing_new
         conns >= accepted && conns - accepted <= accepted * 3 / 100 + 50,
         "Conns {conns} for {accepted} accepted connections"
     );
-    let (_, printed) = lab.gw.stop();
-    let line = printed
-        .lines()
-        .find(|l| l.starts_with("worker 0:"))
-        .unwrap();
+    let line = &lab.gw.stop_counters();
     eprintln!("{line}");
     assert!(field(line, "reschedule").unwrap() > 100, "{line}");
 }
@@ -469,11 +465,7 @@ fn ttl_1_and_0_syns_create_no_flow_and_get_time_exceeded() {
         metrics.contains("xvs_time_exceeded_total{worker=\"0\"} 6"),
         "{metrics}"
     );
-    let (_, printed) = lab.gw.stop();
-    let line = printed
-        .lines()
-        .find(|l| l.starts_with("worker 0:"))
-        .unwrap();
+    let line = &lab.gw.stop_counters();
     assert_eq!(field(line, "time_exceeded"), Some(6), "{line}");
     assert_eq!(field(line, "new_flows"), Some(0), "{line}");
 }
@@ -530,15 +522,7 @@ fn a_udp_overload_is_accounted_for_to_the_datagram() {
         let (r, l) = counters();
         (r, l, elsewhere())
     };
-    let out = t
-        .client
-        .ns
-        .exec(
-            TESTNET,
-            &["blast", "--to", "198.19.0.1:53", "--seconds", "3"],
-        )
-        .unwrap();
-    let blast = String::from_utf8_lossy(&out.stdout).into_owned();
+    let blast = t.udp_blast(TESTNET, "198.19.0.1:53", 3);
     let sent = field(&blast, "sent").unwrap();
     std::thread::sleep(Duration::from_millis(500));
     let (rx1, lost1) = counters();
@@ -552,11 +536,7 @@ fn a_udp_overload_is_accounted_for_to_the_datagram() {
         accounted >= sent && accounted - sent <= 20,
         "sent {sent}, accounted {accounted}"
     );
-    let (_, printed) = gw.stop();
-    let line = printed
-        .lines()
-        .find(|l| l.starts_with("worker 0:"))
-        .unwrap();
+    let line = &gw.stop_counters();
     let sum = ["forwarded", "answered", "consumed", "dropped"]
         .iter()
         .map(|k| field(line, k).unwrap())
@@ -699,11 +679,7 @@ fn the_nodes_own_address_as_snat_leaves_the_nodes_traffic_alone() {
     let (status, _, err) = gw.adm(&["--reload"]);
     assert_eq!(status, 2, "{err}");
     assert!(err.contains("15000/tcp"), "{err}");
-    let (_, printed) = gw.stop();
-    let line = printed
-        .lines()
-        .find(|l| l.starts_with("worker 0:"))
-        .unwrap();
+    let line = &gw.stop_counters();
     // Nothing of the node's own reached xvs (it would have dropped it).
     assert_eq!(drops(line, "reply_no_flow"), 0, "{line}");
     assert_eq!(drops(line, "not_owned"), 0, "{line}");
@@ -751,11 +727,7 @@ fn partial_checksums_from_an_offloading_sender_are_counted_not_forwarded() {
         after, before,
         "nothing with a bad checksum reached a backend"
     );
-    let (_, printed) = lab.gw.stop();
-    let line = printed
-        .lines()
-        .find(|l| l.starts_with("worker 0:"))
-        .unwrap();
+    let line = &lab.gw.stop_counters();
     assert!(drops(line, "l4_bad_checksum") >= 1, "{line}");
     assert_eq!(
         field(line, "new_flows"),
@@ -786,11 +758,7 @@ fn an_unknown_port_is_rejected_when_configured() {
         Some(7),
         "curl: couldn't connect (refused)"
     );
-    let (_, printed) = rejecting.gw.stop();
-    let line = printed
-        .lines()
-        .find(|l| l.starts_with("worker 0:"))
-        .unwrap();
+    let line = &rejecting.gw.stop_counters();
     assert!(field(line, "rejected").unwrap() >= 1, "{line}");
     let dropping = lab("");
     let out = dropping
