@@ -337,8 +337,13 @@ impl ServiceTable {
     /// removed when the service itself is gone.
     #[inline]
     pub fn dest_state(&self, service: u32, worker: usize, backend_id: u32) -> DestState {
-        self.traffic(service)
-            .map_or(DestState::Removed, |t| t.state(worker, backend_id))
+        let stats = if service < MAX_STATS_ID {
+            self.traffic(service)
+        } else {
+            // Beyond the dense array: the slower way, by id.
+            self.by_id(service).map(|s| &s.svc.stats)
+        };
+        stats.map_or(DestState::Removed, |t| t.state(worker, backend_id))
     }
 
     /// The service for (vip, proto, port), else the port-0 one of the VIP.
@@ -479,5 +484,10 @@ mod tests {
         assert_eq!(t.dest_state(1, 0, 5), DestState::Available);
         t.remove(&v2.key);
         assert_eq!(t.dest_state(1, 0, 0), DestState::Removed, "service gone");
+        // An id beyond the dense counters is found by id.
+        let big = Arc::new(CompiledService::new(MAX_STATS_ID + 5, &svc(&[10]), 1, None));
+        t.upsert(big, 0);
+        assert!(t.traffic(MAX_STATS_ID + 5).is_none());
+        assert_eq!(t.dest_state(MAX_STATS_ID + 5, 0, 0), DestState::Available);
     }
 }
