@@ -114,25 +114,25 @@ impl Gw {
 
     /// Replaces the TCP service with `backends` (a new version of it).
     fn set_tcp(&mut self, backends: &[(Ipv4Addr, u32)]) {
-        let v = Arc::new(CompiledService::update(
-            &self.tcp,
-            &service(Protocol::Tcp, 80, backends),
-            true,
-            None,
-        ));
-        self.p.upsert_service(v.clone());
-        self.tcp = v;
+        self.tcp = self.next_version(&self.tcp.clone(), backends);
     }
 
+    /// Replaces the UDP service with `backends`.
     fn set_udp(&mut self, backends: &[(Ipv4Addr, u32)]) {
-        let v = Arc::new(CompiledService::update(
-            &self.udp,
-            &service(Protocol::Udp, 53, backends),
-            true,
-            None,
-        ));
+        self.udp = self.next_version(&self.udp.clone(), backends);
+    }
+
+    /// The next version of `prev` with `backends`, applied.
+    fn next_version(
+        &mut self,
+        prev: &CompiledService,
+        backends: &[(Ipv4Addr, u32)],
+    ) -> Arc<CompiledService> {
+        let k = prev.key;
+        let svc = service(k.protocol, k.port, backends);
+        let v = Arc::new(CompiledService::update(prev, &svc, true, None));
         self.p.upsert_service(v.clone());
-        self.udp = v;
+        v
     }
 
     /// The client sends `flags` from `port` to VIP:80.
