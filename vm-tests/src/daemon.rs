@@ -12,6 +12,30 @@ use std::time::Duration;
 use crate::procs::Spawned;
 use crate::topology::Topology;
 
+/// A folder of a test's own, removed when dropped (also on a panic).
+#[derive(Debug)]
+pub struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    /// Creates [`dir_of`]`(t, kind)`.
+    pub fn new(t: &Topology, kind: &str) -> std::io::Result<ScratchDir> {
+        let d = dir_of(t, kind);
+        std::fs::create_dir_all(&d)?;
+        Ok(ScratchDir(d))
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A running `xvs run`.
 #[derive(Debug)]
 pub struct Daemon {

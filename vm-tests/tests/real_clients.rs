@@ -585,8 +585,8 @@ fn the_nodes_own_address_as_snat_leaves_the_nodes_traffic_alone() {
             &format!("addresses = [\"198.18.1.1\"]\n{ports}"),
         )
     };
-    let dir = xvs_vm_tests::daemon::dir_of(&t, "snat");
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = xvs_vm_tests::daemon::ScratchDir::new(&t, "snat").unwrap();
+    let dir = scratch.path();
     let cfg = dir.join("refused.toml");
     std::fs::write(
         &cfg,
@@ -684,7 +684,6 @@ fn the_nodes_own_address_as_snat_leaves_the_nodes_traffic_alone() {
     assert_eq!(drops(line, "reply_no_flow"), 0, "{line}");
     assert_eq!(drops(line, "not_owned"), 0, "{line}");
     assert_eq!(drops(line, "icmp_unsupported_type"), 0, "{line}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A client whose link leaves TCP checksums to an offload it does not do
