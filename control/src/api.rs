@@ -287,6 +287,20 @@ pub struct Status {
     pub conflicts: Vec<String>,
     /// Whether the Kubernetes copy is in sync (absent: source off).
     pub kube_synced: Option<bool>,
+    /// The addresses the steering program hands to xvs, read back from
+    /// its map (VIPs and SNAT addresses; a VIP no service uses any more
+    /// is not here).
+    #[serde(default)]
+    pub steered: Vec<SteeredView>,
+}
+
+/// One address of the steering map.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SteeredView {
+    /// Address.
+    pub address: Ipv4Addr,
+    /// Shared with the host (only its SNAT ports go to xvs).
+    pub shared: bool,
 }
 
 async fn status(State(st): State<Arc<Shared>>) -> Result<Json<Status>, ApiError> {
@@ -301,6 +315,13 @@ async fn status(State(st): State<Arc<Shared>>) -> Result<Json<Status>, ApiError>
             kube_services: e.kube_services().len(),
             conflicts: e.conflicts().to_vec(),
             kube_synced,
+            steered: e
+                .dataplane()
+                .steered()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(address, shared)| SteeredView { address, shared })
+                .collect(),
         })
         .await
         .map_err(internal)?;

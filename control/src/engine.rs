@@ -213,7 +213,12 @@ impl Engine {
                 }
                 Change::Remove(k) => {
                     a.removed += 1;
-                    self.dp.remove_service(*k);
+                    if let Err(e) = self.dp.remove_service(*k) {
+                        tracing::error!(
+                            "{}: removed, but its VIP was not released: {e}",
+                            key_name(k)
+                        );
+                    }
                     self.applied.remove(k);
                 }
             }

@@ -38,6 +38,7 @@ fn service() -> Value {
         "metadata": {"name": "shop", "namespace": "web",
                      "labels": {"service.kubernetes.io/service-proxy-name": "xvs"}},
         "spec": {"clusterIP": "198.19.0.1", "clusterIPs": ["198.19.0.1"],
+                 "externalIPs": ["198.19.0.9"],
                  "ports": [{"name": "http", "port": 80, "protocol": "TCP"},
                            {"name": "alt", "port": 81, "protocol": "TCP"}]},
     })
@@ -73,6 +74,22 @@ fn backends(to: &Endpoint) -> Option<Vec<String>> {
         .iter()
         .find(|s| s.vip.to_string() == "198.19.0.1" && s.port == 80)
         .map(|s| s.backends.iter().map(|b| b.address.to_string()).collect())
+}
+
+/// The addresses the steering program hands to xvs, read back from its
+/// map through `/v1/status`.
+fn steered(to: &Endpoint) -> Vec<String> {
+    let body = request(to, Method::GET, "/v1/status", None)
+        .unwrap()
+        .ok()
+        .unwrap();
+    let status: Value = serde_json::from_str(&body).unwrap();
+    status["steered"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["address"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -135,6 +152,8 @@ fn services_from_the_api_server_serve_scale_and_go() {
         std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!(load(&t, 40), "ok=40 failed=0 by=b0:20,b1:20");
+    // Its external IP is steered to xvs beside the file's VIP.
+    assert_eq!(steered(&to), ["198.18.1.2", "198.19.0.1", "198.19.0.9"]);
     // Port 81 is the file's (first owner): Kubernetes' copy is refused and
     // reported.
     let status: Value = serde_json::from_str(
@@ -245,6 +264,8 @@ fn services_from_the_api_server_serve_scale_and_go() {
     assert_eq!(backends(&to), None);
     let after = load(&t, 3);
     assert_eq!(after, "ok=0 failed=3 by=");
+    // Its external IP is released; the file's port 81 keeps 198.19.0.1.
+    assert_eq!(steered(&to), ["198.18.1.2", "198.19.0.1"]);
     let status = request(&to, Method::GET, "/v1/status", None)
         .unwrap()
         .ok()

@@ -474,12 +474,38 @@ impl Dataplane {
         Ok(())
     }
 
-    /// Removes a service: new flows to it are refused (`no_service`);
-    /// flows already established continue until they close or expire, so
-    /// its VIP stays steered and answered (ARP) for them.
-    pub fn remove_service(&mut self, key: xvs_config::ServiceKey) {
+    /// Removes a service. When it was the last one on its VIP, the VIP is
+    /// released: the steering program passes its packets to the kernel
+    /// again (which answers them, or serves them if the address is its
+    /// own) and the workers stop answering ARP and ping for it; flows of
+    /// the service that are left end there (as `expire_nodest_conn` ends
+    /// them while the VIP is kept for another service's port).
+    pub fn remove_service(&mut self, key: xvs_config::ServiceKey) -> Result<(), SteerError> {
         self.compiled.remove(&key);
         self.handle.remove(key);
+        if self.compiled.keys().any(|k| k.vip == key.vip) {
+            return Ok(());
+        }
+        for w in &self.handle.workers {
+            self.handle.send_to(w, Control::Disown(key.vip));
+        }
+        let mut first_error = None;
+        for st in &self.steerings {
+            if let Err(e) = st.remove_address(key.vip) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// The addresses the steering program hands to xvs, as its map holds
+    /// them (read back from the kernel: what is, not what was meant),
+    /// with whether each is shared with the host; sorted.
+    pub fn steered(&self) -> Result<Vec<(Ipv4Addr, bool)>, SteerError> {
+        match self.steerings.first() {
+            Some(st) => st.addresses(),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// Every worker's flow event queue.

@@ -207,6 +207,50 @@ impl Steering {
         Ok(())
     }
 
+    /// Every address in the steering map, with whether it is shared with
+    /// the host, read back from the kernel; sorted.
+    pub fn addresses(&self) -> Result<Vec<(Ipv4Addr, bool)>, SteerError> {
+        let mut out = Vec::new();
+        let mut key = 0u32;
+        let mut first = true;
+        loop {
+            let mut next = 0u32;
+            let prev: *const libc::c_void = if first {
+                std::ptr::null()
+            } else {
+                (&key as *const u32).cast()
+            };
+            // SAFETY: `prev` is null or points at a u32 key; `next` is a
+            // writable u32, the map's key size.
+            let ret = unsafe {
+                sys::bpf_map_get_next_key(self.owned_fd, prev, (&mut next as *mut u32).cast())
+            };
+            if ret == -libc::ENOENT {
+                break;
+            }
+            if ret != 0 {
+                return Err(bpf_err("read the steering map", ret));
+            }
+            let mut value = 0u8;
+            // SAFETY: `next` is a u32 key, `value` a writable u8, the
+            // map's value size.
+            let ret = unsafe {
+                sys::bpf_map_lookup_elem(
+                    self.owned_fd,
+                    (&next as *const u32).cast(),
+                    (&mut value as *mut u8).cast(),
+                )
+            };
+            if ret == 0 {
+                out.push((Ipv4Addr::from(next.to_ne_bytes()), value == OWN_SHARED));
+            }
+            key = next;
+            first = false;
+        }
+        out.sort();
+        Ok(out)
+    }
+
     /// Sends the owned traffic of RX `queue` to the AF_XDP socket `xsk_fd`.
     pub fn register_socket(&self, queue: u32, xsk_fd: i32) -> Result<(), SteerError> {
         // SAFETY: key and value point at initialised u32s (the XSKMAP's

@@ -386,7 +386,7 @@ fn weight_zero_and_live_changes_never_disturb_established_connections() {
     dp.run(move |dp| dp.upsert_service(&extra).unwrap());
     let on81 = t.tcp_load(TESTNET, "198.19.0.1:81", 30, 5000);
     assert!(on81.starts_with("ok=30 failed=0"), "{on81}");
-    dp.run(|dp| dp.remove_service(service(81, &[]).key));
+    dp.run(|dp| dp.remove_service(service(81, &[]).key).unwrap());
     let refused = t.client.ns.exec(
         TESTNET,
         &[
