@@ -238,6 +238,66 @@ pub struct Timeouts {
     pub syn_recv_pressure: u32,
 }
 
+impl Timeouts {
+    /// Every timeout with its name (the `[conntrack.timeouts]` key), in
+    /// declaration order.
+    pub fn named(&self) -> [(&'static str, u32); 12] {
+        [
+            ("established", self.established),
+            ("syn_sent", self.syn_sent),
+            ("syn_recv", self.syn_recv),
+            ("fin_wait", self.fin_wait),
+            ("time_wait", self.time_wait),
+            ("close", self.close),
+            ("close_wait", self.close_wait),
+            ("last_ack", self.last_ack),
+            ("synack", self.synack),
+            ("udp", self.udp),
+            ("icmp", self.icmp),
+            ("syn_recv_pressure", self.syn_recv_pressure),
+        ]
+    }
+
+    /// The timeout named `name`, to write.
+    pub fn by_name(&mut self, name: &str) -> Option<&mut u32> {
+        Some(match name {
+            "established" => &mut self.established,
+            "syn_sent" => &mut self.syn_sent,
+            "syn_recv" => &mut self.syn_recv,
+            "fin_wait" => &mut self.fin_wait,
+            "time_wait" => &mut self.time_wait,
+            "close" => &mut self.close,
+            "close_wait" => &mut self.close_wait,
+            "last_ack" => &mut self.last_ack,
+            "synack" => &mut self.synack,
+            "udp" => &mut self.udp,
+            "icmp" => &mut self.icmp,
+            "syn_recv_pressure" => &mut self.syn_recv_pressure,
+            _ => return None,
+        })
+    }
+
+    /// Sets the timeout named `name` to `secs`, checked as the file's
+    /// `[conntrack.timeouts]` are; the message says what is wrong.
+    pub fn set(&mut self, name: &str, secs: u64) -> Result<(), String> {
+        let names: Vec<&str> = self.named().iter().map(|(n, _)| *n).collect();
+        let Some(slot) = self.by_name(name) else {
+            return Err(format!(
+                "unknown timeout \"{name}\" (expected one of {})",
+                names.join(", ")
+            ));
+        };
+        if !(1..=u64::from(crate::MAX_TIMEOUT_SECS)).contains(&secs) {
+            return Err(format!(
+                "{name}: {secs} is out of range (expected 1..={} seconds)",
+                crate::MAX_TIMEOUT_SECS
+            ));
+        }
+        *slot = secs as u32;
+        Ok(())
+    }
+}
+
 impl Default for Timeouts {
     fn default() -> Self {
         Timeouts {

@@ -482,12 +482,52 @@ async fn set_timeouts(
             t
         })
         .await
-        .map_err(internal)?;
+        .map_err(internal)??;
     Ok(Json(TimeoutView {
         tcp: t.established,
         tcpfin: t.fin_wait,
         udp: t.udp,
     }))
+}
+
+/// Every state's timeout, by its `[conntrack.timeouts]` name.
+async fn state_timeouts(
+    State(st): State<Arc<Shared>>,
+) -> Result<Json<std::collections::BTreeMap<String, u32>>, ApiError> {
+    let t = st
+        .engine
+        .call(|e| e.config().conntrack.timeouts)
+        .await
+        .map_err(internal)?;
+    Ok(Json(
+        t.named()
+            .into_iter()
+            .map(|(n, v)| (n.to_owned(), v))
+            .collect(),
+    ))
+}
+
+/// Sets some states' timeouts (`{"time_wait": 30, ...}`), all or none.
+async fn set_state_timeouts(
+    State(st): State<Arc<Shared>>,
+    Json(changes): Json<std::collections::BTreeMap<String, u32>>,
+) -> Result<Json<std::collections::BTreeMap<String, u32>>, ApiError> {
+    let t = st
+        .engine
+        .call(move |e| {
+            let pairs: Vec<(&str, u32)> = changes.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+            let t = e.set_named_timeouts(&pairs);
+            e.wait_applied();
+            t
+        })
+        .await
+        .map_err(internal)??;
+    Ok(Json(
+        t.named()
+            .into_iter()
+            .map(|(n, v)| (n.to_owned(), v))
+            .collect(),
+    ))
 }
 
 async fn prometheus(State(st): State<Arc<Shared>>) -> Result<Response, ApiError> {
@@ -611,6 +651,10 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/flush", post(flush))
         .route("/v1/conntrack/stats", get(conntrack_stats))
         .route("/v1/timeouts", get(timeouts).put(set_timeouts))
+        .route(
+            "/v1/timeouts/states",
+            get(state_timeouts).put(set_state_timeouts),
+        )
         .route("/v1/events", get(events))
         .with_state(shared)
 }

@@ -443,21 +443,34 @@ impl Engine {
     }
 
     /// `ipvsadm --set tcp tcpfin udp`: sets the ESTABLISHED, FIN_WAIT and
-    /// UDP timeouts (0 leaves one unchanged) on every worker.
-    pub fn set_timeouts(&mut self, tcp: u32, tcpfin: u32, udp: u32) -> xvs_config::Timeouts {
-        let t = &mut self.config.conntrack.timeouts;
-        for (v, slot) in [
-            (tcp, &mut t.established),
-            (tcpfin, &mut t.fin_wait),
-            (udp, &mut t.udp),
-        ] {
-            if v > 0 {
-                *slot = v;
-            }
+    /// UDP timeouts (0 leaves one unchanged) on every worker; a value out
+    /// of the file's range refuses the whole change.
+    pub fn set_timeouts(
+        &mut self,
+        tcp: u32,
+        tcpfin: u32,
+        udp: u32,
+    ) -> Result<xvs_config::Timeouts, Refused> {
+        let changes: Vec<(&str, u32)> = [("established", tcp), ("fin_wait", tcpfin), ("udp", udp)]
+            .into_iter()
+            .filter(|(_, v)| *v > 0)
+            .collect();
+        self.set_named_timeouts(&changes)
+    }
+
+    /// Sets timeouts by their `[conntrack.timeouts]` names (every state,
+    /// not only ipvsadm's three), all or none, live on every worker.
+    pub fn set_named_timeouts(
+        &mut self,
+        changes: &[(&str, u32)],
+    ) -> Result<xvs_config::Timeouts, Refused> {
+        let mut t = self.config.conntrack.timeouts;
+        for (name, secs) in changes {
+            t.set(name, u64::from(*secs)).map_err(Refused::Invalid)?;
         }
-        let t = *t;
+        self.config.conntrack.timeouts = t;
         self.dp.handle().set_timeouts(t);
-        t
+        Ok(t)
     }
 
     /// Stops the data plane (detaching its programs).

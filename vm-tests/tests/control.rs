@@ -242,6 +242,31 @@ fn xvsadm_changes_a_weight_under_traffic_and_lists_like_ipvsadm() {
         gw.adm_ok(&["-L", "--timeout"]),
         "Timeout (tcp tcpfin udp): 600 120 30\n"
     );
+    // Out of the file's range: refused, nothing changed.
+    let (status, _, err) = gw.adm(&["--set", "4294967295", "0", "0"]);
+    assert_eq!(status, 2);
+    assert_eq!(
+        err,
+        "established: 4294967295 is out of range (expected 1..=2147483 seconds)\n"
+    );
+    assert_eq!(
+        gw.adm_ok(&["-L", "--timeout"]),
+        "Timeout (tcp tcpfin udp): 600 120 30\n"
+    );
+    // Every state, not only ipvsadm's three.
+    gw.adm_ok(&["--set-timeout", "time_wait", "30"]);
+    let states: serde_json::Value =
+        serde_json::from_str(&gw.adm_ok(&["--set-timeout", "syn_recv", "20", "--json"])).unwrap();
+    assert_eq!(
+        (states["time_wait"].as_u64(), states["syn_recv"].as_u64()),
+        (Some(30), Some(20))
+    );
+    let (status, _, err) = gw.adm(&["--set-timeout", "time_wiat", "30"]);
+    assert_eq!(status, 2);
+    assert!(
+        err.starts_with("unknown timeout \"time_wiat\" (expected one of established,"),
+        "{err}"
+    );
 
     // A drop the test provokes (a VIP port with no service) shows up in
     // observe, with its reason; new flows show their backend.

@@ -318,30 +318,26 @@ impl Checker<'_> {
     fn timeouts(&mut self, raw: &RawTimeouts) -> Option<Timeouts> {
         let mut t = Timeouts::default();
         let mut ok = true;
-        let fields: [(&str, &Option<Sp<i64>>, &mut u32); 12] = [
-            ("established", &raw.established, &mut t.established),
-            ("syn_sent", &raw.syn_sent, &mut t.syn_sent),
-            ("syn_recv", &raw.syn_recv, &mut t.syn_recv),
-            ("fin_wait", &raw.fin_wait, &mut t.fin_wait),
-            ("time_wait", &raw.time_wait, &mut t.time_wait),
-            ("close", &raw.close, &mut t.close),
-            ("close_wait", &raw.close_wait, &mut t.close_wait),
-            ("last_ack", &raw.last_ack, &mut t.last_ack),
-            ("synack", &raw.synack, &mut t.synack),
-            ("udp", &raw.udp, &mut t.udp),
-            ("icmp", &raw.icmp, &mut t.icmp),
-            (
-                "syn_recv_pressure",
-                &raw.syn_recv_pressure,
-                &mut t.syn_recv_pressure,
-            ),
+        let fields: [(&str, &Option<Sp<i64>>); 12] = [
+            ("established", &raw.established),
+            ("syn_sent", &raw.syn_sent),
+            ("syn_recv", &raw.syn_recv),
+            ("fin_wait", &raw.fin_wait),
+            ("time_wait", &raw.time_wait),
+            ("close", &raw.close),
+            ("close_wait", &raw.close_wait),
+            ("last_ack", &raw.last_ack),
+            ("synack", &raw.synack),
+            ("udp", &raw.udp),
+            ("icmp", &raw.icmp),
+            ("syn_recv_pressure", &raw.syn_recv_pressure),
         ];
-        for (name, value, slot) in fields {
+        for (name, value) in fields {
             if let Some(v) = value {
                 let field = format!("conntrack.timeouts.{name}");
-                match self.timeout_secs(v, &field) {
-                    Some(secs) => *slot = secs,
-                    None => ok = false,
+                match (self.timeout_secs(v, &field), t.by_name(name)) {
+                    (Some(secs), Some(slot)) => *slot = secs,
+                    _ => ok = false,
                 }
             }
         }

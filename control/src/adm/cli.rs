@@ -59,6 +59,11 @@ struct Adm {
     /// Set the timeouts (tcp tcpfin udp, seconds; 0 leaves one unchanged).
     #[arg(long, num_args = 3, value_names = ["TCP", "TCPFIN", "UDP"])]
     set: Option<Vec<u32>>,
+    /// Set one state's timeout, by its [conntrack.timeouts] name
+    /// (established, syn_sent, syn_recv, fin_wait, time_wait, close,
+    /// close_wait, last_ack, synack, udp, icmp, syn_recv_pressure).
+    #[arg(long, num_args = 2, value_names = ["STATE", "SECONDS"])]
+    set_timeout: Option<Vec<String>>,
     /// TCP service VIP[:PORT].
     #[arg(short = 't', long = "tcp-service", value_name = "SERVICE-ADDRESS")]
     tcp: Option<String>,
@@ -347,6 +352,7 @@ fn run_adm(a: &Adm, out: &mut dyn Write) -> Result<(), String> {
         a.list || a.timeout,
         a.reload,
         a.set.is_some(),
+        a.set_timeout.is_some(),
     ];
     match commands.iter().filter(|c| **c).count() {
         0 => return Err("no command specified (try -L, -A, -a, ...; --help)".into()),
@@ -357,6 +363,14 @@ fn run_adm(a: &Adm, out: &mut dyn Write) -> Result<(), String> {
     if let Some(t) = &a.set {
         let body = serde_json::json!({ "tcp": t[0], "tcpfin": t[1], "udp": t[2] });
         let body = call(&to, Method::PUT, "/v1/timeouts", Some(body))?;
+        return if a.json { w(out, body) } else { Ok(()) };
+    }
+    if let Some([state, secs]) = a.set_timeout.as_deref() {
+        let secs: u32 = secs
+            .parse()
+            .map_err(|_| format!("--set-timeout {state} {secs}: seconds must be a number"))?;
+        let body = serde_json::json!({ state: secs });
+        let body = call(&to, Method::PUT, "/v1/timeouts/states", Some(body))?;
         return if a.json { w(out, body) } else { Ok(()) };
     }
     if a.reload {
