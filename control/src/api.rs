@@ -65,8 +65,10 @@ fn bad(e: impl ToString) -> ApiError {
     ApiError(StatusCode::BAD_REQUEST, e.to_string())
 }
 
-/// A service as the API takes it (`-A` / `-E`).
+/// A service as the API takes it (`-A` / `-E`). Unknown fields are
+/// refused, as the config file refuses unknown keys.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ServiceSpec {
     /// `tcp` or `udp`.
     pub protocol: String,
@@ -88,8 +90,9 @@ pub struct ServiceSpec {
     pub flags: Vec<String>,
 }
 
-/// A backend as the API takes it (`-a` / `-e`).
+/// A backend as the API takes it (`-a` / `-e`); unknown fields refused.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct BackendSpec {
     /// Address (taken from the path when editing).
     #[serde(default)]
@@ -328,8 +331,9 @@ async fn status(State(st): State<Arc<Shared>>) -> Result<Json<Status>, ApiError>
     Ok(Json(s))
 }
 
-/// Connection filters (`-Lnc`, `conntrack -L/-D`).
+/// Connection filters (`-Lnc`, `conntrack -L/-D`); unknown ones refused.
 #[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct ConnQuery {
     /// VIP.
     pub vip: Option<Ipv4Addr>,

@@ -247,6 +247,8 @@ impl Engine {
         let restart = [
             ("[interfaces]", new.interfaces != self.config.interfaces),
             ("[snat]", new.snat != self.config.snat),
+            ("[admin]", new.admin != self.config.admin),
+            ("[kubernetes]", new.kubernetes != self.config.kubernetes),
             (
                 "[conntrack] capacity",
                 new.conntrack.capacity != self.config.conntrack.capacity,

@@ -84,8 +84,22 @@ fn bind_unix(path: &Path) -> Result<UnixListener, String> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
-    // A socket left by a previous run (nothing listens on it any more).
-    if path.exists() && std::os::unix::net::UnixStream::connect(path).is_err() {
+    // A socket left by a previous run (nothing listens on it any more) is
+    // replaced; anything else there is the operator's and is kept.
+    use std::os::unix::fs::FileTypeExt;
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(format!(
+                "{}: exists and is not a socket; refusing to replace it (admin.socket must name a socket path)",
+                path.display()
+            ));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(format!(
+                "{}: another process answers on this socket (is xvs already running?)",
+                path.display()
+            ));
+        }
         let _ = std::fs::remove_file(path);
     }
     let l = UnixListener::bind(path).map_err(|e| format!("{}: {e}", path.display()))?;

@@ -114,8 +114,9 @@ pub struct ConnView {
     pub snat: SocketAddrV4,
 }
 
-/// The three timeouts ipvsadm shows and sets.
+/// The three timeouts ipvsadm shows and sets (unknown fields refused).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TimeoutView {
     /// ESTABLISHED.
     pub tcp: u32,

@@ -529,3 +529,93 @@ fn every_removal_releases_the_vip_it_owned() {
     );
     gw.stop();
 }
+
+/// What is not the daemon's stays as it was: an `[admin] socket` path
+/// that names a regular file is refused (the file kept); a reload that
+/// changes `[admin]` is refused like `[interfaces]`; an API body with a
+/// field the API does not know is refused; and `xvsadm ... | head` ends
+/// quietly, as Unix tools do.
+#[test]
+fn what_is_not_the_daemons_is_left_alone() {
+    if !privileged("what_is_not_the_daemons_is_left_alone") {
+        return;
+    }
+    let t = topology();
+    let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
+    // A regular file where the socket should go.
+    let dir = xvs_vm_tests::daemon::ScratchDir::new(&t, "adminfile").unwrap();
+    let precious = dir.path().join("precious");
+    std::fs::write(&precious, "keep me\n").unwrap();
+    let cfg = dir.path().join("xvs.toml");
+    std::fs::write(&cfg, config(&t, &precious, &[1, 1, 1])).unwrap();
+    let out = t
+        .gateway
+        .command("timeout")
+        .args(["20", sibling("xvs").to_str().unwrap(), "run", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("exists and is not a socket"), "{err}");
+    assert_eq!(std::fs::read_to_string(&precious).unwrap(), "keep me\n");
+
+    let gw = start(&t, &[1, 1, 1]);
+    // [admin] changes take a restart.
+    let text = std::fs::read_to_string(&gw.cfg).unwrap();
+    std::fs::write(
+        &gw.cfg,
+        text.replace(
+            "[admin]\n",
+            "[admin]\ntcp = \"127.0.0.1:19181\"\ntoken_file = \"/nonexistent\"\n",
+        ),
+    )
+    .unwrap();
+    let (status, _, err) = gw.adm(&["--reload"]);
+    assert_eq!(status, 2);
+    assert!(
+        err.contains("[admin] changed: it takes effect on restart only"),
+        "{err}"
+    );
+    std::fs::write(&gw.cfg, text).unwrap();
+    // A field the API does not know.
+    let out = Command::new("curl")
+        .args(["-s", "-w", "\n%{http_code}", "--unix-socket"])
+        .arg(&gw.socket)
+        .args([
+            "-X",
+            "POST",
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            r#"{"protocol":"tcp","vip":"198.19.0.5","port":80,"schedular":"rr"}"#,
+            "http://xvs/v1/services",
+        ])
+        .output()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&out.stdout);
+    assert!(answer.ends_with("\n422"), "{answer}");
+    assert!(answer.contains("unknown field `schedular`"), "{answer}");
+    assert!(!gw.adm_ok(&["-Ln"]).contains("198.19.0.5"));
+    // A listing longer than a pipe's buffer, read by `head`.
+    assert!(load(&t, 80, 1000).starts_with("ok=1000 "));
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{} -Lnc --socket {} | head -1",
+            sibling("xvsadm").display(),
+            gw.socket.display()
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "IPVS connection entries\n"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "",
+        "xvsadm complained"
+    );
+    gw.stop();
+}

@@ -119,7 +119,13 @@ fn build(
         .map_err(|e| e.to_string())
 }
 
-/// Sends one request and waits for the whole answer.
+/// How long one request may take, connecting included: longer than any
+/// answer the daemon takes to give (a dump of millions of flows takes a
+/// few seconds), short enough that a stuck daemon is said to be stuck.
+pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Sends one request and waits for the whole answer, at most
+/// [`REQUEST_TIMEOUT`].
 pub fn request(
     to: &Endpoint,
     method: Method,
@@ -130,7 +136,7 @@ pub fn request(
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    rt.block_on(async {
+    let exchange = async {
         let res = connect_and_send(to, build(to, method, path, body)?).await?;
         let status = res.status().as_u16();
         let body = res
@@ -143,5 +149,26 @@ pub fn request(
             status,
             body: String::from_utf8_lossy(&body).into_owned(),
         })
+    };
+    rt.block_on(async {
+        tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "xvs at {} did not answer within {} s (overloaded or stuck?)",
+                    to.describe(),
+                    REQUEST_TIMEOUT.as_secs()
+                ))
+            })
     })
+}
+
+impl Endpoint {
+    /// Where it is, for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            Endpoint::Unix(p) => p.display().to_string(),
+            Endpoint::Tcp(a, _) => a.clone(),
+        }
+    }
 }

@@ -4,6 +4,11 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // Like every Unix tool: a reader that goes away (`xvsadm -Lnc | head`)
+    // ends it quietly, not with "Broken pipe".
+    // SAFETY: restores the default action of SIGPIPE before any other
+    // thread exists; no handler is installed.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let args: Vec<String> = std::env::args().collect();
     let status = xvs_control::adm::cli::main_with(
         &args,
