@@ -21,10 +21,10 @@ pub use names::{
     UnknownPort, XdpAttachMode, ZeroCopy,
 };
 pub use service::{
-    is_contiguous_netmask, is_prime, is_unicast, Backend, BackendField, Persistence, RuleViolation,
-    SchedulerFlags, Service, ServiceField, ServiceKey, DEFAULT_MAGLEV_TABLE_SIZE,
-    DEFAULT_PERSISTENCE_TIMEOUT, DEFAULT_WEIGHT, MAX_MAGLEV_TABLE_SIZE, MAX_TIMEOUT_SECS,
-    MAX_WEIGHT,
+    is_contiguous_netmask, is_prime, is_unicast, not_unicast, parse_source_range, Backend,
+    BackendField, Gateway, Persistence, RuleViolation, SchedulerFlags, Service, ServiceField,
+    ServiceKey, DEFAULT_MAGLEV_TABLE_SIZE, DEFAULT_PERSISTENCE_TIMEOUT, DEFAULT_WEIGHT,
+    MAX_MAGLEV_TABLE_SIZE, MAX_TIMEOUT_SECS, MAX_WEIGHT,
 };
 pub use settings::{
     Admin, AdminTcp, Config, ConnRules, Conntrack, Interfaces, Kubernetes, PortRange, Snat,
@@ -32,19 +32,35 @@ pub use settings::{
     DEFAULT_CONNTRACK_CAPACITY, DEFAULT_SERVICE_PROXY_NAME, DEFAULT_SNAT_PORTS,
     MAX_CONNTRACK_CAPACITY,
 };
+pub use validate::{Host, Memory};
 
 /// Parses and validates a configuration; `file` names it in diagnostics.
+/// The rules that depend on the machine are skipped (see
+/// [`parse_str_on`]).
 pub fn parse_str(file: &str, text: &str) -> Result<Config, Invalid> {
-    validate::parse(file, text)
+    validate::parse(file, text, &Host::default())
 }
 
-/// Reads and validates the configuration file at `path`.
+/// Parses and validates a configuration for the machine `host` describes:
+/// no VIP or backend may be one of its addresses, and the conntrack
+/// capacity must fit in its memory.
+pub fn parse_str_on(file: &str, text: &str, host: &Host<'_>) -> Result<Config, Invalid> {
+    validate::parse(file, text, host)
+}
+
+/// Reads and validates the configuration file at `path` (machine rules
+/// skipped).
 pub fn load(path: &Path) -> Result<Config, LoadError> {
+    load_on(path, &Host::default())
+}
+
+/// Reads and validates the configuration file at `path` for `host`.
+pub fn load_on(path: &Path, host: &Host<'_>) -> Result<Config, LoadError> {
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
         path: path.to_owned(),
         source,
     })?;
-    Ok(parse_str(&path.display().to_string(), &text)?)
+    Ok(parse_str_on(&path.display().to_string(), &text, host)?)
 }
 
 impl Config {

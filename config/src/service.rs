@@ -151,11 +151,16 @@ impl Service {
     }
 
     /// Checks every rule of a valid service; returns each violation found,
-    /// in field order (empty = valid).
+    /// in field order (empty = valid). The one set of rules for every
+    /// source (file, API, xvsadm, Kubernetes); [`Service::check_in`] adds
+    /// the ones that depend on the gateway.
     pub fn check(&self) -> Vec<RuleViolation> {
         let mut out = Vec::new();
         let mut violation = |field, message: String| out.push(RuleViolation { field, message });
 
+        if !is_unicast(self.key.vip) {
+            violation(ServiceField::Vip, not_unicast(self.key.vip));
+        }
         if self.key.port == 0 && self.persistence.is_none() {
             violation(
                 ServiceField::Port,
@@ -236,6 +241,44 @@ impl Service {
         }
     }
 
+    /// [`Service::check`], and the rules that depend on where the service
+    /// is served: its VIP and backends must not be the gateway's SNAT
+    /// addresses nor the host's own addresses.
+    pub fn check_in(&self, gateway: &Gateway<'_>) -> Vec<RuleViolation> {
+        let mut out = self.check();
+        let vip = self.key.vip;
+        if gateway.snat.contains(&vip) {
+            out.push(RuleViolation {
+                field: ServiceField::Vip,
+                message: format!("{vip} is a SNAT address of this gateway (a VIP must not be one)"),
+            });
+        } else if gateway.host.contains(&vip) {
+            out.push(RuleViolation {
+                field: ServiceField::Vip,
+                message: format!(
+                    "{vip} is an address of this host: its own traffic to it would go to xvs (give the service an address of its own)"
+                ),
+            });
+        }
+        for (index, b) in self.backends.iter().enumerate() {
+            let field = ServiceField::Backend {
+                index,
+                field: BackendField::Address,
+            };
+            let a = b.address;
+            let message = if gateway.snat.contains(&a) {
+                format!("{a} is a SNAT address of this gateway (a backend must be another host)")
+            } else if gateway.host.contains(&a) {
+                format!("{a} is an address of this host (a backend must be another host)")
+            } else {
+                continue;
+            };
+            out.push(RuleViolation { field, message });
+        }
+        out.sort_by_key(|v| v.field.order());
+        out
+    }
+
     fn check_backends(&self, violation: &mut impl FnMut(ServiceField, String)) {
         let mut seen: HashMap<(Ipv4Addr, u16), usize> = HashMap::new();
         for (index, b) in self.backends.iter().enumerate() {
@@ -247,9 +290,14 @@ impl Service {
                 );
             }
             if !is_unicast(b.address) {
+                violation(at(BackendField::Address), not_unicast(b.address));
+            } else if b.address == self.key.vip {
                 violation(
                     at(BackendField::Address),
-                    format!("{} is not a unicast address", b.address),
+                    format!(
+                        "{} is the service's VIP (a backend must be another address)",
+                        b.address
+                    ),
                 );
             }
             if self.key.port == 0 && b.port != 0 {
@@ -315,6 +363,22 @@ pub enum BackendField {
     Weight,
 }
 
+impl ServiceField {
+    /// Position in field order (VIP, port, ..., backends by index).
+    fn order(&self) -> (usize, usize, usize) {
+        match *self {
+            ServiceField::Vip => (0, 0, 0),
+            ServiceField::Port => (1, 0, 0),
+            ServiceField::Scheduler => (2, 0, 0),
+            ServiceField::Flags => (3, 0, 0),
+            ServiceField::PersistenceTimeout => (4, 0, 0),
+            ServiceField::PersistenceNetmask => (5, 0, 0),
+            ServiceField::MaglevTableSize => (6, 0, 0),
+            ServiceField::Backend { index, field } => (7, index, field as usize),
+        }
+    }
+}
+
 impl fmt::Display for ServiceField {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -365,7 +429,38 @@ pub fn is_unicast(addr: Ipv4Addr) -> bool {
         || addr.is_broadcast()
         || addr.is_multicast()
         || addr.is_loopback()
-        || addr.octets()[0] == 0)
+        || addr.octets()[0] == 0
+        || addr.octets()[0] >= 240)
+}
+
+/// A source range as every source writes it: `A.B.C.D/N`, or a bare
+/// address (as /32); host bits are cleared, as Kubernetes does for
+/// loadBalancerSourceRanges. The error is the message every source gives.
+pub fn parse_source_range(text: &str) -> Result<Ipv4Net, String> {
+    if let Ok(net) = text.parse::<Ipv4Net>() {
+        return Ok(net.trunc());
+    }
+    text.parse::<Ipv4Addr>()
+        .ok()
+        .and_then(|a| Ipv4Net::new(a, 32).ok())
+        .ok_or_else(|| format!("\"{text}\" is not an IPv4 CIDR (e.g. \"198.18.0.0/24\")"))
+}
+
+/// The message for an address [`is_unicast`] refuses (every source says
+/// it the same way).
+pub fn not_unicast(addr: Ipv4Addr) -> String {
+    format!("{addr} is not a unicast address (not 0.0.0.0/8, loopback, multicast, 240.0.0.0/4 or broadcast)")
+}
+
+/// Where services are served: what a service must not collide with
+/// ([`Service::check_in`]). The caller reads the host's addresses (this
+/// crate does no I/O).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Gateway<'a> {
+    /// The SNAT addresses.
+    pub snat: &'a [Ipv4Addr],
+    /// The host's own addresses.
+    pub host: &'a [Ipv4Addr],
 }
 
 /// Deterministic primality by trial division (inputs are table sizes,

@@ -242,7 +242,7 @@ fn snat_addresses() {
     );
     assert_eq!(
         with_snat("addresses = [\"127.0.0.1\"]", ""),
-        ["xvs.toml:5:14: snat.addresses[0]: 127.0.0.1 is not a unicast address (not 0.0.0.0/8, loopback, multicast or broadcast)"]
+        ["xvs.toml:5:14: snat.addresses[0]: 127.0.0.1 is not a unicast address (not 0.0.0.0/8, loopback, multicast, 240.0.0.0/4 or broadcast)"]
     );
     assert_eq!(
         with_snat("addresses = [\"198.18.2.1\", \"198.18.2.1\"]", ""),
@@ -257,7 +257,7 @@ fn snat_address_must_not_be_a_vip() {
             "addresses = [\"198.19.0.1\"]",
             "[[services]]\nvip = \"198.19.0.1\"\nport = 80\n"
         ),
-        ["xvs.toml:5:14: snat.addresses[0]: 198.19.0.1 is also the VIP of services[0] (a SNAT address must not be a VIP)"]
+        ["xvs.toml:7:7: services[0].vip: 198.19.0.1 is a SNAT address of this gateway (a VIP must not be one)"]
     );
 }
 
@@ -402,7 +402,7 @@ fn vip() {
     );
     assert_eq!(
         error("[[services]]\nvip = \"224.0.0.1\"\nport = 80\n"),
-        "xvs.toml:6:7: services[0].vip: 224.0.0.1 is not a unicast address (not 0.0.0.0/8, loopback, multicast or broadcast)"
+        "xvs.toml:6:7: services[0].vip: 224.0.0.1 is not a unicast address (not 0.0.0.0/8, loopback, multicast, 240.0.0.0/4 or broadcast)"
     );
 }
 
@@ -511,7 +511,7 @@ fn backend_address() {
     );
     assert_eq!(
         service("port = 80\nbackends = [{ address = \"0.1.2.3\" }]"),
-        "xvs.toml:8:25: services[0].backends[0].address: 0.1.2.3 is not a unicast address"
+        "xvs.toml:8:25: services[0].backends[0].address: 0.1.2.3 is not a unicast address (not 0.0.0.0/8, loopback, multicast, 240.0.0.0/4 or broadcast)"
     );
     assert_eq!(
         service("port = 80\nbackends = [\n{ address = \"198.18.1.1\", port = 8080 },\n{ address = \"198.18.1.1\", port = 8080 }]"),
@@ -556,7 +556,7 @@ fn every_semantic_problem_is_reported_in_file_order() {
         errors(text),
         [
             "xvs.toml:3:14: interfaces.queues[1]: queue 0 listed twice",
-            "xvs.toml:5:14: snat.addresses[0]: 255.255.255.255 is not a unicast address (not 0.0.0.0/8, loopback, multicast or broadcast)",
+            "xvs.toml:5:14: snat.addresses[0]: 255.255.255.255 is not a unicast address (not 0.0.0.0/8, loopback, multicast, 240.0.0.0/4 or broadcast)",
             "xvs.toml:7:10: admin.socket: \"rel\" is not an absolute path",
             "xvs.toml:10:8: services[0].port: port 0 (all ports) is allowed only on a persistent service",
         ]

@@ -241,6 +241,31 @@ impl FlowTable {
         self.states
     }
 
+    /// Heap bytes a table of `capacity` entries takes (what
+    /// [`FlowTable::memory_bytes`] will say once it is built), without
+    /// building it: the slab (`capacity` entries of 96 bytes), hashbrown's
+    /// index for two keys per entry (buckets: the next power of two of
+    /// 8/7 of the keys, 4 bytes and a control byte each, plus a group),
+    /// and the wheel. To refuse a capacity the host cannot hold before
+    /// allocating anything.
+    pub fn footprint(capacity: u32) -> u64 {
+        let capacity = u64::from(capacity.min(MAX_CAPACITY));
+        let keys = 2 * capacity;
+        let buckets = if keys < 8 {
+            if keys < 4 {
+                4
+            } else {
+                8
+            }
+        } else {
+            (keys * 8 / 7).next_power_of_two()
+        };
+        let index = buckets * (std::mem::size_of::<u32>() as u64 + 1) + 16;
+        capacity * std::mem::size_of::<Entry>() as u64
+            + index
+            + (WHEEL_SLOTS * std::mem::size_of::<ListHead>()) as u64
+    }
+
     /// Heap bytes the table holds (slab, index, wheel): its whole
     /// footprint, whatever the number of live entries.
     pub fn memory_bytes(&self) -> usize {

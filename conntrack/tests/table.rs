@@ -479,3 +479,16 @@ fn memory_per_flow_is_at_most_128_bytes() {
         assert!(per_flow <= 128.0, "{per_flow} bytes per flow at {capacity}");
     }
 }
+
+/// The footprint said before building is what the built table holds.
+#[test]
+fn footprint_before_building_is_the_built_tables() {
+    for capacity in [1u32, 3, 4, 7, 100, 1_000, 65_536, 917_505, 1_000_000] {
+        let t = FlowTable::new(capacity, Timeouts::default(), 0);
+        assert_eq!(
+            FlowTable::footprint(capacity),
+            t.memory_bytes() as u64,
+            "capacity {capacity}"
+        );
+    }
+}

@@ -15,7 +15,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use xvs_config::{Backend, ForwardMethod, Persistence, Protocol, Scheduler, Service, ServiceKey};
+use xvs_config::{
+    Backend, ForwardMethod, Persistence, Protocol, Scheduler, Service, ServiceKey, UnknownName,
+};
 use xvs_conntrack::{Filter, FlowState, L4Proto};
 
 use crate::engine::{Applied, Edit, EngineHandle, Refused};
@@ -88,6 +90,19 @@ pub struct ServiceSpec {
     /// Scheduler flags (`fallback`, `port`).
     #[serde(default)]
     pub flags: Vec<String>,
+    /// Allowed client ranges (CIDRs; empty = all).
+    #[serde(default)]
+    pub source_ranges: Vec<String>,
+    /// Maglev table size (mh only).
+    #[serde(default)]
+    pub maglev_table_size: Option<u32>,
+    /// Operator-facing name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Backends, when a service is created whole (POST); an edit (PUT)
+    /// keeps the service's backends, which have their own paths.
+    #[serde(default)]
+    pub backends: Vec<BackendSpec>,
 }
 
 /// A backend as the API takes it (`-a` / `-e`); unknown fields refused.
@@ -108,7 +123,7 @@ pub struct BackendSpec {
 fn protocol(p: &str) -> Result<Protocol, ApiError> {
     p.to_ascii_lowercase()
         .parse()
-        .map_err(|_| bad(format!("protocol \"{p}\": expected tcp or udp")))
+        .map_err(|e: UnknownName| bad(e))
 }
 
 fn key(proto: &str, vip: Ipv4Addr, port: u16) -> Result<ServiceKey, ApiError> {
@@ -119,19 +134,25 @@ fn key(proto: &str, vip: Ipv4Addr, port: u16) -> Result<ServiceKey, ApiError> {
     })
 }
 
+/// The service a body describes; every problem of the body is reported,
+/// one per line, with the words the config file uses (the rules of the
+/// service itself are checked later, by the engine, as for every source).
 fn to_service(s: &ServiceSpec) -> Result<Service, ApiError> {
-    let mut svc = Service::new(key(&s.protocol, s.vip, s.port)?);
+    let mut problems = Vec::new();
+    let proto = s.protocol.to_ascii_lowercase().parse::<Protocol>();
+    let mut svc = Service::new(ServiceKey {
+        vip: s.vip,
+        protocol: *proto.as_ref().unwrap_or(&Protocol::Tcp),
+        port: s.port,
+    });
+    if let Err(e) = proto {
+        problems.push(format!("protocol: {e}"));
+    }
     if let Some(name) = &s.scheduler {
-        svc.scheduler = name.parse::<Scheduler>().map_err(|_| {
-            bad(format!(
-                "scheduler \"{name}\": expected one of {}",
-                Scheduler::ALL
-                    .iter()
-                    .map(|s| s.name())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        })?;
+        match name.parse::<Scheduler>() {
+            Ok(k) => svc.scheduler = k,
+            Err(e) => problems.push(format!("scheduler: {e}")),
+        }
     }
     if s.persistence.is_some() || s.netmask.is_some() {
         let d = Persistence::default();
@@ -140,18 +161,40 @@ fn to_service(s: &ServiceSpec) -> Result<Service, ApiError> {
             netmask: s.netmask.unwrap_or(d.netmask),
         });
     }
-    for f in &s.flags {
-        let flag = f
-            .parse()
-            .map_err(|_| bad(format!("flag \"{f}\": expected fallback or port")))?;
-        svc.flags.set(flag);
+    for (i, f) in s.flags.iter().enumerate() {
+        match f.parse() {
+            Ok(flag) => {
+                if svc.flags.set(flag) {
+                    problems.push(format!("flags[{i}]: flag {f} listed twice"));
+                }
+            }
+            Err(e) => problems.push(format!("flags[{i}]: {e}")),
+        }
     }
-    Ok(svc)
+    for (i, r) in s.source_ranges.iter().enumerate() {
+        match xvs_config::parse_source_range(r) {
+            Ok(net) => svc.source_ranges.push(net),
+            Err(e) => problems.push(format!("source_ranges[{i}]: {e}")),
+        }
+    }
+    svc.maglev_table_size = s.maglev_table_size;
+    svc.name = s.name.clone();
+    for (i, b) in s.backends.iter().enumerate() {
+        match to_backend(&svc.key, b) {
+            Ok(b) => svc.backends.push(b),
+            Err(ApiError(_, e)) => problems.push(format!("backends[{i}].{e}")),
+        }
+    }
+    if problems.is_empty() {
+        Ok(svc)
+    } else {
+        Err(bad(problems.join("\n")))
+    }
 }
 
 fn to_backend(k: &ServiceKey, b: &BackendSpec) -> Result<Backend, ApiError> {
     Ok(Backend {
-        address: b.address.ok_or_else(|| bad("backend address missing"))?,
+        address: b.address.ok_or_else(|| bad("address: missing"))?,
         port: b.port.unwrap_or(k.port),
         weight: b.weight.unwrap_or(1),
         forward: ForwardMethod::Masq,
@@ -210,6 +253,11 @@ async fn edit_service(
     Path((proto, vip, port)): Path<(String, Ipv4Addr, u16)>,
     Json(spec): Json<ServiceSpec>,
 ) -> Result<Json<Applied>, ApiError> {
+    if !spec.backends.is_empty() {
+        return Err(bad(
+            "backends: an edit keeps the service's backends; change them at .../backends",
+        ));
+    }
     let mut s = to_service(&spec)?;
     s.key = key(&proto, vip, port)?;
     edit(&st, Edit::EditService(s)).await

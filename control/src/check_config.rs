@@ -3,7 +3,9 @@
 //!
 //! Each valid file gets one summary line on stdout; each invalid one gets
 //! every diagnostic on stderr (`FILE:LINE:COLUMN: FIELD: MESSAGE`). The exit
-//! status is 0 when every file is valid, 2 otherwise.
+//! status is 0 when every file is valid, 2 otherwise. Files are checked
+//! for the machine this runs on (its addresses, its memory), as `xvs run`
+//! would check them there.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -15,9 +17,10 @@ pub const EXIT_INVALID: u8 = 2;
 /// returns the exit status.
 pub fn run(files: &[PathBuf], out: &mut impl Write, err: &mut impl Write) -> u8 {
     let mut status = 0;
+    let machine = crate::machine::Machine::read();
     for path in files {
         // Writes to a closed pipe are not worth failing the check over.
-        match xvs_config::load(path) {
+        match xvs_config::load_on(path, &machine.host()) {
             Ok(config) => {
                 let _ = writeln!(out, "{}: ok: {}", path.display(), config.summary());
             }

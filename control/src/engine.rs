@@ -243,7 +243,15 @@ impl Engine {
     }
 
     fn try_reload(&mut self) -> Result<Applied, Refused> {
-        let new = xvs_config::load(&self.path).map_err(|e| Refused::Invalid(e.to_string()))?;
+        // The machine's addresses, not its memory: what the running data
+        // plane holds is not available any more, and the capacity cannot
+        // change without a restart anyway.
+        let machine = crate::machine::Machine {
+            available: None,
+            ..crate::machine::Machine::read()
+        };
+        let new = xvs_config::load_on(&self.path, &machine.host())
+            .map_err(|e| Refused::Invalid(e.to_string()))?;
         let restart = [
             ("[interfaces]", new.interfaces != self.config.interfaces),
             ("[snat]", new.snat != self.config.snat),
@@ -385,11 +393,29 @@ impl Engine {
             if self.applied.get(&s.key) == Some(s) {
                 return self.apply(&[]);
             }
-            if let Some(v) = s.check().first() {
-                return Err(Refused::Invalid(format!("{}: {v}", key_name(&s.key))));
+            let problems = self.problems(s);
+            if !problems.is_empty() {
+                return Err(Refused::Invalid(problems.join("\n")));
             }
         }
         self.apply(&[change])
+    }
+
+    /// Every rule a service from the API, xvsadm or Kubernetes breaks, one
+    /// line each (`KEY: FIELD: MESSAGE`): the file's rules
+    /// ([`Service::check_in`], with this gateway's SNAT addresses and the
+    /// host's own addresses), so every source refuses the same services
+    /// with the same words.
+    fn problems(&self, s: &Service) -> Vec<String> {
+        let host = xvs_dataplane::host::addresses().unwrap_or_default();
+        let gateway = xvs_config::Gateway {
+            snat: &self.config.snat.addresses,
+            host: &host,
+        };
+        s.check_in(&gateway)
+            .iter()
+            .map(|v| format!("{}: {v}", key_name(&s.key)))
+            .collect()
     }
 
     /// The Kubernetes source's new desired set: sends only what changed
@@ -412,8 +438,11 @@ impl Engine {
                 continue;
             }
             if self.kube.get(&k) != Some(&s) {
-                if let Some(v) = s.check().first() {
-                    conflicts.push(format!("{}: {v}; not applied", key_name(&k)));
+                let problems = self.problems(&s);
+                if !problems.is_empty() {
+                    for p in problems {
+                        conflicts.push(format!("{p}; not applied"));
+                    }
                     continue;
                 }
                 changes.push(Change::Upsert(s.clone()));

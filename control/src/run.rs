@@ -111,7 +111,8 @@ fn bind_unix(path: &Path) -> Result<UnixListener, String> {
 /// Runs the daemon; returns the process exit status.
 pub fn run(config: &Path) -> u8 {
     init_logs();
-    let cfg = match xvs_config::load(config) {
+    let machine = crate::machine::Machine::read();
+    let cfg = match xvs_config::load_on(config, &machine.host()) {
         Ok(c) => c,
         Err(e) => {
             error!("{e}");

@@ -45,6 +45,31 @@ pub fn addresses() -> std::io::Result<Vec<Ipv4Addr>> {
     Ok(out)
 }
 
+/// Bytes of memory the host can give (`MemAvailable` of
+/// `/proc/meminfo`), if the kernel says.
+pub fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// Bytes the data plane allocates for `capacity` flows over `workers`
+/// workers: each worker's flow table ([`xvs_conntrack::FlowTable::footprint`]
+/// of its share) and its UMEM.
+pub fn needed_memory(capacity: u32, workers: usize) -> u64 {
+    let workers = workers.max(1) as u64;
+    let share = (u64::from(capacity) / workers).max(1) as u32;
+    let umem = u64::from(crate::xsk::FRAMES) * 4096;
+    workers * (xvs_conntrack::FlowTable::footprint(share) + umem)
+}
+
 /// The kernel's ephemeral port range.
 pub fn local_port_range() -> std::io::Result<PortRange> {
     let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")?;

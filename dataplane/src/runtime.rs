@@ -323,14 +323,6 @@ impl Dataplane {
                 shared[0]
             )));
         }
-        let steerings: Vec<Steering> = if all {
-            Vec::new()
-        } else {
-            ifnames
-                .iter()
-                .map(|n| Steering::attach(n, i.xdp_mode))
-                .collect::<Result<_, _>>()?
-        };
         let workers = cfg.workers();
         let services: Vec<Arc<CompiledService>> = cfg
             .services
@@ -340,6 +332,43 @@ impl Dataplane {
             .collect();
         let mut owned: Vec<Ipv4Addr> = cfg.snat.addresses.clone();
         owned.extend(services.iter().map(|s| s.key.vip));
+        // Every large allocation (the flow tables) before anything is
+        // attached: a capacity the host cannot hold stops here, leaving
+        // nothing on an interface.
+        let mut pipelines: Vec<Pipeline> = (0..workers)
+            .map(|w| {
+                let mut pipeline = Pipeline::new(
+                    PipelineConfig {
+                        worker: w,
+                        mac,
+                        backend_mac,
+                        snat_addrs: cfg.snat.addresses.clone(),
+                        snat_ports: cfg.snat.worker_ports[w],
+                        capacity: (cfg.conntrack.capacity / workers as u32).max(1),
+                        timeouts: cfg.conntrack.timeouts,
+                        rules: cfg.conntrack.rules,
+                        unknown_port: cfg.vips.unknown_port,
+                    },
+                    clock(),
+                );
+                for a in &owned {
+                    pipeline.own(*a);
+                }
+                pipeline.share_with_host(&shared);
+                for s in &services {
+                    pipeline.upsert_service(s.clone());
+                }
+                pipeline
+            })
+            .collect();
+        let steerings: Vec<Steering> = if all {
+            Vec::new()
+        } else {
+            ifnames
+                .iter()
+                .map(|n| Steering::attach(n, i.xdp_mode))
+                .collect::<Result<_, _>>()?
+        };
         for st in &steerings {
             st.set_snat_ports(cfg.snat.ports)?;
             for a in &owned {
@@ -371,24 +400,8 @@ impl Dataplane {
             for (k, st) in steerings.iter().enumerate() {
                 st.register_socket(queue, port.fd(k))?;
             }
-            let mut pipeline = Pipeline::new(
-                PipelineConfig {
-                    worker: w,
-                    mac,
-                    backend_mac,
-                    snat_addrs: cfg.snat.addresses.clone(),
-                    snat_ports: cfg.snat.worker_ports[w],
-                    capacity: (cfg.conntrack.capacity / workers as u32).max(1),
-                    timeouts: cfg.conntrack.timeouts,
-                    rules: cfg.conntrack.rules,
-                    unknown_port: cfg.vips.unknown_port,
-                },
-                clock(),
-            );
-            for a in &owned {
-                pipeline.own(*a);
-            }
-            pipeline.share_with_host(&shared);
+            // In worker order (the vector holds one per queue).
+            let mut pipeline = pipelines.remove(0);
             let ev = Arc::new(FlowEvents::default());
             pipeline.set_events(ev.clone());
             events.push(ev);

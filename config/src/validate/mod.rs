@@ -19,7 +19,7 @@ use std::path::PathBuf;
 
 use crate::error::{Diagnostic, Invalid, Locator};
 use crate::raw::{RawFile, Sp};
-use crate::service::{is_unicast, MAX_TIMEOUT_SECS};
+use crate::service::{is_unicast, not_unicast, MAX_TIMEOUT_SECS};
 use crate::settings::{Config, Vips};
 use shape::read_raw;
 
@@ -30,12 +30,13 @@ pub(crate) const MAX_CORE: i64 = 1_023;
 /// Longest interface name (IFNAMSIZ - 1).
 pub(crate) const MAX_IFNAME: usize = 15;
 
-/// Parses and validates `text`, read from `file`.
-pub(crate) fn parse(file: &str, text: &str) -> Result<Config, Invalid> {
+/// Parses and validates `text`, read from `file`, for `host`.
+pub(crate) fn parse(file: &str, text: &str, host: &Host<'_>) -> Result<Config, Invalid> {
     let mut c = Checker {
         file,
         locator: Locator::new(text),
         out: Vec::new(),
+        host,
     };
     let raw = match read_raw(text) {
         Ok(raw) => raw,
@@ -55,6 +56,36 @@ struct Checker<'a> {
     file: &'a str,
     locator: Locator<'a>,
     out: Vec<Diagnostic>,
+    host: &'a Host<'a>,
+}
+
+/// What the machine a file is checked on has, for the rules that depend on
+/// it (the caller reads it: this crate does no I/O). The default knows
+/// nothing, and those rules are skipped.
+#[derive(Default)]
+pub struct Host<'a> {
+    /// The host's own IPv4 addresses: no VIP or backend may be one.
+    pub addresses: &'a [Ipv4Addr],
+    /// The memory the host can give, to check the conntrack capacity.
+    pub memory: Option<Memory<'a>>,
+}
+
+/// Memory the host can give, and what a configuration needs of it.
+pub struct Memory<'a> {
+    /// Bytes available (`MemAvailable`).
+    pub available: u64,
+    /// Bytes the data plane needs for `capacity` flows over `workers`
+    /// workers (the caller's formula: the flow tables' footprint).
+    pub needed: &'a dyn Fn(u32, usize) -> u64,
+}
+
+impl std::fmt::Debug for Host<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host")
+            .field("addresses", &self.addresses)
+            .field("memory", &self.memory.as_ref().map(|m| m.available))
+            .finish()
+    }
 }
 
 impl Checker<'_> {
@@ -111,10 +142,11 @@ impl Checker<'_> {
         };
         let admin = self.admin(raw.admin);
         let kubernetes = self.kubernetes(raw.kubernetes);
-        let services = self.services(raw.services);
-        if let (Some(snat), Some(services)) = (&snat, &services) {
-            self.snat_not_vip(snat, services);
-        }
+        let snat_addrs: Vec<Ipv4Addr> = snat
+            .as_ref()
+            .map(|s| s.0.addresses.clone())
+            .unwrap_or_default();
+        let services = self.services(raw.services, &snat_addrs);
         Some(Config {
             interfaces: interfaces?,
             snat: snat?.0,
@@ -166,11 +198,7 @@ impl Checker<'_> {
         if is_unicast(a) {
             Some(a)
         } else {
-            self.report(
-                &v.span(),
-                field,
-                format!("{a} is not a unicast address (not 0.0.0.0/8, loopback, multicast or broadcast)"),
-            );
+            self.report(&v.span(), field, not_unicast(a));
             None
         }
     }

@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use super::{every, Checker, MAX_CORE, MAX_IFNAME, MAX_QUEUE};
 use crate::names::{ArmMode, PollMode, Steering, XdpAttachMode, ZeroCopy};
 use crate::raw::{RawAdmin, RawConntrack, RawInterfaces, RawKubernetes, RawSnat, RawTimeouts, Sp};
-use crate::service::Service;
 use crate::settings::{
     Admin, AdminTcp, ConnRules, Conntrack, Interfaces, Kubernetes, PortRange, Snat, Timeouts,
     DEFAULT_ADMIN_SOCKET, DEFAULT_SERVICE_PROXY_NAME, DEFAULT_SNAT_PORTS, MAX_CONNTRACK_CAPACITY,
@@ -299,6 +298,23 @@ impl Checker<'_> {
                 }
             }
         };
+        if let (Some(cap), Some(w), Some(m)) = (capacity, workers, &self.host.memory) {
+            let needed = (m.needed)(cap, w);
+            if needed > m.available {
+                let span = raw.capacity.as_ref().map_or(0..0, |c| c.span());
+                self.report(
+                    &span,
+                    "conntrack.capacity",
+                    format!(
+                        "{cap} flows need {} of memory ({} bytes per flow: 96-byte entries, the index and the wheel, over {w} worker{}), more than the {} this host has available (MemAvailable)",
+                        human_bytes(needed),
+                        needed / u64::from(cap.max(1)),
+                        if w == 1 { "" } else { "s" },
+                        human_bytes(m.available)
+                    ),
+                );
+            }
+        }
         let timeouts = self.timeouts(&raw.timeouts);
         let d = ConnRules::default();
         let rules = ConnRules {
@@ -425,22 +441,16 @@ impl Checker<'_> {
             service_proxy_name: service_proxy_name?,
         })
     }
+}
 
-    /// The services, each with its header span, or `None` if any is invalid.
-    pub(super) fn snat_not_vip(
-        &mut self,
-        snat: &(Snat, Vec<Range<usize>>),
-        services: &[(Service, Range<usize>)],
-    ) {
-        for (k, (addr, span)) in snat.0.addresses.iter().zip(&snat.1).enumerate() {
-            if let Some(i) = services.iter().position(|(s, _)| s.key.vip == *addr) {
-                self.report(
-                    span,
-                    format!("snat.addresses[{k}]"),
-                    format!("{addr} is also the VIP of services[{i}] (a SNAT address must not be a VIP)"),
-                );
-            }
-        }
+/// Bytes as an operator reads them (MiB / GiB, one decimal).
+fn human_bytes(b: u64) -> String {
+    const MIB: f64 = (1u64 << 20) as f64;
+    let b = b as f64;
+    if b >= 1024.0 * MIB {
+        format!("{:.1} GiB", b / (1024.0 * MIB))
+    } else {
+        format!("{:.1} MiB", b / MIB)
     }
 }
 

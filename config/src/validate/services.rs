@@ -5,24 +5,23 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::ops::Range;
 
-use ipnet::Ipv4Net;
-
 use super::{every, Checker};
 use crate::names::{ForwardMethod, Protocol, Scheduler};
 use crate::raw::{RawBackend, RawService, Sp};
 use crate::service::{
-    Backend, BackendField, Persistence, SchedulerFlags, Service, ServiceField, ServiceKey,
-    DEFAULT_WEIGHT, MAX_MAGLEV_TABLE_SIZE, MAX_WEIGHT,
+    parse_source_range, Backend, BackendField, Persistence, SchedulerFlags, Service, ServiceField,
+    ServiceKey, DEFAULT_WEIGHT, MAX_MAGLEV_TABLE_SIZE, MAX_WEIGHT,
 };
 
 impl Checker<'_> {
     pub(super) fn services(
         &mut self,
         raw: Vec<Sp<RawService>>,
+        snat: &[Ipv4Addr],
     ) -> Option<Vec<(Service, Range<usize>)>> {
         let mut first: HashMap<ServiceKey, (usize, Range<usize>)> = HashMap::new();
         every(raw.iter().enumerate().map(|(i, s)| {
-            let service = self.service(i, s)?;
+            let service = self.service(i, s, snat)?;
             if let Some((j, at)) = first.get(&service.key) {
                 let (line, _) = self.locator.position(at);
                 self.report(
@@ -40,11 +39,12 @@ impl Checker<'_> {
         }))
     }
 
-    fn service(&mut self, i: usize, raw: &Sp<RawService>) -> Option<Service> {
+    fn service(&mut self, i: usize, raw: &Sp<RawService>, snat: &[Ipv4Addr]) -> Option<Service> {
         let header = raw.span();
         let r = raw.get_ref();
         let at = format!("services[{i}]");
-        let vip = self.unicast(&r.vip, &format!("{at}.vip"));
+        // Any address parses; Service::check says what it may not be.
+        let vip = self.ipv4(&r.vip, &format!("{at}.vip"));
         let port: Option<u16> = self.int_in(&r.port, &format!("{at}.port"), 0..65_536, "0..=65535");
         let persistence = match &r.persistence {
             None => Some(None),
@@ -79,18 +79,15 @@ impl Checker<'_> {
             }
         }
         let source_ranges = every(r.source_ranges.iter().enumerate().map(|(k, cidr)| {
-            let net = parse_cidr(cidr.get_ref());
-            if net.is_none() {
+            let net = parse_source_range(cidr.get_ref());
+            if let Err(message) = &net {
                 self.report(
                     &cidr.span(),
                     format!("{at}.source_ranges[{k}]"),
-                    format!(
-                        "\"{}\" is not an IPv4 CIDR (e.g. \"198.18.0.0/24\")",
-                        cidr.get_ref()
-                    ),
+                    message.clone(),
                 );
             }
-            net
+            net.ok()
         }));
         let maglev_table_size = match &r.maglev_table_size {
             None => Some(None),
@@ -130,7 +127,11 @@ impl Checker<'_> {
         if !flags_ok {
             return None;
         }
-        let violations = service.check();
+        let gateway = crate::service::Gateway {
+            snat,
+            host: self.host.addresses,
+        };
+        let violations = service.check_in(&gateway);
         for v in &violations {
             let span = service_field_span(r, &header, v.field);
             self.report(&span, format!("{at}.{}", v.field), v.message.clone());
@@ -206,15 +207,4 @@ fn service_field_span(r: &RawService, header: &Range<usize>, field: ServiceField
             }
         },
     }
-}
-
-/// `A.B.C.D/N` or a bare address (as /32); host bits are cleared, as
-/// Kubernetes does for loadBalancerSourceRanges.
-fn parse_cidr(text: &str) -> Option<Ipv4Net> {
-    if let Ok(net) = text.parse::<Ipv4Net>() {
-        return Some(net.trunc());
-    }
-    text.parse::<Ipv4Addr>()
-        .ok()
-        .and_then(|a| Ipv4Net::new(a, 32).ok())
 }

@@ -18,8 +18,12 @@
 //!   (default 10800) over the whole client address;
 //! - `loadBalancerSourceRanges` → the source ACL of the load-balancer VIPs;
 //! - annotations `xvs.io/scheduler`, `xvs.io/scheduler-flags`,
-//!   `xvs.io/maglev-table-size`; an invalid value is reported as a warning
-//!   (for the Service's log line and metrics) and the default used.
+//!   `xvs.io/maglev-table-size`; a value that is not a scheduler, flag or
+//!   number is reported as a warning (for the Service's log line and
+//!   metrics) and the default used; a value the rules refuse (say a table
+//!   size that is not prime) is not replaced here: the engine checks every
+//!   translated service with the file's rules and refuses it, reported as
+//!   the file and the API would report it.
 //!
 //! Pure functions of the objects: the watcher feeds them, tests call them.
 
@@ -284,17 +288,6 @@ pub fn translate(svc: &KubeService, slices: &[&EndpointSlice]) -> Translated {
                 s.source_ranges = source_ranges.clone();
             }
             s.backends = backends.clone();
-            // Values the annotations brought that the rules refuse fall
-            // back to the defaults, with the reason kept.
-            let violations = s.check();
-            for v in &violations {
-                out.warnings.push(format!("{name}: {v}; using the default"));
-            }
-            if !violations.is_empty() {
-                s.scheduler = Scheduler::Rr;
-                s.flags = xvs_config::SchedulerFlags::default();
-                s.maglev_table_size = None;
-            }
             out.services.push(s);
         }
     }
@@ -595,14 +588,14 @@ mod tests {
         let t = translate(&svc, &[]);
         assert_eq!(t.services[0].scheduler, Scheduler::Rr);
         assert_eq!(t.warnings.len(), 2, "{:?}", t.warnings);
-        // A table size the rules refuse (not prime): reported, default used.
+        // A table size the rules refuse (not prime): kept, for the rules
+        // to refuse the service as every source's would.
         svc.metadata.annotations = ann(&[(ANN_SCHEDULER, "mh"), (ANN_MAGLEV, "65536")]);
         let t = translate(&svc, &[]);
-        assert_eq!(t.services[0].maglev_table_size, None);
-        assert!(
-            t.warnings.iter().any(|w| w.contains("maglev_table_size")),
-            "{:?}",
-            t.warnings
-        );
+        assert_eq!(t.services[0].maglev_table_size, Some(65536));
+        assert!(t.warnings.is_empty(), "{:?}", t.warnings);
+        assert!(t.services[0].check().iter().any(|v| v
+            .to_string()
+            .starts_with("maglev_table_size: 65536 is not prime")));
     }
 }
