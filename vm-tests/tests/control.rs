@@ -619,3 +619,47 @@ fn what_is_not_the_daemons_is_left_alone() {
     );
     gw.stop();
 }
+
+/// A conntrack capacity the host cannot hold is refused, with the figure,
+/// by `xvs check-config` and by `xvs run`, before anything is attached.
+#[test]
+fn a_capacity_beyond_the_hosts_memory_is_refused_before_anything_is_attached() {
+    if !privileged("a_capacity_beyond_the_hosts_memory_is_refused_before_anything_is_attached") {
+        return;
+    }
+    let t = topology();
+    let dir = xvs_vm_tests::daemon::ScratchDir::new(&t, "capacity").unwrap();
+    let cfg = dir.path().join("xvs.toml");
+    let text = config(&t, &dir.path().join("xvs.sock"), &[1, 1, 1])
+        .replace("[admin]", "[conntrack]\ncapacity = 268435456\n\n[admin]");
+    std::fs::write(&cfg, text).unwrap();
+    let check = t
+        .gateway
+        .command(sibling("xvs").to_str().unwrap())
+        .args(["check-config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&check.stderr);
+    assert_eq!(check.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("conntrack.capacity: 268435456 flows need ")
+            && err.contains("this host has available (MemAvailable)"),
+        "{err}"
+    );
+    let run = t
+        .gateway
+        .command("timeout")
+        .args(["20", sibling("xvs").to_str().unwrap(), "run", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{err}");
+    assert!(err.contains("268435456 flows need "), "{err}");
+    let link = t.gateway.ip(&["-d", "link", "show", "g0"]).unwrap().stdout;
+    assert!(
+        !String::from_utf8_lossy(&link).contains("prog/xdp"),
+        "a program was left attached"
+    );
+}
