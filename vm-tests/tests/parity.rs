@@ -8,6 +8,7 @@
 //! all of them.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+#![allow(clippy::disallowed_types)] // waits for the daemon in real time
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
