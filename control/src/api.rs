@@ -37,6 +37,10 @@ pub struct Shared {
     pub events: Arc<crate::events::Collector>,
     /// The Kubernetes source's state, when it is on.
     pub kube: Option<Arc<crate::kube::source::KubeStatus>>,
+    /// Connections the unix socket closed at its limit.
+    pub refused_unix: Arc<crate::listener::Refused>,
+    /// Connections the TCP listener closed at its limit.
+    pub refused_tcp: Arc<crate::listener::Refused>,
 }
 
 /// An error answer: `{"error": "..."}` with a status.
@@ -609,6 +613,10 @@ async fn prometheus(State(st): State<Arc<Shared>>) -> Result<Response, ApiError>
     if let Some(k) = &st.kube {
         text.push_str(&metrics::render_kube(k));
     }
+    text.push_str(&metrics::render_admin(
+        st.refused_unix.get(),
+        st.refused_tcp.get(),
+    ));
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
 

@@ -12,6 +12,7 @@ pub mod check_config;
 pub mod engine;
 pub mod events;
 pub mod kube;
+pub mod listener;
 pub mod machine;
 pub mod metrics;
 pub mod run;

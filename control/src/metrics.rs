@@ -142,6 +142,22 @@ impl WorkerConntrack {
     }
 }
 
+/// The admin listeners' refusals.
+pub fn render_admin(unix: u64, tcp: u64) -> String {
+    let mut out = String::new();
+    family(
+        &mut out,
+        "xvs_admin_connections_refused_total",
+        "counter",
+        "Admin API connections closed at once because the listener was at its limit.",
+    );
+    let _ = writeln!(
+        out,
+        "xvs_admin_connections_refused_total{{listener=\"unix\"}} {unix}\nxvs_admin_connections_refused_total{{listener=\"tcp\"}} {tcp}"
+    );
+    out
+}
+
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }

@@ -202,6 +202,8 @@ pub fn run(config: &Path) -> u8 {
                 .kubernetes
                 .enabled
                 .then(|| Arc::new(crate::kube::source::KubeStatus::default())),
+            refused_unix: Arc::default(),
+            refused_tcp: Arc::default(),
         });
         let kube_task = match &shared.kube {
             Some(status) => Some(start_kube(&cfg, status.clone(), shared.clone()).await?),
@@ -213,30 +215,24 @@ pub fn run(config: &Path) -> u8 {
         let app = router(shared.clone());
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let mut servers = Vec::new();
-        {
-            let mut rx = stop_rx.clone();
-            let app = app.clone();
-            servers.push(tokio::spawn(async move {
-                axum::serve(unix, app)
-                    .with_graceful_shutdown(async move {
-                        let _ = rx.wait_for(|s| *s).await;
-                    })
-                    .await
-            }));
-        }
+        servers.push(tokio::spawn(crate::listener::serve(
+            crate::listener::Listener::Unix(unix),
+            app.clone(),
+            crate::listener::UNIX_CONNECTIONS,
+            shared.refused_unix.clone(),
+            stop_rx.clone(),
+        )));
         if let (Some(t), Some(token)) = (&cfg.admin.tcp, token) {
             let tcp = TcpListener::bind(t.address)
                 .await
                 .map_err(|e| format!("{}: {e}", t.address))?;
-            let mut rx = stop_rx.clone();
-            let app = with_token(app, token);
-            servers.push(tokio::spawn(async move {
-                axum::serve(tcp, app)
-                    .with_graceful_shutdown(async move {
-                        let _ = rx.wait_for(|s| *s).await;
-                    })
-                    .await
-            }));
+            servers.push(tokio::spawn(crate::listener::serve(
+                crate::listener::Listener::Tcp(tcp),
+                with_token(app, token),
+                crate::listener::TCP_CONNECTIONS,
+                shared.refused_tcp.clone(),
+                stop_rx.clone(),
+            )));
         }
         // The rate estimator: one sample every 2 seconds.
         let est = {

@@ -663,3 +663,112 @@ fn a_capacity_beyond_the_hosts_memory_is_refused_before_anything_is_attached() {
         "a program was left attached"
     );
 }
+
+/// The daemon's resident memory, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// More half-sent requests on the TCP admin listener than it serves: the
+/// excess is closed at once, the rest are cut when the header timeout
+/// passes, the unix socket answers `xvsadm -Ln` within a second
+/// meanwhile, and the daemon's memory comes back down.
+#[test]
+fn the_tcp_admin_listener_cannot_be_exhausted() {
+    if !privileged("the_tcp_admin_listener_cannot_be_exhausted") {
+        return;
+    }
+    let t = topology();
+    let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
+    let dir = dir_of(&t, "ctl");
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "s3cret-token\n").unwrap();
+    let admin = format!(
+        "tcp = \"127.0.0.1:19182\"\ntoken_file = \"{}\"",
+        token.display()
+    );
+    let gw = start_with(&t, &[1, 1, 1], &[], &admin);
+    let rss_before = rss_kib(gw.pid());
+    let opened = 300;
+    let gw_ns = t.gateway.name().to_owned();
+    // Connect from inside the gateway's namespace (the listener is on its
+    // loopback), each sending a request head that never ends.
+    let conns = std::thread::spawn(move || {
+        xvs_vm_tests::netns::Netns::existing(&gw_ns)
+            .enter_current_thread()
+            .unwrap();
+        (0..opened)
+            .map(|_| {
+                let mut s = std::net::TcpStream::connect("127.0.0.1:19182").unwrap();
+                use std::io::Write;
+                let _ = s.write_all(b"GET /v1/services HTTP/1.1\r\nHost: xvs\r\nX-Slow: ");
+                s
+            })
+            .collect::<Vec<_>>()
+    })
+    .join()
+    .unwrap();
+    // Closed by the daemon: a read ends (end of stream or reset) instead
+    // of timing out.
+    let closed = |s: &std::net::TcpStream, wait: Duration| {
+        use std::io::{ErrorKind, Read};
+        s.set_read_timeout(Some(wait)).unwrap();
+        let mut buf = [0u8; 64];
+        match (&*s).read(&mut buf) {
+            Err(e) => !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+            Ok(n) => n == 0,
+        }
+    };
+    let refused = conns
+        .iter()
+        .filter(|s| closed(s, Duration::from_millis(50)))
+        .count();
+    assert!(
+        refused >= opened - 256,
+        "{refused} of {opened} closed at once (the listener serves 256)"
+    );
+    // The operator still gets in, at once.
+    #[allow(clippy::disallowed_types)] // measures the answer time
+    let started = std::time::Instant::now();
+    let listing = gw.adm_ok(&["-Ln"]);
+    assert!(listing.contains("TCP  198.19.0.1:80 rr"), "{listing}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "xvsadm -Ln took {:?}",
+        started.elapsed()
+    );
+    // The slow ones are cut when the header timeout (5 s) passes.
+    std::thread::sleep(Duration::from_secs(6));
+    let cut = conns
+        .iter()
+        .filter(|s| closed(s, Duration::from_millis(50)))
+        .count();
+    assert_eq!(cut, opened, "every half-sent request was cut");
+    drop(conns);
+    std::thread::sleep(Duration::from_millis(500));
+    let rss_after = rss_kib(gw.pid());
+    assert!(
+        rss_after <= rss_before + 16 * 1024,
+        "RSS {rss_before} KiB before, {rss_after} KiB after"
+    );
+    let metrics = Command::new("curl")
+        .args(["-s", "--unix-socket"])
+        .arg(&gw.socket)
+        .arg("http://xvs/metrics")
+        .output()
+        .unwrap();
+    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("xvs_admin_connections_refused_total{listener=\"tcp\"}"))
+        .unwrap();
+    let n: usize = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(n >= opened - 256, "{line}");
+    gw.stop();
+}
