@@ -22,7 +22,17 @@ pub fn run(files: &[PathBuf], out: &mut impl Write, err: &mut impl Write) -> u8 
         // Writes to a closed pipe are not worth failing the check over.
         match xvs_config::load_on(path, &machine.host()) {
             Ok(config) => {
-                let _ = writeln!(out, "{}: ok: {}", path.display(), config.summary());
+                // SNAT addresses that are this host's must leave the
+                // kernel its ports (as xvs run checks at start).
+                match xvs_dataplane::host::check_snat(&config.snat.addresses, config.snat.ports) {
+                    Ok(_) => {
+                        let _ = writeln!(out, "{}: ok: {}", path.display(), config.summary());
+                    }
+                    Err(e) => {
+                        let _ = writeln!(err, "{}: {e}", path.display());
+                        status = EXIT_INVALID;
+                    }
+                }
             }
             Err(e) => {
                 let _ = writeln!(err, "{e}");

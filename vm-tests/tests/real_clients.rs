@@ -623,6 +623,17 @@ fn the_nodes_own_address_as_snat_leaves_the_nodes_traffic_alone() {
         !String::from_utf8_lossy(&link).contains("prog/xdp"),
         "nothing was attached"
     );
+    // check-config says so too, on this host.
+    let check = t
+        .gateway
+        .command(bins().join("xvs").to_str().unwrap())
+        .arg("check-config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let check_err = String::from_utf8_lossy(&check.stderr);
+    assert_eq!(check.status.code(), Some(2), "{check_err}");
+    assert!(check_err.contains("2222/tcp"), "{check_err}");
 
     // A range of its own: served.
     let text = node_snat("ports = \"10000-20000\"");
