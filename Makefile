@@ -54,6 +54,7 @@ FUZZ_SECONDS ?= 60
 fuzz:
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
 	cd config && $(CARGO) +nightly fuzz run parse_config -- -max_total_time=$(FUZZ_SECONDS)
+	cd config && $(CARGO) +nightly fuzz run api_bodies -- -max_total_time=$(FUZZ_SECONDS)
 	cd dataplane && $(CARGO) +nightly fuzz run classify_rewrite -- -max_total_time=$(FUZZ_SECONDS)
 
 ## bench: criterion micro-benchmarks (release profile), then the end-to-end

@@ -6,6 +6,7 @@
 //! located as `FILE:LINE:COLUMN: FIELD: MESSAGE`. Nothing here does I/O but
 //! [`load`]'s one read of the file.
 
+pub mod api;
 mod error;
 mod names;
 mod raw;

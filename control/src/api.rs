@@ -15,9 +15,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use xvs_config::{
-    Backend, ForwardMethod, Persistence, Protocol, Scheduler, Service, ServiceKey, UnknownName,
-};
+pub use xvs_config::api::{BackendSpec, ServiceSpec};
+use xvs_config::{Backend, Protocol, Service, ServiceKey, UnknownName};
 use xvs_conntrack::{Filter, FlowState, L4Proto};
 
 use crate::engine::{Applied, Edit, EngineHandle, Refused};
@@ -71,59 +70,6 @@ fn bad(e: impl ToString) -> ApiError {
     ApiError(StatusCode::BAD_REQUEST, e.to_string())
 }
 
-/// A service as the API takes it (`-A` / `-E`). Unknown fields are
-/// refused, as the config file refuses unknown keys.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ServiceSpec {
-    /// `tcp` or `udp`.
-    pub protocol: String,
-    /// VIP.
-    pub vip: Ipv4Addr,
-    /// Port.
-    pub port: u16,
-    /// Scheduler (default wlc).
-    #[serde(default)]
-    pub scheduler: Option<String>,
-    /// Persistence timeout in seconds.
-    #[serde(default)]
-    pub persistence: Option<u32>,
-    /// Persistence netmask.
-    #[serde(default)]
-    pub netmask: Option<Ipv4Addr>,
-    /// Scheduler flags (`fallback`, `port`).
-    #[serde(default)]
-    pub flags: Vec<String>,
-    /// Allowed client ranges (CIDRs; empty = all).
-    #[serde(default)]
-    pub source_ranges: Vec<String>,
-    /// Maglev table size (mh only).
-    #[serde(default)]
-    pub maglev_table_size: Option<u32>,
-    /// Operator-facing name.
-    #[serde(default)]
-    pub name: Option<String>,
-    /// Backends, when a service is created whole (POST); an edit (PUT)
-    /// keeps the service's backends, which have their own paths.
-    #[serde(default)]
-    pub backends: Vec<BackendSpec>,
-}
-
-/// A backend as the API takes it (`-a` / `-e`); unknown fields refused.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BackendSpec {
-    /// Address (taken from the path when editing).
-    #[serde(default)]
-    pub address: Option<Ipv4Addr>,
-    /// Port (the service's when absent).
-    #[serde(default)]
-    pub port: Option<u16>,
-    /// Weight (1 when absent).
-    #[serde(default)]
-    pub weight: Option<u32>,
-}
-
 fn protocol(p: &str) -> Result<Protocol, ApiError> {
     p.to_ascii_lowercase()
         .parse()
@@ -138,71 +84,13 @@ fn key(proto: &str, vip: Ipv4Addr, port: u16) -> Result<ServiceKey, ApiError> {
     })
 }
 
-/// The service a body describes; every problem of the body is reported,
-/// one per line, with the words the config file uses (the rules of the
-/// service itself are checked later, by the engine, as for every source).
+/// The service a body describes, or a 400 with every problem of the body.
 fn to_service(s: &ServiceSpec) -> Result<Service, ApiError> {
-    let mut problems = Vec::new();
-    let proto = s.protocol.to_ascii_lowercase().parse::<Protocol>();
-    let mut svc = Service::new(ServiceKey {
-        vip: s.vip,
-        protocol: *proto.as_ref().unwrap_or(&Protocol::Tcp),
-        port: s.port,
-    });
-    if let Err(e) = proto {
-        problems.push(format!("protocol: {e}"));
-    }
-    if let Some(name) = &s.scheduler {
-        match name.parse::<Scheduler>() {
-            Ok(k) => svc.scheduler = k,
-            Err(e) => problems.push(format!("scheduler: {e}")),
-        }
-    }
-    if s.persistence.is_some() || s.netmask.is_some() {
-        let d = Persistence::default();
-        svc.persistence = Some(Persistence {
-            timeout_secs: s.persistence.unwrap_or(d.timeout_secs),
-            netmask: s.netmask.unwrap_or(d.netmask),
-        });
-    }
-    for (i, f) in s.flags.iter().enumerate() {
-        match f.parse() {
-            Ok(flag) => {
-                if svc.flags.set(flag) {
-                    problems.push(format!("flags[{i}]: flag {f} listed twice"));
-                }
-            }
-            Err(e) => problems.push(format!("flags[{i}]: {e}")),
-        }
-    }
-    for (i, r) in s.source_ranges.iter().enumerate() {
-        match xvs_config::parse_source_range(r) {
-            Ok(net) => svc.source_ranges.push(net),
-            Err(e) => problems.push(format!("source_ranges[{i}]: {e}")),
-        }
-    }
-    svc.maglev_table_size = s.maglev_table_size;
-    svc.name = s.name.clone();
-    for (i, b) in s.backends.iter().enumerate() {
-        match to_backend(&svc.key, b) {
-            Ok(b) => svc.backends.push(b),
-            Err(ApiError(_, e)) => problems.push(format!("backends[{i}].{e}")),
-        }
-    }
-    if problems.is_empty() {
-        Ok(svc)
-    } else {
-        Err(bad(problems.join("\n")))
-    }
+    s.to_service().map_err(|problems| bad(problems.join("\n")))
 }
 
 fn to_backend(k: &ServiceKey, b: &BackendSpec) -> Result<Backend, ApiError> {
-    Ok(Backend {
-        address: b.address.ok_or_else(|| bad("address: missing"))?,
-        port: b.port.unwrap_or(k.port),
-        weight: b.weight.unwrap_or(1),
-        forward: ForwardMethod::Masq,
-    })
+    b.to_backend(k).map_err(bad)
 }
 
 /// After a successful change: waits until every worker has it, records

@@ -1,0 +1,48 @@
+//! Fuzzes the admin API's JSON bodies as the API takes them: any input is
+//! refused by serde or becomes a service or a list of problems (each one
+//! `FIELD: MESSAGE`), and a service then gets the file's rules; never a
+//! panic. Timeouts bodies go through the same names and ranges as the
+//! file's `[conntrack.timeouts]`.
+#![no_main]
+
+use std::collections::BTreeMap;
+
+use libfuzzer_sys::fuzz_target;
+use xvs_config::api::{BackendSpec, ServiceSpec};
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(spec) = serde_json::from_slice::<ServiceSpec>(data) {
+        match spec.to_service() {
+            Ok(svc) => {
+                let host = [std::net::Ipv4Addr::new(198, 18, 0, 1)];
+                let gateway = xvs_config::Gateway {
+                    snat: &host,
+                    host: &host,
+                };
+                for v in svc.check_in(&gateway) {
+                    assert!(!v.to_string().is_empty());
+                }
+            }
+            Err(problems) => {
+                assert!(!problems.is_empty());
+                assert!(problems.iter().all(|p| p.contains(": ")), "{problems:?}");
+            }
+        }
+    }
+    if let Ok(b) = serde_json::from_slice::<BackendSpec>(data) {
+        let key = xvs_config::ServiceKey {
+            vip: std::net::Ipv4Addr::new(198, 19, 0, 1),
+            protocol: xvs_config::Protocol::Tcp,
+            port: 80,
+        };
+        let _ = b.to_backend(&key);
+    }
+    if let Ok(states) = serde_json::from_slice::<BTreeMap<String, u64>>(data) {
+        let mut t = xvs_config::Timeouts::default();
+        for (name, secs) in &states {
+            if t.set(name, *secs).is_ok() {
+                assert!((1..=u64::from(xvs_config::MAX_TIMEOUT_SECS)).contains(secs));
+            }
+        }
+    }
+});

@@ -1,0 +1,138 @@
+//! The admin API's JSON bodies for services and backends, and how they
+//! become the service model: the one place the API (and `xvsadm`, which
+//! speaks it) turns its input into a [`Service`], with the config file's
+//! words for every problem. Unknown fields are refused, as the file refuses
+//! unknown keys; every problem is reported, one per line.
+
+use std::net::Ipv4Addr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::names::{ForwardMethod, Protocol, Scheduler};
+use crate::service::{parse_source_range, Backend, Persistence, Service, ServiceKey};
+
+/// A service as the API takes it (`-A` / `-E`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceSpec {
+    /// `tcp` or `udp`.
+    pub protocol: String,
+    /// VIP.
+    pub vip: Ipv4Addr,
+    /// Port.
+    pub port: u16,
+    /// Scheduler (default wlc).
+    #[serde(default)]
+    pub scheduler: Option<String>,
+    /// Persistence timeout in seconds.
+    #[serde(default)]
+    pub persistence: Option<u32>,
+    /// Persistence netmask.
+    #[serde(default)]
+    pub netmask: Option<Ipv4Addr>,
+    /// Scheduler flags (`fallback`, `port`).
+    #[serde(default)]
+    pub flags: Vec<String>,
+    /// Allowed client ranges (CIDRs; empty = all).
+    #[serde(default)]
+    pub source_ranges: Vec<String>,
+    /// Maglev table size (mh only).
+    #[serde(default)]
+    pub maglev_table_size: Option<u32>,
+    /// Operator-facing name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Backends, when a service is created whole (POST); an edit (PUT)
+    /// keeps the service's backends, which have their own paths.
+    #[serde(default)]
+    pub backends: Vec<BackendSpec>,
+}
+
+/// A backend as the API takes it (`-a` / `-e`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendSpec {
+    /// Address (taken from the path when editing).
+    #[serde(default)]
+    pub address: Option<Ipv4Addr>,
+    /// Port (the service's when absent).
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// Weight (1 when absent).
+    #[serde(default)]
+    pub weight: Option<u32>,
+}
+
+impl ServiceSpec {
+    /// The service this body describes, or every problem of the body, one
+    /// per entry (`FIELD: MESSAGE`). The service's own rules
+    /// ([`Service::check_in`]) are checked by whoever applies it, as for
+    /// every source.
+    pub fn to_service(&self) -> Result<Service, Vec<String>> {
+        let mut problems = Vec::new();
+        let proto = self.protocol.to_ascii_lowercase().parse::<Protocol>();
+        let mut svc = Service::new(ServiceKey {
+            vip: self.vip,
+            protocol: *proto.as_ref().unwrap_or(&Protocol::Tcp),
+            port: self.port,
+        });
+        if let Err(e) = proto {
+            problems.push(format!("protocol: {e}"));
+        }
+        if let Some(name) = &self.scheduler {
+            match name.parse::<Scheduler>() {
+                Ok(k) => svc.scheduler = k,
+                Err(e) => problems.push(format!("scheduler: {e}")),
+            }
+        }
+        if self.persistence.is_some() || self.netmask.is_some() {
+            let d = Persistence::default();
+            svc.persistence = Some(Persistence {
+                timeout_secs: self.persistence.unwrap_or(d.timeout_secs),
+                netmask: self.netmask.unwrap_or(d.netmask),
+            });
+        }
+        for (i, f) in self.flags.iter().enumerate() {
+            match f.parse() {
+                Ok(flag) => {
+                    if svc.flags.set(flag) {
+                        problems.push(format!("flags[{i}]: flag {f} listed twice"));
+                    }
+                }
+                Err(e) => problems.push(format!("flags[{i}]: {e}")),
+            }
+        }
+        for (i, r) in self.source_ranges.iter().enumerate() {
+            match parse_source_range(r) {
+                Ok(net) => svc.source_ranges.push(net),
+                Err(e) => problems.push(format!("source_ranges[{i}]: {e}")),
+            }
+        }
+        svc.maglev_table_size = self.maglev_table_size;
+        svc.name = self.name.clone();
+        for (i, b) in self.backends.iter().enumerate() {
+            match b.to_backend(&svc.key) {
+                Ok(b) => svc.backends.push(b),
+                Err(e) => problems.push(format!("backends[{i}].{e}")),
+            }
+        }
+        if problems.is_empty() {
+            Ok(svc)
+        } else {
+            Err(problems)
+        }
+    }
+}
+
+impl BackendSpec {
+    /// The backend of service `key` this body describes (`FIELD: MESSAGE`
+    /// when it cannot be one).
+    pub fn to_backend(&self, key: &ServiceKey) -> Result<Backend, String> {
+        Ok(Backend {
+            address: self.address.ok_or("address: missing")?,
+            port: self.port.unwrap_or(key.port),
+            weight: self.weight.unwrap_or(1),
+            forward: ForwardMethod::Masq,
+        })
+    }
+}
