@@ -247,12 +247,14 @@ impl Service {
     pub fn check_in(&self, gateway: &Gateway<'_>) -> Vec<RuleViolation> {
         let mut out = self.check();
         let vip = self.key.vip;
-        if gateway.snat.contains(&vip) {
+        // An address check() refuses already is not reported twice.
+        let unicast = is_unicast(vip);
+        if unicast && gateway.snat.contains(&vip) {
             out.push(RuleViolation {
                 field: ServiceField::Vip,
                 message: format!("{vip} is a SNAT address of this gateway (a VIP must not be one)"),
             });
-        } else if gateway.host.contains(&vip) {
+        } else if unicast && gateway.host.contains(&vip) {
             out.push(RuleViolation {
                 field: ServiceField::Vip,
                 message: format!(
@@ -266,7 +268,9 @@ impl Service {
                 field: BackendField::Address,
             };
             let a = b.address;
-            let message = if gateway.snat.contains(&a) {
+            let message = if !is_unicast(a) {
+                continue;
+            } else if gateway.snat.contains(&a) {
                 format!("{a} is a SNAT address of this gateway (a backend must be another host)")
             } else if gateway.host.contains(&a) {
                 format!("{a} is an address of this host (a backend must be another host)")

@@ -597,6 +597,42 @@ fn what_is_not_the_daemons_is_left_alone() {
     assert!(answer.ends_with("\n422"), "{answer}");
     assert!(answer.contains("unknown field `schedular`"), "{answer}");
     assert!(!gw.adm_ok(&["-Ln"]).contains("198.19.0.5"));
+    // Every problem of a body is reported, not only the first.
+    let post = |body: &str| {
+        let out = Command::new("curl")
+            .args(["-s", "--unix-socket"])
+            .arg(&gw.socket)
+            .args([
+                "-X",
+                "POST",
+                "-H",
+                "Content-Type: application/json",
+                "-d",
+                body,
+            ])
+            .arg("http://xvs/v1/services")
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["error"].as_str().unwrap_or_default().to_owned()
+    };
+    let two = post(
+        r#"{"protocol":"tcp","vip":"198.19.0.5","port":80,"scheduler":"rrr","flags":["sideways"]}"#,
+    );
+    assert_eq!(two.lines().count(), 2, "{two}");
+    assert!(
+        two.starts_with("scheduler: unknown scheduler \"rrr\""),
+        "{two}"
+    );
+    let rules = post(
+        r#"{"protocol":"tcp","vip":"224.0.0.9","port":80,"scheduler":"rr","backends":[{"address":"127.0.0.1"}]}"#,
+    );
+    assert_eq!(rules.lines().count(), 2, "{rules}");
+    assert!(
+        rules.contains("TCP 224.0.0.9:80: vip: ")
+            && rules.contains("TCP 224.0.0.9:80: backends[0].address: "),
+        "{rules}"
+    );
     // A listing longer than a pipe's buffer, read by `head`.
     assert!(load(&t, 80, 1000).starts_with("ok=1000 "));
     let out = Command::new("sh")
