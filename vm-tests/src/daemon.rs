@@ -115,6 +115,30 @@ impl Daemon {
         self.xvs.as_ref().map_or(0, Spawned::pid)
     }
 
+    /// GETs `path` of its admin API over the unix socket (curl); the body.
+    pub fn get(&self, path: &str) -> String {
+        let out = Command::new("curl")
+            .args(["-s", "--unix-socket"])
+            .arg(&self.socket)
+            .arg(format!("http://xvs{path}"))
+            .output();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The addresses the steering program hands to xvs, read back from
+    /// its map (`/v1/status`'s `steered`), sorted.
+    pub fn steered(&self) -> Vec<String> {
+        let status: serde_json::Value =
+            serde_json::from_str(&self.get("/v1/status")).unwrap_or_default();
+        status["steered"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a["address"].as_str().map(str::to_owned))
+            .collect()
+    }
+
     /// Runs xvsadm against it; returns (status, stdout, stderr).
     pub fn adm(&self, args: &[&str]) -> (i32, String, String) {
         let out = Command::new(self.bins.join("xvsadm"))

@@ -450,24 +450,6 @@ fn the_tcp_admin_listener_requires_the_bearer_token() {
     gw.stop();
 }
 
-/// The addresses the steering program hands to xvs, read back from its
-/// map through `/v1/status`.
-fn steered(gw: &Daemon) -> Vec<String> {
-    let out = Command::new("curl")
-        .args(["-s", "--unix-socket"])
-        .arg(&gw.socket)
-        .arg("http://xvs/v1/status")
-        .output()
-        .unwrap();
-    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    status["steered"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["address"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 /// Every way a VIP stops being used releases it: the steering program's
 /// map (read back from the kernel) equals the VIPs of the service table
 /// plus the SNAT address after each of -A/-a, -E, -D, a reload; a deleted
@@ -481,18 +463,18 @@ fn every_removal_releases_the_vip_it_owned() {
     let t = topology();
     let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
     let gw = start(&t, &[1, 1, 1]);
-    assert_eq!(steered(&gw), ["198.18.1.2", "198.19.0.1"]);
+    assert_eq!(gw.steered(), ["198.18.1.2", "198.19.0.1"]);
 
     let b0 = format!("{}:8080", backend_addr(0));
     gw.adm_ok(&["-A", "-t", "198.19.0.7:80", "-s", "rr"]);
     gw.adm_ok(&["-a", "-t", "198.19.0.7:80", "-r", &b0, "-m"]);
-    assert_eq!(steered(&gw), ["198.18.1.2", "198.19.0.1", "198.19.0.7"]);
+    assert_eq!(gw.steered(), ["198.18.1.2", "198.19.0.1", "198.19.0.7"]);
     let served = t.tcp_load(TESTNET, "198.19.0.7:80", 5, 2000);
     assert_eq!(served, "ok=5 failed=0 by=b0:5");
     gw.adm_ok(&["-E", "-t", "198.19.0.7:80", "-s", "wrr"]);
-    assert_eq!(steered(&gw), ["198.18.1.2", "198.19.0.1", "198.19.0.7"]);
+    assert_eq!(gw.steered(), ["198.18.1.2", "198.19.0.1", "198.19.0.7"]);
     gw.adm_ok(&["-D", "-t", "198.19.0.7:80"]);
-    assert_eq!(steered(&gw), ["198.18.1.2", "198.19.0.1"]);
+    assert_eq!(gw.steered(), ["198.18.1.2", "198.19.0.1"]);
     let ping = t
         .client
         .ns
@@ -512,7 +494,7 @@ fn every_removal_releases_the_vip_it_owned() {
 
     // Deleting one port of a VIP keeps it for the other.
     gw.adm_ok(&["-D", "-t", "198.19.0.1:81"]);
-    assert_eq!(steered(&gw), ["198.18.1.2", "198.19.0.1"]);
+    assert_eq!(gw.steered(), ["198.18.1.2", "198.19.0.1"]);
     // A reload whose file has no service on it releases it.
     let text = std::fs::read_to_string(&gw.cfg).unwrap();
     let head = text.split("[[services]]").next().unwrap().to_owned();
@@ -522,7 +504,7 @@ fn every_removal_releases_the_vip_it_owned() {
     )
     .unwrap();
     gw.adm_ok(&["--reload"]);
-    assert_eq!(steered(&gw), ["198.18.1.2", "198.19.0.8"]);
+    assert_eq!(gw.steered(), ["198.18.1.2", "198.19.0.8"]);
     assert_eq!(
         t.tcp_load(TESTNET, "198.19.0.8:80", 5, 2000),
         "ok=5 failed=0 by=b1:5"
@@ -793,13 +775,7 @@ fn the_tcp_admin_listener_cannot_be_exhausted() {
         rss_after <= rss_before + 16 * 1024,
         "RSS {rss_before} KiB before, {rss_after} KiB after"
     );
-    let metrics = Command::new("curl")
-        .args(["-s", "--unix-socket"])
-        .arg(&gw.socket)
-        .arg("http://xvs/metrics")
-        .output()
-        .unwrap();
-    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    let metrics = gw.get("/metrics");
     let line = metrics
         .lines()
         .find(|l| l.starts_with("xvs_admin_connections_refused_total{listener=\"tcp\"}"))

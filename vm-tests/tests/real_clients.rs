@@ -454,13 +454,7 @@ fn ttl_1_and_0_syns_create_no_flow_and_get_time_exceeded() {
             (Some(0), Some(0))
         );
     }
-    let metrics = std::process::Command::new("curl")
-        .args(["-s", "--unix-socket"])
-        .arg(&lab.gw.socket)
-        .arg("http://xvs/metrics")
-        .output()
-        .unwrap();
-    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    let metrics = lab.gw.get("/metrics");
     assert!(
         metrics.contains("xvs_time_exceeded_total{worker=\"0\"} 6"),
         "{metrics}"
@@ -500,13 +494,7 @@ fn a_udp_overload_is_accounted_for_to_the_datagram() {
         c0.3 + pcl.1 + pgw.3
     };
     let counters = || {
-        let out = std::process::Command::new("curl")
-            .args(["-s", "--unix-socket"])
-            .arg(&gw.socket)
-            .arg("http://xvs/metrics")
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let text = gw.get("/metrics");
         let metric = |name: &str| {
             text.lines()
                 .find_map(|l| l.strip_prefix(&format!("{name}{{worker=\"0\"}} ")))
