@@ -68,7 +68,7 @@ fn picks(c: &mut Criterion) {
                         port: 80,
                     },
                 };
-                black_box(s.pick(&b, black_box(&r), &counts)).unwrap()
+                black_box(s.pick(&b, black_box(&r), &counts, 0)).unwrap()
             })
         });
     }

@@ -122,6 +122,19 @@ keyword_enum! {
         Random = "random",
         /// Power of two choices weighted by load.
         Twos = "twos",
+        /// Locality-based least connection: the backend last chosen for
+        /// the destination address, while it is not overloaded (wlc picks
+        /// a new one).
+        Lblc = "lblc",
+        /// Locality-based least connection with replication: a set of
+        /// backends per destination address, grown under overload and
+        /// trimmed after a day unchanged.
+        Lblcr = "lblcr",
+        /// Weighted failover: the available backend of the highest weight.
+        Fo = "fo",
+        /// Overflow connection: the highest weight whose active
+        /// connections do not exceed its weight.
+        Ovf = "ovf",
     }
 }
 
@@ -252,7 +265,7 @@ mod tests {
         let err = "lcx".parse::<Scheduler>().unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown scheduler \"lcx\" (expected one of rr, wrr, lc, wlc, sed, nq, dh, sh, mh, random, twos)"
+            "unknown scheduler \"lcx\" (expected one of rr, wrr, lc, wlc, sed, nq, dh, sh, mh, random, twos, lblc, lblcr, fo, ovf)"
         );
     }
 

@@ -103,7 +103,7 @@ fn unknown_scheduler_example() {
     );
     assert_eq!(
         errors(&text),
-        ["xvs.toml:14:13: services[2].scheduler: unknown scheduler \"lcx\" (expected one of rr, wrr, lc, wlc, sed, nq, dh, sh, mh, random, twos)"]
+        ["xvs.toml:14:13: services[2].scheduler: unknown scheduler \"lcx\" (expected one of rr, wrr, lc, wlc, sed, nq, dh, sh, mh, random, twos, lblc, lblcr, fo, ovf)"]
     );
 }
 

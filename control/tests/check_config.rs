@@ -75,7 +75,7 @@ fn invalid_file_exits_2_with_located_errors() {
     assert_eq!(
         stderr,
         format!(
-            "{}:8:13: services[0].scheduler: unknown scheduler \"lcx\" (expected one of rr, wrr, lc, wlc, sed, nq, dh, sh, mh, random, twos)\n",
+            "{}:8:13: services[0].scheduler: unknown scheduler \"lcx\" (expected one of rr, wrr, lc, wlc, sed, nq, dh, sh, mh, random, twos, lblc, lblcr, fo, ovf)\n",
             bad.display()
         )
     );

@@ -774,7 +774,7 @@ impl Pipeline {
                     &mut obs,
                 )
             }
-            None => sched.pick(&svc.backends, &req, &svc.counts),
+            None => sched.pick(&svc.backends, &req, &svc.counts, now),
         };
         if let Some(slot) = self.services.find(ip.dst, key.proto, key.dst_port) {
             slot.sched = sched;

@@ -312,7 +312,10 @@ impl ServiceTable {
             }
             self.traffic[i] = Some(svc.stats.clone());
         }
-        let sched = svc.scheduler.clone();
+        let mut sched = svc.scheduler.clone();
+        if let Some(old) = self.by_key.get(&k) {
+            sched.carry(&old.sched, &old.svc.backends, &svc.backends);
+        }
         self.by_key.insert(k, ServiceSlot { svc, sched });
     }
 

@@ -597,5 +597,12 @@ mod tests {
         assert!(t.services[0].check().iter().any(|v| v
             .to_string()
             .starts_with("maglev_table_size: 65536 is not prime")));
+        // Every IPVS scheduler, the locality and failover ones included.
+        for name in ["lblc", "lblcr", "fo", "ovf"] {
+            svc.metadata.annotations = ann(&[(ANN_SCHEDULER, name)]);
+            let t = translate(&svc, &[]);
+            assert_eq!(t.services[0].scheduler.name(), name);
+            assert!(t.warnings.is_empty(), "{:?}", t.warnings);
+        }
     }
 }

@@ -10,8 +10,10 @@
 //! Tables (sh, dh, mh) are built at construction, never on the packet path.
 
 mod counts;
+mod failover;
 mod hash;
 mod least;
+mod locality;
 mod maglev;
 mod random;
 mod rr;
@@ -19,8 +21,10 @@ mod rr;
 use std::net::Ipv4Addr;
 
 pub use counts::{ConnCounts, CountsObserver};
+pub use failover::Failover;
 pub use hash::{BucketHash, BUCKETS};
 pub use least::Least;
+pub use locality::{Locality, EXPIRATION as LOCALITY_EXPIRATION};
 pub use maglev::{Maglev, MaglevTable, DEFAULT_SEED};
 pub use random::WeightedRandom;
 pub use rr::{RoundRobin, WeightedRoundRobin};
@@ -81,6 +85,10 @@ pub enum Scheduler {
     Maglev(Maglev),
     /// random, twos.
     Random(WeightedRandom),
+    /// lblc, lblcr.
+    Locality(Locality),
+    /// fo, ovf.
+    Failover(Failover),
 }
 
 impl Scheduler {
@@ -107,16 +115,30 @@ impl Scheduler {
                 backends,
                 rng_seed,
             )),
+            Kind::Lblc | Kind::Lblcr => Scheduler::Locality(Locality::new(kind, backends)),
+            Kind::Fo | Kind::Ovf => Scheduler::Failover(Failover::new(kind == Kind::Ovf)),
         }
     }
 
-    /// Chooses the backend (an index into `backends`) of a new flow.
+    /// Takes over the state `prev` (built for `before`) keeps across an
+    /// edit of the service, as IPVS keeps its scheduler's data when a
+    /// destination is added, edited or removed: lblc's and lblcr's
+    /// entries, by stable backend id. Other schedulers start afresh.
+    pub fn carry(&mut self, prev: &Scheduler, before: &[SchedBackend], backends: &[SchedBackend]) {
+        if let (Scheduler::Locality(new), Scheduler::Locality(old)) = (self, prev) {
+            new.carry(old, before, backends);
+        }
+    }
+
+    /// Chooses the backend (an index into `backends`) of a new flow at
+    /// `now` (seconds, the flow table's clock).
     #[inline]
     pub fn pick(
         &mut self,
         backends: &[SchedBackend],
         req: &Request,
         counts: &ConnCounts,
+        now: u32,
     ) -> Result<usize, NoBackend> {
         match self {
             Scheduler::Rr(s) => s.pick(backends),
@@ -125,6 +147,8 @@ impl Scheduler {
             Scheduler::Hash(s) => s.pick(backends, req),
             Scheduler::Maglev(s) => s.pick(backends, req),
             Scheduler::Random(s) => s.pick(backends, counts),
+            Scheduler::Locality(s) => s.pick(backends, counts, now),
+            Scheduler::Failover(s) => s.pick(backends, counts),
         }
         .ok_or(NoBackend)
     }
@@ -136,7 +160,10 @@ impl Scheduler {
             Scheduler::Hash(_) => BUCKETS * std::mem::size_of::<u16>(),
             Scheduler::Maglev(s) => s.memory_bytes(),
             Scheduler::Random(s) => s.memory_bytes(),
-            Scheduler::Rr(_) | Scheduler::Wrr(_) | Scheduler::Least(_) => 0,
+            Scheduler::Locality(s) => s.memory_bytes(),
+            Scheduler::Rr(_) | Scheduler::Wrr(_) | Scheduler::Least(_) | Scheduler::Failover(_) => {
+                0
+            }
         }
     }
 }
@@ -191,7 +218,7 @@ pub fn pick_persistent(
             return Ok(i);
         }
     }
-    let i = sched.pick(backends, req, counts)?;
+    let i = sched.pick(backends, req, counts, now)?;
     let b = backends[i];
     let _ = table.template_set(
         &key,
