@@ -136,3 +136,88 @@ impl BackendSpec {
         })
     }
 }
+
+/// Which service an edit is about.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceRef {
+    /// `tcp` or `udp`.
+    pub protocol: String,
+    /// VIP.
+    pub vip: Ipv4Addr,
+    /// Port.
+    pub port: u16,
+}
+
+/// One edit of a batch (`POST /v1/batch`, what `xvsadm -R` sends): the
+/// same edits as the single-edit paths, applied in order, all or none.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum EditSpec {
+    /// `-A`.
+    AddService {
+        /// The service.
+        service: ServiceSpec,
+    },
+    /// `-E`.
+    EditService {
+        /// The service (its backends are kept).
+        service: ServiceSpec,
+    },
+    /// `-D`.
+    DeleteService {
+        /// The service.
+        service: ServiceRef,
+    },
+    /// `-a`.
+    AddBackend {
+        /// The service.
+        service: ServiceRef,
+        /// The backend.
+        backend: BackendSpec,
+    },
+    /// `-e`.
+    EditBackend {
+        /// The service.
+        service: ServiceRef,
+        /// The backend.
+        backend: BackendSpec,
+    },
+    /// `-d`.
+    DeleteBackend {
+        /// The service.
+        service: ServiceRef,
+        /// Backend address.
+        address: Ipv4Addr,
+        /// Backend port.
+        port: u16,
+    },
+    /// `-C`.
+    Clear,
+}
+
+impl ServiceRef {
+    /// The key, or the protocol's problem.
+    pub fn key(&self) -> Result<ServiceKey, String> {
+        let protocol = self
+            .protocol
+            .to_ascii_lowercase()
+            .parse::<Protocol>()
+            .map_err(|e| format!("protocol: {e}"))?;
+        Ok(ServiceKey {
+            vip: self.vip,
+            protocol,
+            port: self.port,
+        })
+    }
+}
+
+impl ServiceSpec {
+    /// Whether the body names a scheduler xvs does not have (IPVS's
+    /// "Scheduler or persistence engine not found").
+    pub fn unknown_scheduler(&self) -> bool {
+        self.scheduler
+            .as_deref()
+            .is_some_and(|s| s.parse::<Scheduler>().is_err())
+    }
+}

@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-pub use xvs_config::api::{BackendSpec, ServiceSpec};
+pub use xvs_config::api::{BackendSpec, EditSpec, ServiceRef, ServiceSpec};
 use xvs_config::{Backend, Protocol, Service, ServiceKey, UnknownName};
 use xvs_conntrack::{Filter, FlowState, L4Proto};
 
@@ -42,32 +42,63 @@ pub struct Shared {
     pub refused_tcp: Arc<crate::listener::Refused>,
 }
 
-/// An error answer: `{"error": "..."}` with a status.
-pub struct ApiError(StatusCode, String);
+/// An error answer: `{"error": "...", "kind": "..."}` with a status
+/// (`kind` is [`Refused::kind`] for a refused edit, else `invalid` or
+/// `unavailable`; a refused batch also says which edit, from 0, in
+/// `edit`).
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+    kind: &'static str,
+    edit: Option<usize>,
+}
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()
+        let mut body = serde_json::json!({ "error": self.message, "kind": self.kind });
+        if let Some(i) = self.edit {
+            body["edit"] = i.into();
+        }
+        (self.status, Json(body)).into_response()
     }
 }
 
 impl From<Refused> for ApiError {
     fn from(r: Refused) -> Self {
-        let status = match r {
-            Refused::Invalid(_) => StatusCode::BAD_REQUEST,
-            Refused::NotFound(_) => StatusCode::NOT_FOUND,
-            Refused::Exists(_) => StatusCode::CONFLICT,
+        let (edit, inner) = match &r {
+            Refused::InBatch(i, inner) => (Some(*i), inner.as_ref()),
+            r => (None, r),
         };
-        ApiError(status, r.to_string())
+        let status = match inner {
+            Refused::Invalid(_) | Refused::InBatch(..) => StatusCode::BAD_REQUEST,
+            Refused::NoService(_) | Refused::NoDestination(_) => StatusCode::NOT_FOUND,
+            Refused::ServiceExists(_) | Refused::DestinationExists(_) => StatusCode::CONFLICT,
+        };
+        ApiError {
+            status,
+            message: inner.to_string(),
+            kind: r.kind(),
+            edit,
+        }
     }
 }
 
 fn internal(e: String) -> ApiError {
-    ApiError(StatusCode::SERVICE_UNAVAILABLE, e)
+    ApiError {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        message: e,
+        kind: "unavailable",
+        edit: None,
+    }
 }
 
 fn bad(e: impl ToString) -> ApiError {
-    ApiError(StatusCode::BAD_REQUEST, e.to_string())
+    ApiError {
+        status: StatusCode::BAD_REQUEST,
+        message: e.to_string(),
+        kind: "invalid",
+        edit: None,
+    }
 }
 
 fn protocol(p: &str) -> Result<Protocol, ApiError> {
@@ -84,9 +115,45 @@ fn key(proto: &str, vip: Ipv4Addr, port: u16) -> Result<ServiceKey, ApiError> {
     })
 }
 
-/// The service a body describes, or a 400 with every problem of the body.
+/// The service a body describes, or a 400 with every problem of the body
+/// (kind `no_scheduler` when the scheduler is not one xvs has).
 fn to_service(s: &ServiceSpec) -> Result<Service, ApiError> {
-    s.to_service().map_err(|problems| bad(problems.join("\n")))
+    s.to_service().map_err(|problems| {
+        let mut e = bad(problems.join("\n"));
+        if s.unknown_scheduler() {
+            e.kind = "no_scheduler";
+        }
+        e
+    })
+}
+
+/// One edit of a batch as the engine takes it.
+fn to_edit(e: &EditSpec) -> Result<Edit, ApiError> {
+    let key = |r: &ServiceRef| r.key().map_err(bad);
+    Ok(match e {
+        EditSpec::AddService { service } => Edit::AddService(to_service(service)?),
+        EditSpec::EditService { service } => {
+            if !service.backends.is_empty() {
+                return Err(bad("backends: an edit keeps the service's backends"));
+            }
+            Edit::EditService(to_service(service)?)
+        }
+        EditSpec::DeleteService { service } => Edit::DeleteService(key(service)?),
+        EditSpec::AddBackend { service, backend } => {
+            let k = key(service)?;
+            Edit::AddBackend(k, to_backend(&k, backend)?)
+        }
+        EditSpec::EditBackend { service, backend } => {
+            let k = key(service)?;
+            Edit::EditBackend(k, to_backend(&k, backend)?)
+        }
+        EditSpec::DeleteBackend {
+            service,
+            address,
+            port,
+        } => Edit::DeleteBackend(key(service)?, *address, *port),
+        EditSpec::Clear => Edit::Clear,
+    })
 }
 
 fn to_backend(k: &ServiceKey, b: &BackendSpec) -> Result<Backend, ApiError> {
@@ -126,7 +193,11 @@ async fn edit(st: &Shared, e: Edit) -> Result<Json<Applied>, ApiError> {
 async fn list_services(State(st): State<Arc<Shared>>) -> Result<Json<Listing>, ApiError> {
     let (size, samples) = st
         .engine
-        .call(|e| (e.config().conntrack.capacity, sample(e)))
+        .call(|e| {
+            let mut samples = sample(e);
+            e.zeroed().apply(&mut samples);
+            (e.config().conntrack.capacity, samples)
+        })
         .await
         .map_err(internal)?;
     let est = st.estimator.lock().map_err(|e| internal(e.to_string()))?;
@@ -137,7 +208,67 @@ async fn add_service(
     State(st): State<Arc<Shared>>,
     Json(spec): Json<ServiceSpec>,
 ) -> Result<Json<Applied>, ApiError> {
+    // IPVS answers "exists" before it looks at the scheduler.
+    if let Ok(k) = key(&spec.protocol, spec.vip, spec.port) {
+        if exists(&st, k).await? {
+            return Err(Refused::ServiceExists(format!(
+                "{}: service already exists",
+                crate::engine::key_name(&k)
+            ))
+            .into());
+        }
+    }
     edit(&st, Edit::AddService(to_service(&spec)?)).await
+}
+
+/// Whether service `k` is served.
+async fn exists(st: &Shared, k: ServiceKey) -> Result<bool, ApiError> {
+    st.engine
+        .call(move |e| e.applied().contains_key(&k))
+        .await
+        .map_err(internal)
+}
+
+/// `POST /v1/batch`: every edit, in order, all or none (`xvsadm -R`).
+async fn batch(
+    State(st): State<Arc<Shared>>,
+    Json(edits): Json<Vec<EditSpec>>,
+) -> Result<Json<Applied>, ApiError> {
+    let edits = edits
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            to_edit(e).map_err(|mut err| {
+                err.edit = Some(i);
+                err
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    edit(&st, Edit::Batch(edits)).await
+}
+
+/// `-Z`: zeroes the listing's counters and rates of one service or all.
+async fn zero(st: &Shared, k: Option<ServiceKey>) -> Result<Json<serde_json::Value>, ApiError> {
+    st.engine
+        .call(move |e| e.zero(k))
+        .await
+        .map_err(internal)??;
+    st.estimator
+        .lock()
+        .map_err(|e| internal(e.to_string()))?
+        .zero(k.as_ref());
+    Ok(Json(serde_json::json!({ "zeroed": true })))
+}
+
+async fn zero_all(State(st): State<Arc<Shared>>) -> Result<Json<serde_json::Value>, ApiError> {
+    zero(&st, None).await
+}
+
+async fn zero_service(
+    State(st): State<Arc<Shared>>,
+    Path((proto, vip, port)): Path<(String, Ipv4Addr, u16)>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    zero(&st, Some(key(&proto, vip, port)?)).await
 }
 
 async fn edit_service(
@@ -150,8 +281,17 @@ async fn edit_service(
             "backends: an edit keeps the service's backends; change them at .../backends",
         ));
     }
+    let k = key(&proto, vip, port)?;
+    // IPVS answers "no such service" before it looks at the scheduler.
+    if !exists(&st, k).await? {
+        return Err(Refused::NoService(format!(
+            "{}: no such service",
+            crate::engine::key_name(&k)
+        ))
+        .into());
+    }
     let mut s = to_service(&spec)?;
-    s.key = key(&proto, vip, port)?;
+    s.key = k;
     edit(&st, Edit::EditService(s)).await
 }
 
@@ -587,6 +727,9 @@ pub fn router(shared: Arc<Shared>) -> Router {
             get(list_services).post(add_service).delete(clear),
         )
         .route(svc, put(edit_service).delete(delete_service))
+        .route(&format!("{svc}/zero"), post(zero_service))
+        .route("/v1/zero", post(zero_all))
+        .route("/v1/batch", post(batch))
         .route(&format!("{svc}/backends"), post(add_backend))
         .route(
             &format!("{svc}/backends/{{addr}}/{{bport}}"),
@@ -622,10 +765,12 @@ pub fn with_token(router: Router, token: String) -> Router {
                 if ok {
                     next.run(req).await
                 } else {
-                    ApiError(
-                        StatusCode::UNAUTHORIZED,
-                        "missing or wrong bearer token".into(),
-                    )
+                    ApiError {
+                        status: StatusCode::UNAUTHORIZED,
+                        message: "missing or wrong bearer token".into(),
+                        kind: "unauthorized",
+                        edit: None,
+                    }
                     .into_response()
                 }
             }

@@ -82,20 +82,55 @@ pub enum Edit {
     DeleteBackend(ServiceKey, Ipv4Addr, u16),
     /// `-C`.
     Clear,
+    /// Several edits as one (`xvsadm -R`): applied in order to a copy,
+    /// then all at once, or none of them.
+    Batch(Vec<Edit>),
 }
 
-/// Why an edit or a reload was refused.
+/// Why an edit or a reload was refused (the kinds ipvsadm's messages
+/// distinguish; the text says which service or destination).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refused {
-    /// {0}
+    /// The service or file breaks a rule.
     #[error("{0}")]
     Invalid(String),
-    /// {0}
+    /// The service does not exist.
     #[error("{0}")]
-    NotFound(String),
-    /// {0}
+    NoService(String),
+    /// The destination does not exist.
     #[error("{0}")]
-    Exists(String),
+    NoDestination(String),
+    /// The service exists already.
+    #[error("{0}")]
+    ServiceExists(String),
+    /// The destination exists already.
+    #[error("{0}")]
+    DestinationExists(String),
+    /// Edit number `.0` (from 0) of a batch was refused.
+    #[error("edit {n}: {1}", n = .0 + 1)]
+    InBatch(usize, Box<Refused>),
+}
+
+impl Refused {
+    /// The kind's name in the API's error answers (`kind`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Refused::Invalid(_) => "invalid",
+            Refused::NoService(_) => "no_service",
+            Refused::NoDestination(_) => "no_destination",
+            Refused::ServiceExists(_) => "service_exists",
+            Refused::DestinationExists(_) => "destination_exists",
+            Refused::InBatch(_, r) => r.kind(),
+        }
+    }
+}
+
+/// The services a batch of edits has touched so far: `None` = removed.
+/// Everything else is as `applied` has it (unless `cleared`).
+#[derive(Debug, Default)]
+struct Plan {
+    touched: BTreeMap<ServiceKey, Option<Service>>,
+    cleared: bool,
 }
 
 /// Formats a key like ipvsadm: `TCP 198.19.0.1:80`.
@@ -116,6 +151,8 @@ pub struct Engine {
     kube: BTreeMap<ServiceKey, Service>,
     /// Keys both sources want, kept by their first owner.
     conflicts: Vec<String>,
+    /// Counters `-Z` zeroed (the listing counts from there).
+    zeroed: crate::stats::Zeroed,
     /// When the first update of the latest reconcile was sent.
     #[allow(clippy::disallowed_types)] // the control -> data latency is wall-clock time
     sent_at: Option<std::time::Instant>,
@@ -137,6 +174,7 @@ impl Engine {
             reloads: 0,
             kube: BTreeMap::new(),
             conflicts: Vec::new(),
+            zeroed: Default::default(),
             sent_at: None,
         }
     }
@@ -171,6 +209,26 @@ impl Engine {
     /// The services in force.
     pub fn applied(&self) -> &BTreeMap<ServiceKey, Service> {
         &self.applied
+    }
+
+    /// `-Z`: zeroes the listing's counters of `key`, or of every service.
+    pub fn zero(&mut self, key: Option<ServiceKey>) -> Result<(), Refused> {
+        if let Some(k) = &key {
+            if !self.applied.contains_key(k) {
+                return Err(Refused::NoService(format!(
+                    "{}: no such service",
+                    key_name(k)
+                )));
+            }
+        }
+        let samples = crate::stats::sample(self);
+        self.zeroed.zero(&samples, key.as_ref());
+        Ok(())
+    }
+
+    /// What `-Z` zeroed.
+    pub fn zeroed(&self) -> &crate::stats::Zeroed {
+        &self.zeroed
     }
 
     /// The last refused reload or edit, if the latest one was refused.
@@ -209,6 +267,7 @@ impl Engine {
                     self.dp
                         .upsert_service(s)
                         .map_err(|e| Refused::Invalid(format!("{}: {e}", key_name(&s.key))))?;
+                    self.zeroed.keep_backends(s);
                     self.applied.insert(s.key, s.clone());
                 }
                 Change::Remove(k) => {
@@ -219,6 +278,7 @@ impl Engine {
                             key_name(k)
                         );
                     }
+                    self.zeroed.forget(k);
                     self.applied.remove(k);
                 }
             }
@@ -310,42 +370,95 @@ impl Engine {
         r
     }
 
-    /// Works on a copy of the one service an edit touches (O(that
-    /// service), whatever the number of services), validates it, then
-    /// sends that one change.
+    /// Works on copies of the services the edit touches (O(those
+    /// services), whatever the number of services; a clear is O(all)),
+    /// validates each, then sends only what changed.
     fn try_edit(&mut self, e: Edit) -> Result<Applied, Refused> {
-        let missing =
-            |k: &ServiceKey| Refused::NotFound(format!("{}: no such service", key_name(k)));
-        let current = |k: &ServiceKey| self.applied.get(k).cloned().ok_or_else(|| missing(k));
-        let change = match e {
+        let mut plan = Plan::default();
+        match e {
+            Edit::Batch(edits) => {
+                for (i, e) in edits.into_iter().enumerate() {
+                    self.plan(&mut plan, e)
+                        .map_err(|r| Refused::InBatch(i, Box::new(r)))?;
+                }
+            }
+            e => self.plan(&mut plan, e)?,
+        }
+        let mut changes = Vec::new();
+        if plan.cleared {
+            for k in self.applied.keys() {
+                if !plan.touched.contains_key(k) {
+                    changes.push(Change::Remove(*k));
+                }
+            }
+        }
+        for (k, s) in plan.touched {
+            match s {
+                None if self.applied.contains_key(&k) => changes.push(Change::Remove(k)),
+                None => {}
+                Some(s) if self.applied.get(&k) == Some(&s) => {}
+                Some(s) => {
+                    let problems = self.problems(&s);
+                    if !problems.is_empty() {
+                        return Err(Refused::Invalid(problems.join("\n")));
+                    }
+                    changes.push(Change::Upsert(s));
+                }
+            }
+        }
+        self.apply(&changes)
+    }
+
+    /// The service `k` as the plan has it so far.
+    fn planned(&self, plan: &Plan, k: &ServiceKey) -> Option<Service> {
+        match plan.touched.get(k) {
+            Some(s) => s.clone(),
+            None if plan.cleared => None,
+            None => self.applied.get(k).cloned(),
+        }
+    }
+
+    /// Adds one edit to `plan`, refusing it as IPVS would.
+    fn plan(&self, plan: &mut Plan, e: Edit) -> Result<(), Refused> {
+        let no_service =
+            |k: &ServiceKey| Refused::NoService(format!("{}: no such service", key_name(k)));
+        let current =
+            |plan: &Plan, k: &ServiceKey| self.planned(plan, k).ok_or_else(|| no_service(k));
+        let no_destination = |k: &ServiceKey, addr: Ipv4Addr, port: u16| {
+            Refused::NoDestination(format!("{}: no destination {addr}:{port}", key_name(k)))
+        };
+        let (k, next) = match e {
             Edit::AddService(s) => {
-                if self.applied.contains_key(&s.key) {
-                    return Err(Refused::Exists(format!(
+                if self.planned(plan, &s.key).is_some() {
+                    return Err(Refused::ServiceExists(format!(
                         "{}: service already exists",
                         key_name(&s.key)
                     )));
                 }
-                Change::Upsert(s)
+                (s.key, Some(s))
             }
             Edit::EditService(s) => {
-                let cur = current(&s.key)?;
-                Change::Upsert(Service {
-                    backends: cur.backends,
-                    ..s
-                })
+                let cur = current(plan, &s.key)?;
+                (
+                    s.key,
+                    Some(Service {
+                        backends: cur.backends,
+                        ..s
+                    }),
+                )
             }
             Edit::DeleteService(k) => {
-                current(&k)?;
-                Change::Remove(k)
+                current(plan, &k)?;
+                (k, None)
             }
             Edit::AddBackend(k, b) => {
-                let mut cur = current(&k)?;
+                let mut cur = current(plan, &k)?;
                 if cur
                     .backends
                     .iter()
                     .any(|x| (x.address, x.port) == (b.address, b.port))
                 {
-                    return Err(Refused::Exists(format!(
+                    return Err(Refused::DestinationExists(format!(
                         "{}: destination {}:{} already exists",
                         key_name(&k),
                         b.address,
@@ -353,52 +466,41 @@ impl Engine {
                     )));
                 }
                 cur.backends.push(b);
-                Change::Upsert(cur)
+                (k, Some(cur))
             }
             Edit::EditBackend(k, b) => {
-                let mut cur = current(&k)?;
+                let mut cur = current(plan, &k)?;
                 let d = cur
                     .backends
                     .iter_mut()
                     .find(|x| (x.address, x.port) == (b.address, b.port))
-                    .ok_or_else(|| {
-                        Refused::NotFound(format!(
-                            "{}: no destination {}:{}",
-                            key_name(&k),
-                            b.address,
-                            b.port
-                        ))
-                    })?;
+                    .ok_or_else(|| no_destination(&k, b.address, b.port))?;
                 *d = b;
-                Change::Upsert(cur)
+                (k, Some(cur))
             }
             Edit::DeleteBackend(k, addr, port) => {
-                let mut cur = current(&k)?;
+                let mut cur = current(plan, &k)?;
                 let before = cur.backends.len();
                 cur.backends.retain(|x| (x.address, x.port) != (addr, port));
                 if cur.backends.len() == before {
-                    return Err(Refused::NotFound(format!(
-                        "{}: no destination {addr}:{port}",
-                        key_name(&k)
-                    )));
+                    return Err(no_destination(&k, addr, port));
                 }
-                Change::Upsert(cur)
+                (k, Some(cur))
             }
             Edit::Clear => {
-                let all: Vec<Change> = self.applied.keys().map(|k| Change::Remove(*k)).collect();
-                return self.apply(&all);
+                plan.touched.clear();
+                plan.cleared = true;
+                return Ok(());
+            }
+            Edit::Batch(edits) => {
+                for e in edits {
+                    self.plan(plan, e)?;
+                }
+                return Ok(());
             }
         };
-        if let Change::Upsert(s) = &change {
-            if self.applied.get(&s.key) == Some(s) {
-                return self.apply(&[]);
-            }
-            let problems = self.problems(s);
-            if !problems.is_empty() {
-                return Err(Refused::Invalid(problems.join("\n")));
-            }
-        }
-        self.apply(&[change])
+        plan.touched.insert(k, next);
+        Ok(())
     }
 
     /// Every rule a service from the API, xvsadm or Kubernetes breaks, one

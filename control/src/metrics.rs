@@ -551,6 +551,7 @@ mod tests {
                 vip: Ipv4Addr::new(198, 19, 0, 1),
                 port: 80,
                 scheduler: "rr".into(),
+                flags: Vec::new(),
                 persistence: None,
                 stats: Stats {
                     conns: 3,

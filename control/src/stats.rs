@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use xvs_config::{Persistence, ServiceKey};
+use xvs_config::{Persistence, SchedulerFlag, ServiceKey};
 use xvs_conntrack::Endpoint;
 use xvs_dataplane::traffic::TrafficTotals;
 
@@ -39,6 +39,8 @@ pub struct ServiceSample {
     pub key: ServiceKey,
     /// Scheduler name.
     pub scheduler: String,
+    /// Scheduler flags (`fallback`, `port`).
+    pub flags: Vec<String>,
     /// Persistence.
     pub persistence: Option<Persistence>,
     /// Backends, in the service's order.
@@ -63,6 +65,14 @@ pub fn sample(e: &Engine) -> Vec<ServiceSample> {
             ServiceSample {
                 key: s.key,
                 scheduler: s.scheduler.name().to_owned(),
+                flags: [
+                    (s.flags.fallback, SchedulerFlag::Fallback),
+                    (s.flags.port, SchedulerFlag::Port),
+                ]
+                .iter()
+                .filter(|(on, _)| *on)
+                .map(|(_, f)| f.name().to_owned())
+                .collect(),
                 persistence: s.persistence,
                 backends: s
                     .backends
@@ -155,6 +165,98 @@ impl Estimator {
             .map(rates_of)
             .unwrap_or_default()
     }
+
+    /// `-Z`: the rates of `key` (every service when `None`) start again
+    /// from 0, as IPVS's `ip_vs_zero_estimator` does; the next sample
+    /// measures from the current counters.
+    pub fn zero(&mut self, key: Option<&ServiceKey>) {
+        for (k, avg) in self.avg.iter_mut() {
+            if key.is_none_or(|key| k.0 == *key) {
+                *avg = [0; 5];
+            }
+        }
+    }
+}
+
+/// The counters `-Z` set back to 0: the totals at the time, which the
+/// ipvsadm listing subtracts (`--stats` counts from the zeroing). The
+/// data plane's counters and the Prometheus ones stay monotonic.
+///
+/// Invariant: only services and backends still served have a base (the
+/// engine forgets a removed service's, and a removed backend's), so a
+/// re-created one counts from its own start.
+#[derive(Debug, Clone, Default)]
+pub struct Zeroed {
+    base: HashMap<ServiceKey, ZeroBase>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct ZeroBase {
+    service: TrafficTotals,
+    backends: HashMap<(std::net::Ipv4Addr, u16), TrafficTotals>,
+}
+
+fn minus(t: &TrafficTotals, base: &TrafficTotals) -> TrafficTotals {
+    TrafficTotals {
+        conns: t.conns.saturating_sub(base.conns),
+        pkts: [
+            t.pkts[0].saturating_sub(base.pkts[0]),
+            t.pkts[1].saturating_sub(base.pkts[1]),
+        ],
+        bytes: [
+            t.bytes[0].saturating_sub(base.bytes[0]),
+            t.bytes[1].saturating_sub(base.bytes[1]),
+        ],
+    }
+}
+
+impl Zeroed {
+    /// Zeroes the counters of `key` (every service when `None`) as they
+    /// are in `samples`.
+    pub fn zero(&mut self, samples: &[ServiceSample], key: Option<&ServiceKey>) {
+        for s in samples.iter().filter(|s| key.is_none_or(|k| s.key == *k)) {
+            self.base.insert(
+                s.key,
+                ZeroBase {
+                    service: s.totals,
+                    backends: s
+                        .backends
+                        .iter()
+                        .map(|b| ((b.address, b.port), b.totals))
+                        .collect(),
+                },
+            );
+        }
+    }
+
+    /// The service `key` is gone.
+    pub fn forget(&mut self, key: &ServiceKey) {
+        self.base.remove(key);
+    }
+
+    /// The service `svc` is served as it is now: bases of backends it no
+    /// longer has are dropped.
+    pub fn keep_backends(&mut self, svc: &xvs_config::Service) {
+        if let Some(b) = self.base.get_mut(&svc.key) {
+            b.backends
+                .retain(|(a, p), _| svc.backends.iter().any(|x| x.address == *a && x.port == *p));
+        }
+    }
+
+    /// `samples` as counted since the zeroing.
+    pub fn apply(&self, samples: &mut [ServiceSample]) {
+        for s in samples {
+            let Some(base) = self.base.get(&s.key) else {
+                continue;
+            };
+            s.totals = minus(&s.totals, &base.service);
+            for b in &mut s.backends {
+                if let Some(bb) = base.backends.get(&(b.address, b.port)) {
+                    b.totals = minus(&b.totals, bb);
+                }
+            }
+        }
+    }
 }
 
 fn stats_of(t: &TrafficTotals) -> Stats {
@@ -203,6 +305,7 @@ pub fn listing(size: u32, samples: &[ServiceSample], est: &Estimator) -> Listing
                 vip: s.key.vip,
                 port: s.key.port,
                 scheduler: s.scheduler.clone(),
+                flags: s.flags.clone(),
                 persistence: s.persistence.map(|p| PersistView {
                     timeout: p.timeout_secs,
                     netmask: p.netmask,
@@ -236,6 +339,7 @@ mod tests {
                 port: 80,
             },
             scheduler: "rr".into(),
+            flags: Vec::new(),
             persistence: None,
             backends: vec![BackendSample {
                 address: Ipv4Addr::new(198, 18, 1, 10),

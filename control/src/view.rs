@@ -76,6 +76,10 @@ pub struct ServiceView {
     pub port: u16,
     /// Scheduler name (ipvsadm's).
     pub scheduler: String,
+    /// Scheduler flags, as the config file names them (`fallback`,
+    /// `port`); `xvsadm` prints ipvsadm's names (`sh-port`, ...).
+    #[serde(default)]
+    pub flags: Vec<String>,
     /// Persistence, if any.
     pub persistence: Option<PersistView>,
     /// Counters (the sum of its backends').

@@ -204,6 +204,7 @@ mod tests {
             vip: Ipv4Addr::new(198, 19, 0, 1),
             port: 80,
             scheduler: "wlc".into(),
+            flags: Vec::new(),
             persistence: None,
             stats: Stats {
                 conns: 1234,
@@ -241,6 +242,7 @@ mod tests {
             vip: Ipv4Addr::new(198, 19, 0, 2),
             port: 53,
             scheduler: "rr".into(),
+            flags: Vec::new(),
             persistence: Some(PersistView {
                 timeout: 360,
                 netmask: Ipv4Addr::new(255, 255, 255, 0),

@@ -3,3 +3,4 @@
 pub mod cli;
 pub mod client;
 pub mod format;
+pub mod ipvs_opts;
