@@ -501,6 +501,8 @@ async fn connections(
             vip: std::net::SocketAddrV4::new(f.vip.addr, f.vip.port),
             backend: std::net::SocketAddrV4::new(f.backend.addr, f.backend.port),
             snat: std::net::SocketAddrV4::new(f.snat.addr, f.snat.port),
+            packets: f.packets,
+            template: f.template,
         })
         .collect();
     Ok(Json(ConnPage { connections, total }))

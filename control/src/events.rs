@@ -34,6 +34,9 @@ pub struct EventView {
     pub dst: String,
     /// Backend `addr:port`, for flows.
     pub backend: Option<String>,
+    /// SNAT `addr:port` towards the backend, for flows.
+    #[serde(default)]
+    pub snat: Option<String>,
 }
 
 fn proto_name(p: u8) -> String {
@@ -61,6 +64,8 @@ impl EventView {
             dst: format!("{}:{}", e.dst.addr, e.dst.port),
             backend: (e.backend.addr != FlowEvent::NONE.addr)
                 .then(|| format!("{}:{}", e.backend.addr, e.backend.port)),
+            snat: (e.snat.addr != FlowEvent::NONE.addr)
+                .then(|| format!("{}:{}", e.snat.addr, e.snat.port)),
         }
     }
 
@@ -188,6 +193,7 @@ mod tests {
                 port,
             },
             backend: FlowEvent::NONE,
+            snat: FlowEvent::NONE,
         }
     }
 

@@ -116,6 +116,12 @@ pub struct ConnView {
     pub backend: SocketAddrV4,
     /// The SNAT address and port towards the backend.
     pub snat: SocketAddrV4,
+    /// Packets `[original, reply]`.
+    #[serde(default)]
+    pub packets: [u32; 2],
+    /// A persistence template, not a connection.
+    #[serde(default)]
+    pub template: bool,
 }
 
 /// The three timeouts ipvsadm shows and sets (unknown fields refused).

@@ -58,6 +58,9 @@ pub struct FlowEvent {
     pub dst: Endpoint,
     /// Backend of the flow (unspecified when none).
     pub backend: Endpoint,
+    /// The flow's SNAT address and port towards the backend
+    /// (unspecified when none).
+    pub snat: Endpoint,
 }
 
 impl FlowEvent {
@@ -138,6 +141,7 @@ mod tests {
             src: FlowEvent::NONE,
             dst: FlowEvent::NONE,
             backend: FlowEvent::NONE,
+            snat: FlowEvent::NONE,
         }
     }
 

@@ -448,7 +448,7 @@ impl Pipeline {
                 self.counters.drops[r.index()] += 1;
                 let (protocol, src, dst) = endpoints_of(prepared);
                 let none = FlowEvent::NONE;
-                self.event(now, EventKind::Drop(r), protocol, src, dst, none);
+                self.event(now, EventKind::Drop(r), protocol, src, dst, [none, none]);
             }
         }
         verdict
@@ -463,7 +463,7 @@ impl Pipeline {
         protocol: u8,
         src: Endpoint,
         dst: Endpoint,
-        backend: Endpoint,
+        [backend, snat]: [Endpoint; 2],
     ) {
         if let Some(ev) = &self.events {
             ev.push(FlowEvent {
@@ -474,6 +474,7 @@ impl Pipeline {
                 src,
                 dst,
                 backend,
+                snat,
             });
         }
     }
@@ -596,8 +597,8 @@ impl Pipeline {
                     && matches!(after, FlowState::Close | FlowState::TimeWait)
                 {
                     let f = self.table.flow(id);
-                    let (src, dst, backend) = (f.client(), f.vip(), f.backend());
-                    self.event(now, EventKind::Close, ip.protocol, src, dst, backend);
+                    let (src, dst, to) = (f.client(), f.vip(), [f.backend(), f.snat()]);
+                    self.event(now, EventKind::Close, ip.protocol, src, dst, to);
                 }
                 (id, dir)
             }
@@ -833,7 +834,7 @@ impl Pipeline {
                     ip.protocol,
                     new.client,
                     new.vip,
-                    new.backend,
+                    [new.backend, new.snat],
                 );
                 Ok(id)
             }

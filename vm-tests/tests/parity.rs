@@ -36,6 +36,9 @@ struct Case {
     expect: String,
     /// Whether xvsadm (ipvsadm's options) can express it.
     adm: bool,
+    /// What xvsadm says instead, when ipvsadm's own checks refuse the
+    /// command line first (with ipvsadm's words and status 2).
+    adm_says: Option<&'static str>,
     /// Whether a Kubernetes Service and EndpointSlice can express it.
     kube: bool,
 }
@@ -72,6 +75,7 @@ fn cases() -> Vec<Case> {
                 svc,
                 expect,
                 adm,
+                adm_says: None,
                 kube,
             });
         };
@@ -275,6 +279,14 @@ fn cases() -> Vec<Case> {
         s.scheduler = Scheduler::Sh;
         s.flags.set(xvs_config::SchedulerFlag::Port);
     });
+    // ipvsadm's own checks come first on xvsadm's command line.
+    for c in out.iter_mut() {
+        c.adm_says = match c.what {
+            "port 0 without persistence" => Some("Zero port specified for non-persistent service"),
+            "weight out of range" => Some("illegal weight specified"),
+            _ => None,
+        };
+    }
     out
 }
 
@@ -316,6 +328,23 @@ fn toml(s: &Service) -> String {
         t.push_str(&format!("maglev_table_size = {m}\n"));
     }
     t
+}
+
+/// The flags as ipvsadm names them for the service's scheduler.
+fn adm_flag_names(s: &Service) -> Vec<&'static str> {
+    let (fallback, port) = match s.scheduler {
+        Scheduler::Sh => ("sh-fallback", "sh-port"),
+        Scheduler::Mh => ("mh-fallback", "mh-port"),
+        _ => ("flag-1", "flag-2"),
+    };
+    let mut v = Vec::new();
+    if s.flags.fallback {
+        v.push(fallback);
+    }
+    if s.flags.port {
+        v.push(port);
+    }
+    v
 }
 
 fn flag_names(s: &Service) -> Vec<&'static str> {
@@ -361,7 +390,7 @@ fn adm_commands(s: &Service) -> Vec<Vec<String>> {
             p.netmask.to_string(),
         ]);
     }
-    let flags = flag_names(s);
+    let flags = adm_flag_names(s);
     if !flags.is_empty() {
         add.extend(["-b".into(), flags.join(",")]);
     }
@@ -587,9 +616,12 @@ fn every_source_refuses_the_same_services_with_the_same_words() {
                     break;
                 }
             }
-            match (&refused, c.expect.is_empty()) {
-                (None, true) => {}
-                (Some(err), false) => assert!(
+            match (&refused, c.expect.is_empty(), c.adm_says) {
+                (None, true, _) => {}
+                (Some(err), false, Some(says)) => {
+                    assert_eq!(err, &format!("{says}\n"), "{ctx}: xvsadm")
+                }
+                (Some(err), false, None) => assert!(
                     err.contains(&format!("{key}: {}", c.expect)),
                     "{ctx}: xvsadm said {err}"
                 ),

@@ -1,29 +1,32 @@
 //! ipvsadm's output formats, byte for byte (ipvsadm 1.31 `print_title`,
-//! `print_service_entry`, `print_largenum`, `list_conn`, `list_timeout`),
-//! so runbooks and scrapers written for `ipvsadm -Ln` keep working.
+//! `print_service_entry`, `print_largenum`, `list_conn`, `list_timeout`,
+//! and `-S`'s rules), so runbooks and scrapers written for `ipvsadm -Ln`
+//! and files written by `ipvsadm -S` keep working.
 //!
 //! Column rules kept exactly: the service column is `PROT  ADDR:PORT`
-//! truncated to 33 characters, the backend column 28; `--stats` and
-//! `--rate` numbers are 9 wide with K/M/G/T suffixes past 100 million
-//! (`--exact` prints them whole, one space wider than their digits when
-//! longer than 8); `-Lnc` expiry is `MM:SS` with minutes unbounded.
-//! Services are sorted by protocol, address and port, backends by address
-//! and port, as ipvsadm does unless `--nosort`.
+//! cut to 33 characters, the backend column 28; names (without `-n`) are
+//! `host:service` cut to 59 (ipvsadm's buffer); `--stats` and `--rate`
+//! numbers are 9 wide with K/M/G/T suffixes past 100 million (`--exact`
+//! prints them whole, one space wider than their digits when longer than
+//! 8); `-Lnc` expiry is `MM:SS` with minutes unbounded. Scheduler flags
+//! print as ipvsadm names them for the scheduler (`sh-port`, `mh-fallback`,
+//! else `flag-1`, `flag-2`).
+//!
+//! Order: ipvsadm sorts what the kernel's table returns with `qsort` and
+//! its own comparison, which compares addresses by wrapping subtraction
+//! (not a total order when addresses are 2^31 or more apart). Reproduced
+//! here: the kernel's order (its 256 hash buckets of protocol, address
+//! and port, in bucket order; newest destination first), then glibc's
+//! merge sort with that comparison. `--nosort` prints the kernel's order.
+//! (Within one bucket services are in key order: xvs does not keep their
+//! creation order.)
 
 use std::fmt::Write;
 
-use crate::view::{ConnView, Listing, ServiceView, TimeoutView};
+use super::names::{addrport, Names};
+use crate::view::{BackendView, ConnView, Listing, ServiceView, TimeoutView};
 
-/// Which listing.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Format {
-    /// `--stats`.
-    pub stats: bool,
-    /// `--rate`.
-    pub rate: bool,
-    /// `--exact`.
-    pub exact: bool,
-}
+pub use super::ipvs_opts::Format;
 
 /// The version line's version (the IPVS one ipvsadm users know).
 const IPVS_VERSION: &str = "1.2.1";
@@ -64,6 +67,41 @@ fn proto_upper(p: &str) -> &'static str {
     }
 }
 
+fn proto_lower(p: &str) -> &'static str {
+    if p.eq_ignore_ascii_case("udp") {
+        "udp"
+    } else {
+        "tcp"
+    }
+}
+
+fn proto_number(p: &str) -> u32 {
+    if p.eq_ignore_ascii_case("udp") {
+        17
+    } else {
+        6
+    }
+}
+
+/// ipvsadm's `print_sched_flags`: the service's flags under the names
+/// its scheduler gives them, comma-separated (empty when none).
+pub fn sched_flags(s: &ServiceView) -> String {
+    let has = |f: &str| s.flags.iter().any(|x| x == f);
+    let (one, two) = match s.scheduler.as_str() {
+        "sh" => ("sh-fallback", "sh-port"),
+        "mh" => ("mh-fallback", "mh-port"),
+        _ => ("flag-1", "flag-2"),
+    };
+    let mut out = Vec::new();
+    if has("fallback") {
+        out.push(one);
+    }
+    if has("port") {
+        out.push(two);
+    }
+    out.join(",")
+}
+
 fn title(f: Format) -> String {
     if f.stats {
         format!(
@@ -75,16 +113,22 @@ fn title(f: Format) -> String {
             "{:<33} {:>8} {:>8} {:>8} {:>8} {:>8}\n  -> RemoteAddress:Port\n",
             "Prot LocalAddress:Port", "CPS", "InPPS", "OutPPS", "InBPS", "OutBPS"
         )
+    } else if f.thresholds {
+        format!(
+            "{:<33} {:<10} {:<10} {:<10} {:<10}\n  -> RemoteAddress:Port\n",
+            "Prot LocalAddress:Port", "Uthreshold", "Lthreshold", "ActiveConn", "InActConn"
+        )
+    } else if f.tun_info {
+        "Prot LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port           Forward TunnelInfo    Weight ActiveConn InActConn\n".to_owned()
     } else {
         "Prot LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn\n".to_owned()
     }
 }
 
-fn service(out: &mut String, s: &ServiceView, f: Format) {
-    let name = truncated(
-        format!("{}  {}:{}", proto_upper(&s.protocol), s.vip, s.port),
-        33,
-    );
+fn service(out: &mut String, s: &ServiceView, f: Format, names: &dyn Names) {
+    let proto = proto_lower(&s.protocol);
+    let vname = addrport(names, s.vip, s.port, proto);
+    let name = truncated(format!("{:<4} {vname}", proto_upper(&s.protocol)), 33);
     if f.stats {
         let st = &s.stats;
         let _ = write!(out, "{name:<33}");
@@ -99,6 +143,10 @@ fn service(out: &mut String, s: &ServiceView, f: Format) {
         }
     } else {
         let _ = write!(out, "{name} {}", s.scheduler);
+        let flags = sched_flags(s);
+        if !flags.is_empty() {
+            let _ = write!(out, " ({flags})");
+        }
         if let Some(p) = &s.persistence {
             let _ = write!(out, " persistent {}", p.timeout);
             if p.netmask != std::net::Ipv4Addr::BROADCAST {
@@ -107,10 +155,8 @@ fn service(out: &mut String, s: &ServiceView, f: Format) {
         }
     }
     out.push('\n');
-    let mut backends: Vec<_> = s.backends.iter().collect();
-    backends.sort_by_key(|b| (b.address, b.port));
-    for b in backends {
-        let d = truncated(format!("{}:{}", b.address, b.port), 28);
+    for b in dests(&s.backends, f.nosort) {
+        let d = truncated(addrport(names, b.address, b.port, proto), 28);
         if f.stats {
             let st = &b.stats;
             let _ = write!(out, "  -> {d:<28}");
@@ -128,6 +174,19 @@ fn service(out: &mut String, s: &ServiceView, f: Format) {
             out.push_str(&largenum(r.inbps, f.exact));
             out.push_str(&largenum(r.outbps, f.exact));
             out.push('\n');
+        } else if f.thresholds {
+            // xvs has no thresholds: IPVS shows 0 for "none".
+            let _ = writeln!(
+                out,
+                "  -> {d:<28} {:<10} {:<10} {:<10} {:<10}",
+                0, 0, b.active, b.inactive
+            );
+        } else if f.tun_info {
+            let _ = writeln!(
+                out,
+                "  -> {d:<28} {:<7} {:<13} {:<6} {:<10} {:<10}",
+                "Masq", "n/a", b.weight, b.active, b.inactive
+            );
         } else {
             let _ = writeln!(
                 out,
@@ -138,23 +197,148 @@ fn service(out: &mut String, s: &ServiceView, f: Format) {
     }
 }
 
-/// `-Ln` (with `--stats`, `--rate`, `--exact`).
-pub fn list(l: &Listing, f: Format) -> String {
+/// `ipvs_cmp_services` for services of one family and no fwmark:
+/// protocol number, then the address by wrapping 32-bit subtraction read
+/// as a signed int, then the port.
+fn cmp_services(a: &ServiceView, b: &ServiceView) -> i64 {
+    let p = i64::from(proto_number(&a.protocol)) - i64::from(proto_number(&b.protocol));
+    if p != 0 {
+        return p;
+    }
+    let r = u32::from(a.vip).wrapping_sub(u32::from(b.vip)) as i32;
+    if r != 0 {
+        return i64::from(r);
+    }
+    i64::from(a.port) - i64::from(b.port)
+}
+
+/// `ipvs_cmp_dests`: the address by wrapping subtraction, then the port.
+fn cmp_dests(a: &BackendView, b: &BackendView) -> i64 {
+    let r = u32::from(a.address).wrapping_sub(u32::from(b.address)) as i32;
+    if r != 0 {
+        return i64::from(r);
+    }
+    i64::from(a.port) - i64::from(b.port)
+}
+
+/// glibc's `qsort` (`msort_with_tmp`): top-down merge sort, halves of
+/// n/2 and n - n/2, the left element taken on `cmp <= 0`. With a
+/// comparison that is not a total order, this is what fixes the output.
+fn glibc_msort<T: Copy>(v: &mut [T], cmp: &impl Fn(&T, &T) -> i64) {
+    let n = v.len();
+    if n <= 1 {
+        return;
+    }
+    let n1 = n / 2;
+    glibc_msort(&mut v[..n1], cmp);
+    glibc_msort(&mut v[n1..], cmp);
+    let (mut i, mut j) = (0, n1);
+    let mut out = Vec::with_capacity(n);
+    while i < n1 && j < n {
+        if cmp(&v[i], &v[j]) <= 0 {
+            out.push(v[i]);
+            i += 1;
+        } else {
+            out.push(v[j]);
+            j += 1;
+        }
+    }
+    out.extend_from_slice(&v[i..n1]);
+    out.extend_from_slice(&v[j..]);
+    v.copy_from_slice(&out);
+}
+
+/// The kernel's service hash bucket (`ip_vs_svc_hashkey`, 8 bits, the
+/// per-namespace term taken as 0).
+fn bucket(s: &ServiceView) -> u32 {
+    let porth = u32::from(s.port);
+    (proto_number(&s.protocol) ^ u32::from(s.vip) ^ (porth >> 8) ^ porth) & 0xff
+}
+
+fn services(l: &Listing, nosort: bool) -> Vec<&ServiceView> {
+    let mut v: Vec<&ServiceView> = l.services.iter().collect();
+    v.sort_by(|a, b| {
+        (bucket(a), proto_number(&a.protocol), a.vip, a.port).cmp(&(
+            bucket(b),
+            proto_number(&b.protocol),
+            b.vip,
+            b.port,
+        ))
+    });
+    if !nosort {
+        glibc_msort(&mut v, &|a: &&ServiceView, b: &&ServiceView| {
+            cmp_services(a, b)
+        });
+    }
+    v
+}
+
+/// A service's destinations: the kernel lists the newest first; ipvsadm
+/// sorts them unless `--nosort`.
+fn dests(backends: &[BackendView], nosort: bool) -> Vec<&BackendView> {
+    let mut v: Vec<&BackendView> = backends.iter().rev().collect();
+    if !nosort {
+        glibc_msort(&mut v, &|a: &&BackendView, b: &&BackendView| {
+            cmp_dests(a, b)
+        });
+    }
+    v
+}
+
+/// `-L` (with `-n`, `--stats`, `--rate`, `--exact`, `--thresholds`,
+/// `--tun-info`, `--nosort`).
+pub fn list(l: &Listing, f: Format, names: &dyn Names) -> String {
     let mut out = format!(
         "IP Virtual Server version {IPVS_VERSION} (size={})\n",
         l.size
     );
     out.push_str(&title(f));
-    let mut services: Vec<&ServiceView> = l.services.iter().collect();
-    services.sort_by_key(|s| (proto_upper(&s.protocol), s.vip, s.port));
-    for s in services {
-        service(&mut out, s, f);
+    for s in services(l, f.nosort) {
+        service(&mut out, s, f, names);
     }
     out
 }
 
-/// `-Lnc`.
-pub fn connections(conns: &[ConnView]) -> String {
+/// `-L -t|-u VIP:PORT`: the title and that service, no version line.
+pub fn list_service(s: &ServiceView, f: Format, names: &dyn Names) -> String {
+    let mut out = title(f);
+    service(&mut out, s, f, names);
+    out
+}
+
+/// `-S`: the table as ipvsadm rules, which `-R` reads back.
+pub fn save(l: &Listing, f: Format, names: &dyn Names) -> String {
+    let mut out = String::new();
+    for s in services(l, f.nosort) {
+        let proto = proto_lower(&s.protocol);
+        let opt = if proto == "udp" { "-u" } else { "-t" };
+        let svc = format!("{opt} {}", addrport(names, s.vip, s.port, proto));
+        let _ = write!(out, "-A {svc} -s {}", s.scheduler);
+        if let Some(p) = &s.persistence {
+            let _ = write!(out, " -p {}", p.timeout);
+            if p.netmask != std::net::Ipv4Addr::BROADCAST {
+                let _ = write!(out, " -M {}", p.netmask);
+            }
+        }
+        let flags = sched_flags(s);
+        if !flags.is_empty() {
+            let _ = write!(out, " -b {flags}");
+        }
+        out.push('\n');
+        for b in dests(&s.backends, f.nosort) {
+            let _ = writeln!(
+                out,
+                "-a {svc} -r {} -m -w {}",
+                addrport(names, b.address, b.port, proto),
+                b.weight
+            );
+        }
+    }
+    out
+}
+
+/// `-Lc` (`-n` for numbers).
+pub fn connections(conns: &[ConnView], names: &dyn Names) -> String {
     let mut out = String::from("IPVS connection entries\n");
     let _ = writeln!(
         out,
@@ -162,11 +346,18 @@ pub fn connections(conns: &[ConnView]) -> String {
         "state", "source", "virtual"
     );
     for c in conns {
+        let proto = proto_lower(&c.protocol);
+        let name = |a: std::net::SocketAddrV4| addrport(names, *a.ip(), a.port(), proto);
         let expire = format!("{:02}:{:02}", c.expires / 60, c.expires % 60);
         let _ = writeln!(
             out,
             "{:<3} {:<6} {:<11} {:<18} {:<18} {}",
-            c.protocol, expire, c.state, c.client, c.vip, c.backend
+            c.protocol,
+            expire,
+            c.state,
+            name(c.client),
+            name(c.vip),
+            name(c.backend)
         );
     }
     out
@@ -183,7 +374,8 @@ pub fn timeout(t: &TimeoutView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::view::{BackendView, PersistView, Rates, Stats};
+    use crate::adm::names::Numeric;
+    use crate::view::{PersistView, Rates, Stats};
     use std::net::Ipv4Addr;
 
     fn backend(last: u8, weight: u32, active: u64, inactive: u64) -> BackendView {
@@ -269,7 +461,7 @@ TCP  198.19.0.1:80 wlc
 UDP  198.19.0.2:53 rr persistent 360 mask 255.255.255.0
   -> 198.18.1.20:8080             Masq    0      0          3         
 ";
-        assert_eq!(list(&listing(), Format::default()), want);
+        assert_eq!(list(&listing(), Format::default(), &Numeric), want);
     }
 
     #[test]
@@ -288,7 +480,7 @@ UDP  198.19.0.2:53                       0        0        0        0        0
             stats: true,
             ..Format::default()
         };
-        assert_eq!(list(&listing(), f), want);
+        assert_eq!(list(&listing(), f, &Numeric), want);
     }
 
     #[test]
@@ -300,6 +492,7 @@ UDP  198.19.0.2:53                       0        0        0        0        0
                 exact: true,
                 ..Format::default()
             },
+            &Numeric,
         );
         let tcp = out.lines().nth(3).unwrap();
         assert_eq!(
@@ -324,7 +517,7 @@ UDP  198.19.0.2:53                       0        0        0        0        0
             rate: true,
             ..Format::default()
         };
-        assert_eq!(list(&listing(), f), want);
+        assert_eq!(list(&listing(), f, &Numeric), want);
     }
 
     #[test]
@@ -350,6 +543,8 @@ UDP  198.19.0.2:53                       0        0        0        0        0
             vip: "198.19.0.1:80".parse().unwrap(),
             backend: "198.18.1.10:8080".parse().unwrap(),
             snat: "198.18.1.2:1024".parse().unwrap(),
+            packets: [1, 1],
+            template: false,
         };
         let want = "\
 IPVS connection entries
@@ -359,7 +554,10 @@ TCP 00:07  CLOSE       198.18.0.2:40000   198.19.0.1:80      198.18.1.10:8080
 TCP 120:00 FIN_WAIT    198.18.0.2:40000   198.19.0.1:80      198.18.1.10:8080
 ";
         assert_eq!(
-            connections(&[c("ESTABLISHED", 899), c("CLOSE", 7), c("FIN_WAIT", 7200)]),
+            connections(
+                &[c("ESTABLISHED", 899), c("CLOSE", 7), c("FIN_WAIT", 7200)],
+                &Numeric
+            ),
             want
         );
     }
@@ -387,7 +585,7 @@ TCP 120:00 FIN_WAIT    198.18.0.2:40000   198.19.0.1:80      198.18.1.10:8080
             port: 65535,
             ..backend(1, 1, 0, 0)
         }];
-        let out = list(&l, Format::default());
+        let out = list(&l, Format::default(), &Numeric);
         // "UDP  255.255.255.255:65535" is 26 characters: nothing to cut,
         // and the backend column stays 28 wide.
         assert!(
@@ -398,5 +596,92 @@ TCP 120:00 FIN_WAIT    198.18.0.2:40000   198.19.0.1:80      198.18.1.10:8080
             out.contains("  -> 255.255.255.255:65535        Masq"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn scheduler_flags_show_under_their_scheduler_s_names() {
+        let mut l = listing();
+        l.services[0].scheduler = "sh".into();
+        l.services[0].protocol = "udp".into();
+        l.services[0].flags = vec!["port".into()];
+        l.services[1].scheduler = "dh".into();
+        l.services[1].flags = vec!["fallback".into(), "port".into()];
+        let out = list(&l, Format::default(), &Numeric);
+        assert!(
+            out.contains("\nUDP  198.19.0.2:53 sh (sh-port) persistent 360 mask 255.255.255.0\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("\nTCP  198.19.0.1:80 dh (flag-1,flag-2)\n"),
+            "{out}"
+        );
+        let rules = save(&l, Format::default(), &Numeric);
+        assert_eq!(
+            rules,
+            "-A -t 198.19.0.1:80 -s dh -b flag-1,flag-2
+-a -t 198.19.0.1:80 -r 198.18.1.10:8080 -m -w 100
+-a -t 198.19.0.1:80 -r 198.18.1.11:8080 -m -w 1
+-A -u 198.19.0.2:53 -s sh -p 360 -M 255.255.255.0 -b sh-port
+-a -u 198.19.0.2:53 -r 198.18.1.20:8080 -m -w 0
+"
+        );
+    }
+
+    #[test]
+    fn one_service_has_no_version_line() {
+        let l = listing();
+        let out = list_service(&l.services[1], Format::default(), &Numeric);
+        assert!(
+            out.starts_with("Prot LocalAddress:Port Scheduler Flags\n"),
+            "{out}"
+        );
+        assert_eq!(out.lines().count(), 5);
+    }
+
+    #[test]
+    fn order_is_glibc_s_merge_sort_of_the_kernel_s_order() {
+        // Far apart: 10.0.0.1 - 198.19.0.1 wraps to a positive int, so
+        // ipvsadm's comparison puts 198.19.0.1 first; 10.0.0.1 and
+        // 100.64.0.1 compare normally.
+        let svc = |vip: [u8; 4], port: u16| ServiceView {
+            vip: std::net::Ipv4Addr::from(vip),
+            port,
+            backends: vec![],
+            ..listing().services[1].clone()
+        };
+        let l = Listing {
+            size: 1,
+            services: vec![
+                svc([10, 0, 0, 1], 80),
+                svc([198, 19, 0, 1], 80),
+                svc([100, 64, 0, 1], 80),
+            ],
+        };
+        let order: Vec<String> = services(&l, false)
+            .iter()
+            .map(|s| s.vip.to_string())
+            .collect();
+        // The kernel's buckets: (6 ^ addr ^ 0 ^ 80) & 255 = 87 for all:
+        // one bucket, key order 10.0.0.1, 100.64.0.1, 198.19.0.1. Merge
+        // sort: [10.0.0.1] [100.64.0.1, 198.19.0.1]; the right half is
+        // in order (100.64 - 198.19 < 0); 10.0.0.1 vs 100.64.0.1: < 0,
+        // take 10.0.0.1; then the rest.
+        assert_eq!(order, ["10.0.0.1", "100.64.0.1", "198.19.0.1"]);
+        let l = Listing {
+            size: 1,
+            services: vec![svc([198, 19, 0, 1], 80), svc([10, 0, 0, 1], 81)],
+        };
+        // Buckets 87 (198.19.0.1, port 80) and 86 (10.0.0.1, 81): the
+        // kernel returns 10.0.0.1 first; 10.0.0.1 - 198.19.0.1 wraps to
+        // a positive int, so ipvsadm puts 198.19.0.1 first, unlike a
+        // numeric sort.
+        let order: Vec<String> = services(&l, false)
+            .iter()
+            .map(|s| s.vip.to_string())
+            .collect();
+        assert_eq!(order, ["198.19.0.1", "10.0.0.1"]);
+        let mut v = vec![3, 1, 2];
+        glibc_msort(&mut v, &|a: &i32, b: &i32| i64::from(*a - *b));
+        assert_eq!(v, [1, 2, 3]);
     }
 }

@@ -669,8 +669,6 @@ pub fn inet_aton(s: &str) -> Option<Ipv4Addr> {
             u32::from_str_radix(&p[1..], 8).ok()?
         } else if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) {
             p.parse().ok()?
-        } else if p.is_empty() {
-            return None;
         } else {
             return None;
         };

@@ -2,5 +2,9 @@
 
 pub mod cli;
 pub mod client;
+pub mod conntrack;
 pub mod format;
 pub mod ipvs_opts;
+pub mod ipvsadm;
+pub mod names;
+pub mod observe;

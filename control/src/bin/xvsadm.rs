@@ -12,6 +12,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let status = xvs_control::adm::cli::main_with(
         &args,
+        &mut std::io::stdin().lock(),
         &mut std::io::stdout().lock(),
         &mut std::io::stderr().lock(),
     );

@@ -1,0 +1,502 @@
+//! `xvsadm conntrack`: the flow table with conntrack(8)'s commands,
+//! filters and formats (conntrack-tools 1.4 and libnetfilter_conntrack's
+//! `snprintf_default`), so scripts that parse `conntrack -L` read xvs's
+//! flows.
+//!
+//! - `-L`: `tcp      6 TIMEOUT STATE src= dst= sport= dport= [UNREPLIED]
+//!   src= dst= sport= dport= [ASSURED] mark=0 use=1`, the original tuple
+//!   client → VIP, the reply tuple backend → SNAT address; the summary
+//!   `... N flow entries have been shown.` on stderr, as conntrack's.
+//!   `-o extended` prefixes `ipv4     2 `. States are IPVS's names (what
+//!   `ipvsadm -Lnc` shows), since xvs tracks IPVS's state machine.
+//!   [UNREPLIED]: no packet from the backend yet; [ASSURED]: TCP that
+//!   reached ESTABLISHED, UDP with a packet after the first reply.
+//! - `-S`: conntrack's per-CPU line, one per worker, its fields first
+//!   (found, invalid, insert, insert_failed, drop, early_drop, error,
+//!   search_restart, clash_resolve, chaintoolong), then xvs's own.
+//! - `-C`: the number of flows. `-E`: flow events as conntrack's event
+//!   lines (`[NEW]`, and `[UPDATE]` when a flow closes); xvs has no event
+//!   for an entry that expires, so there is no `[DESTROY]`.
+//! - `-D`, `-F` as conntrack's, with its "have been deleted" line.
+
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use clap::{ArgAction, Parser};
+use hyper::Method;
+
+use super::client::{request, stream, Endpoint};
+use crate::api::ConnPage;
+use crate::events::EventView;
+use crate::metrics::WorkerConntrack;
+use crate::view::ConnView;
+
+/// The version conntrack-tools prints; xvs's own in its place.
+const PROGNAME: &str = "xvsadm conntrack";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "xvsadm conntrack",
+    about = "The flow table, like conntrack(8): -L lists, -D deletes, -F flushes, -S shows statistics, -C counts, -E follows events"
+)]
+struct Args {
+    /// List flows.
+    #[arg(short = 'L', long = "dump", action = ArgAction::SetTrue)]
+    list: bool,
+    /// Delete the matching flows.
+    #[arg(short = 'D', long = "delete", action = ArgAction::SetTrue)]
+    delete: bool,
+    /// Show per-worker statistics.
+    #[arg(short = 'S', long = "stats", action = ArgAction::SetTrue)]
+    stats: bool,
+    /// Flush the whole flow table.
+    #[arg(short = 'F', long = "flush", action = ArgAction::SetTrue)]
+    flush: bool,
+    /// Show the number of flows.
+    #[arg(short = 'C', long = "count", action = ArgAction::SetTrue)]
+    count: bool,
+    /// Show flow events as they happen (until interrupted).
+    #[arg(short = 'E', long = "event", action = ArgAction::SetTrue)]
+    event: bool,
+    /// Protocol: tcp or udp.
+    #[arg(short = 'p', long = "proto")]
+    proto: Option<String>,
+    /// Client address (original source).
+    #[arg(short = 's', long = "src", visible_alias = "orig-src")]
+    src: Option<Ipv4Addr>,
+    /// VIP (original destination).
+    #[arg(short = 'd', long = "dst", visible_alias = "orig-dst")]
+    dst: Option<Ipv4Addr>,
+    /// Client port.
+    #[arg(long = "sport", visible_alias = "orig-port-src")]
+    sport: Option<u16>,
+    /// VIP port.
+    #[arg(long = "dport", visible_alias = "orig-port-dst")]
+    dport: Option<u16>,
+    /// Backend address (reply source).
+    #[arg(short = 'r', long = "reply-src")]
+    reply_src: Option<Ipv4Addr>,
+    /// SNAT address (reply destination).
+    #[arg(short = 'q', long = "reply-dst")]
+    reply_dst: Option<Ipv4Addr>,
+    /// Backend port.
+    #[arg(long = "reply-port-src")]
+    reply_sport: Option<u16>,
+    /// SNAT port.
+    #[arg(long = "reply-port-dst")]
+    reply_dport: Option<u16>,
+    /// IPVS state (ESTABLISHED, SYN_RECV, ..., UDP).
+    #[arg(long)]
+    state: Option<String>,
+    /// Mark (xvs sets none: 0 matches every flow, others none).
+    #[arg(short = 'm', long = "mark")]
+    mark: Option<u32>,
+    /// Layer 3 family: ipv4 (ipv6 has no flows).
+    #[arg(short = 'f', long = "family")]
+    family: Option<String>,
+    /// Output format: extended.
+    #[arg(short = 'o', long = "output")]
+    output: Option<String>,
+    /// Print the API's JSON.
+    #[arg(long, action = ArgAction::SetTrue)]
+    json: bool,
+}
+
+/// libnetfilter_conntrack's default line for a flow (no trailing space).
+pub fn line(c: &ConnView, extended: bool) -> String {
+    let (name, num) = match c.protocol.as_str() {
+        "UDP" => ("udp", 17),
+        "ICMP" => ("icmp", 1),
+        _ => ("tcp", 6),
+    };
+    let mut s = String::new();
+    if extended {
+        s.push_str(&format!("{:<8} {} ", "ipv4", 2));
+    }
+    s.push_str(&format!("{name:<8} {num} {} ", c.expires));
+    if num == 6 {
+        s.push_str(&format!("{} ", c.state));
+    }
+    let tuple = |a: SocketAddrV4, b: SocketAddrV4| {
+        format!(
+            "src={} dst={} sport={} dport={} ",
+            a.ip(),
+            b.ip(),
+            a.port(),
+            b.port()
+        )
+    };
+    s.push_str(&tuple(c.client, c.vip));
+    let replied = c.packets[1] > 0;
+    if !replied {
+        s.push_str("[UNREPLIED] ");
+    }
+    s.push_str(&tuple(c.backend, c.snat));
+    if assured(c) {
+        s.push_str("[ASSURED] ");
+    }
+    s.push_str("mark=0 use=1");
+    s
+}
+
+/// conntrack's ASSURED: TCP past the handshake, UDP with traffic after
+/// the first reply.
+fn assured(c: &ConnView) -> bool {
+    if c.packets[1] == 0 {
+        return false;
+    }
+    match c.protocol.as_str() {
+        "TCP" => matches!(
+            c.state.as_str(),
+            "ESTABLISHED" | "FIN_WAIT" | "CLOSE_WAIT" | "LAST_ACK" | "TIME_WAIT"
+        ),
+        _ => c.packets[0] + c.packets[1] >= 3,
+    }
+}
+
+/// conntrack's per-CPU statistics line, then xvs's own counters.
+pub fn stats_line(x: &WorkerConntrack) -> String {
+    let r = &x.rings;
+    format!(
+        "cpu={:<4}\tfound={} invalid={} insert={} insert_failed={} drop={} early_drop={} error=0 search_restart=0 clash_resolve=0 chaintoolong=0 entries={} expire={} delete={} reschedule={} nodest={} reclaim={} xsk_rx_dropped={} xsk_rx_ring_full={} xsk_rx_invalid={} xsk_fill_empty={} xsk_tx_invalid={} tx_ring_full={} \n",
+        x.worker, x.found, x.invalid, x.insert, x.insert_failed, x.drop, x.early_drop,
+        x.entries, x.expire, x.delete, x.reschedule, x.nodest, x.reclaim,
+        r.rx_dropped, r.rx_ring_full, r.rx_invalid_descs, r.rx_fill_ring_empty, r.tx_invalid_descs, x.tx_ring_full
+    )
+}
+
+/// An event as conntrack -E prints it (`None`: not a conntrack event).
+pub fn event_line(e: &EventView, extended: bool) -> Option<String> {
+    let tag = match e.verdict.as_str() {
+        "NEW" => "[NEW]",
+        "CLOSED" => "[UPDATE]",
+        _ => return None,
+    };
+    let (name, num) = match e.protocol.as_str() {
+        "UDP" => ("udp", 17),
+        "TCP" => ("tcp", 6),
+        _ => return None,
+    };
+    let ep = |s: &str| s.parse::<SocketAddrV4>().ok();
+    let (src, dst) = (ep(&e.src)?, ep(&e.dst)?);
+    let backend = e.backend.as_deref().and_then(ep)?;
+    let snat = e
+        .snat
+        .as_deref()
+        .and_then(ep)
+        .unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+    let mut s = format!("{tag:>9} ");
+    if extended {
+        s.push_str(&format!("{:<8} {} ", "ipv4", 2));
+    }
+    s.push_str(&format!("{name:<8} {num} "));
+    let tuple = |a: SocketAddrV4, b: SocketAddrV4| {
+        format!(
+            "src={} dst={} sport={} dport={}",
+            a.ip(),
+            b.ip(),
+            a.port(),
+            b.port()
+        )
+    };
+    if tag == "[NEW]" {
+        s.push_str(&format!(
+            "{} [UNREPLIED] {}",
+            tuple(src, dst),
+            tuple(backend, snat)
+        ));
+    } else {
+        s.push_str(&format!("{} {}", tuple(src, dst), tuple(backend, snat)));
+    }
+    Some(s)
+}
+
+fn call(to: &Endpoint, m: Method, path: &str) -> Result<String, String> {
+    request(to, m, path, None)?.ok()
+}
+
+impl Args {
+    fn matches(&self, c: &ConnView) -> bool {
+        !c.template
+            && self.sport.is_none_or(|p| c.client.port() == p)
+            && self.reply_dst.is_none_or(|a| *c.snat.ip() == a)
+            && self.reply_sport.is_none_or(|p| c.backend.port() == p)
+            && self.reply_dport.is_none_or(|p| c.snat.port() == p)
+            && self.mark.is_none_or(|m| m == 0)
+    }
+
+    fn query(&self) -> Vec<String> {
+        let mut q = Vec::new();
+        if let Some(p) = &self.proto {
+            q.push(format!("proto={p}"));
+        }
+        if let Some(s) = self.src {
+            q.push(format!("client={s}"));
+        }
+        if let Some(d) = self.dst {
+            q.push(format!("vip={d}"));
+        }
+        if let Some(p) = self.dport {
+            q.push(format!("vport={p}"));
+        }
+        if let Some(r) = self.reply_src {
+            q.push(format!("backend={r}"));
+        }
+        if let Some(s) = &self.state {
+            q.push(format!("state={s}"));
+        }
+        q
+    }
+
+    /// The flows that match, or none for `-f ipv6`.
+    fn flows(&self, to: &Endpoint) -> Result<Vec<ConnView>, String> {
+        if self.family.as_deref() == Some("ipv6") {
+            return Ok(Vec::new());
+        }
+        let mut q = self.query();
+        q.push("size=1000000".into());
+        let body = call(to, Method::GET, &format!("/v1/connections?{}", q.join("&")))?;
+        let p: ConnPage = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        Ok(p.connections
+            .into_iter()
+            .filter(|c| self.matches(c))
+            .collect())
+    }
+}
+
+/// Runs `xvsadm conntrack ARGS` (`argv` without `xvsadm`).
+pub fn main(argv: &[String], to: &Endpoint, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+    let args = match Args::try_parse_from(argv) {
+        Ok(a) => a,
+        Err(e) => return super::cli::clap_exit(e, out, err),
+    };
+    match run(&args, to, out, err) {
+        Ok(()) => 0,
+        Err(e) => {
+            let _ = writeln!(err, "{PROGNAME}: {e}");
+            1
+        }
+    }
+}
+
+fn run(a: &Args, to: &Endpoint, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), String> {
+    let commands = [a.list, a.delete, a.stats, a.flush, a.count, a.event];
+    if commands.iter().filter(|x| **x).count() != 1 {
+        return Err("exactly one of -L, -D, -F, -S, -C, -E".into());
+    }
+    if let Some(f) = a.family.as_deref() {
+        if f != "ipv4" && f != "ipv6" {
+            return Err(format!("`{f}' is not a family: ipv4 or ipv6"));
+        }
+    }
+    let extended = match a.output.as_deref() {
+        None => false,
+        Some(o) => {
+            for f in o.split(',') {
+                if f != "extended" {
+                    return Err(format!("-o {f}: not supported by xvs: only `extended'"));
+                }
+            }
+            true
+        }
+    };
+    let w = |out: &mut dyn Write, s: &str| out.write_all(s.as_bytes()).map_err(|e| e.to_string());
+    if a.flush {
+        let body = call(to, Method::POST, "/v1/flush")?;
+        return w(out, &deleted(&body, a.json, err));
+    }
+    if a.stats {
+        let body = call(to, Method::GET, "/v1/conntrack/stats")?;
+        if a.json {
+            return w(out, &body);
+        }
+        let stats: Vec<WorkerConntrack> = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        return w(out, &stats.iter().map(stats_line).collect::<String>());
+    }
+    if a.count {
+        let n = a.flows(to)?.len();
+        return w(out, &format!("{n}\n"));
+    }
+    if a.event {
+        let mut pending = String::new();
+        let follow = "/v1/events?last=0&follow=true";
+        return stream(to, follow, |chunk| {
+            pending.push_str(chunk);
+            while let Some(i) = pending.find('\n') {
+                let text: String = pending.drain(..=i).collect();
+                let Ok(e) = serde_json::from_str::<EventView>(text.trim()) else {
+                    continue;
+                };
+                if !event_matches(a, &e) {
+                    continue;
+                }
+                let shown = if a.json {
+                    Some(text.trim().to_owned())
+                } else {
+                    event_line(&e, extended)
+                };
+                if let Some(l) = shown {
+                    let _ = writeln!(out, "{l}");
+                    let _ = out.flush();
+                }
+            }
+        });
+    }
+    if a.list {
+        let flows = a.flows(to)?;
+        if a.json {
+            return w(
+                out,
+                &(serde_json::to_string_pretty(&flows).map_err(|e| e.to_string())? + "\n"),
+            );
+        }
+        let mut s = String::new();
+        for c in &flows {
+            s.push_str(&line(c, extended));
+            s.push('\n');
+        }
+        w(out, &s)?;
+        let _ = writeln!(
+            err,
+            "{PROGNAME} v{} (xvs): {} flow entries have been shown.",
+            env!("CARGO_PKG_VERSION"),
+            flows.len()
+        );
+        return Ok(());
+    }
+    // -D.
+    let q = a.query();
+    let body = call(
+        to,
+        Method::DELETE,
+        &format!("/v1/connections?{}", q.join("&")),
+    )?;
+    w(out, &deleted(&body, a.json, err))
+}
+
+fn event_matches(a: &Args, e: &EventView) -> bool {
+    let ep = |s: &str| s.parse::<SocketAddrV4>().ok();
+    let (src, dst) = (ep(&e.src), ep(&e.dst));
+    a.proto
+        .as_deref()
+        .is_none_or(|p| p.eq_ignore_ascii_case(&e.protocol))
+        && a.src.is_none_or(|s| src.is_some_and(|x| *x.ip() == s))
+        && a.dst.is_none_or(|d| dst.is_some_and(|x| *x.ip() == d))
+        && a.dport.is_none_or(|p| dst.is_some_and(|x| x.port() == p))
+        && a.family.as_deref() != Some("ipv6")
+}
+
+/// conntrack's line for a delete or flush (on stderr, as conntrack's), or
+/// the JSON on stdout; returns what goes to stdout.
+fn deleted(body: &str, json: bool, err: &mut dyn Write) -> String {
+    if json {
+        return body.to_owned();
+    }
+    let n = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["deleted"].as_u64())
+        .unwrap_or(0);
+    let _ = writeln!(
+        err,
+        "{PROGNAME} v{} (xvs): {n} flow entries have been deleted.",
+        env!("CARGO_PKG_VERSION")
+    );
+    String::new()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow(state: &str, packets: [u32; 2]) -> ConnView {
+        ConnView {
+            protocol: "TCP".into(),
+            expires: 899,
+            state: state.into(),
+            client: "198.18.0.2:40000".parse().unwrap(),
+            vip: "198.19.0.1:80".parse().unwrap(),
+            backend: "198.18.1.10:8080".parse().unwrap(),
+            snat: "198.18.1.2:1024".parse().unwrap(),
+            packets,
+            template: false,
+        }
+    }
+
+    #[test]
+    fn list_lines_are_libnetfilter_conntrack_s() {
+        assert_eq!(
+            line(&flow("ESTABLISHED", [5, 4]), false),
+            "tcp      6 899 ESTABLISHED src=198.18.0.2 dst=198.19.0.1 sport=40000 dport=80 src=198.18.1.10 dst=198.18.1.2 sport=8080 dport=1024 [ASSURED] mark=0 use=1"
+        );
+        assert_eq!(
+            line(&flow("SYN_RECV", [1, 0]), true),
+            "ipv4     2 tcp      6 899 SYN_RECV src=198.18.0.2 dst=198.19.0.1 sport=40000 dport=80 [UNREPLIED] src=198.18.1.10 dst=198.18.1.2 sport=8080 dport=1024 mark=0 use=1"
+        );
+        let mut udp = flow("UDP", [1, 1]);
+        udp.protocol = "UDP".into();
+        udp.expires = 29;
+        assert_eq!(
+            line(&udp, false),
+            "udp      17 29 src=198.18.0.2 dst=198.19.0.1 sport=40000 dport=80 src=198.18.1.10 dst=198.18.1.2 sport=8080 dport=1024 mark=0 use=1"
+        );
+        udp.packets = [2, 1];
+        assert!(line(&udp, false).ends_with("[ASSURED] mark=0 use=1"));
+    }
+
+    #[test]
+    fn events_are_conntrack_s() {
+        let e = EventView {
+            time_ms: 0,
+            worker: 0,
+            verdict: "NEW".into(),
+            reason: None,
+            protocol: "TCP".into(),
+            src: "198.18.0.2:40000".into(),
+            dst: "198.19.0.1:80".into(),
+            backend: Some("198.18.1.10:8080".into()),
+            snat: Some("198.18.1.2:1024".into()),
+        };
+        assert_eq!(
+            event_line(&e, false).unwrap(),
+            "    [NEW] tcp      6 src=198.18.0.2 dst=198.19.0.1 sport=40000 dport=80 [UNREPLIED] src=198.18.1.10 dst=198.18.1.2 sport=8080 dport=1024"
+        );
+        let closed = EventView {
+            verdict: "CLOSED".into(),
+            ..e.clone()
+        };
+        assert_eq!(
+            event_line(&closed, false).unwrap(),
+            " [UPDATE] tcp      6 src=198.18.0.2 dst=198.19.0.1 sport=40000 dport=80 src=198.18.1.10 dst=198.18.1.2 sport=8080 dport=1024"
+        );
+        let dropped = EventView {
+            verdict: "DROPPED".into(),
+            ..e
+        };
+        assert_eq!(event_line(&dropped, false), None);
+    }
+
+    #[test]
+    fn stats_start_with_conntrack_s_fields() {
+        let x = WorkerConntrack {
+            worker: 1,
+            entries: 2,
+            found: 3,
+            miss: 0,
+            insert: 4,
+            insert_failed: 5,
+            invalid: 6,
+            drop: 7,
+            early_drop: 8,
+            delete: 9,
+            expire: 10,
+            reschedule: 0,
+            nodest: 0,
+            reclaim: 0,
+            rings: Default::default(),
+            tx_ring_full: 0,
+        };
+        assert!(stats_line(&x).starts_with(
+            "cpu=1   \tfound=3 invalid=6 insert=4 insert_failed=5 drop=7 early_drop=8 error=0 search_restart=0 clash_resolve=0 chaintoolong=0 entries=2 "
+        ));
+    }
+}

@@ -1,0 +1,168 @@
+//! Host and service names as ipvsadm resolves them: the C library's
+//! resolver (`/etc/hosts`, DNS as `nsswitch.conf` says, `/etc/services`),
+//! so `xvsadm` prints and reads the same names as `ipvsadm` on the same
+//! host. Written against libc directly: getservbyport/getservbyname have
+//! no Rust equivalent, and the host lookups must be the C library's own
+//! to agree with ipvsadm's.
+
+use std::ffi::{CStr, CString};
+use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};
+
+use super::ipvs_opts::{Proto, Resolve};
+
+/// Addresses and ports to names, for listings without `-n`.
+pub trait Names {
+    /// The host name of `addr` (`gethostbyaddr`).
+    fn host(&self, addr: Ipv4Addr) -> Option<String>;
+    /// The service name of `port` for `tcp` or `udp` (`getservbyport`).
+    fn service(&self, port: u16, proto: &str) -> Option<String>;
+}
+
+/// `-n`: numbers only.
+pub struct Numeric;
+
+impl Names for Numeric {
+    fn host(&self, _: Ipv4Addr) -> Option<String> {
+        None
+    }
+    fn service(&self, _: u16, _: &str) -> Option<String> {
+        None
+    }
+}
+
+/// The C library's resolver.
+pub struct System;
+
+impl Names for System {
+    fn host(&self, addr: Ipv4Addr) -> Option<String> {
+        let sa = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: 0,
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(addr).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let mut host = [0 as libc::c_char; 1025];
+        // SAFETY: `sa` is a valid sockaddr_in of the length given; `host`
+        // is writable for its length; no service buffer is asked for.
+        let rc = unsafe {
+            libc::getnameinfo(
+                (&sa as *const libc::sockaddr_in).cast(),
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                host.as_mut_ptr(),
+                host.len() as libc::socklen_t,
+                std::ptr::null_mut(),
+                0,
+                libc::NI_NAMEREQD,
+            )
+        };
+        if rc != 0 {
+            return None;
+        }
+        // SAFETY: getnameinfo wrote a NUL-terminated string into `host`.
+        let name = unsafe { CStr::from_ptr(host.as_ptr()) };
+        Some(name.to_string_lossy().into_owned())
+    }
+
+    fn service(&self, port: u16, proto: &str) -> Option<String> {
+        let proto = CString::new(proto).ok()?;
+        // SAFETY: getservbyport reads the NUL-terminated protocol name and
+        // returns NULL or a pointer to static storage, read at once (xvsadm
+        // resolves on one thread).
+        unsafe {
+            let s = libc::getservbyport(libc::c_int::from(port.to_be()), proto.as_ptr());
+            if s.is_null() || (*s).s_name.is_null() {
+                return None;
+            }
+            Some(CStr::from_ptr((*s).s_name).to_string_lossy().into_owned())
+        }
+    }
+}
+
+impl Resolve for System {
+    fn host(&self, name: &str) -> Option<Ipv4Addr> {
+        (name, 0).to_socket_addrs().ok()?.find_map(|a| match a {
+            SocketAddr::V4(v4) => Some(*v4.ip()),
+            SocketAddr::V6(_) => None,
+        })
+    }
+
+    fn service(&self, name: &str, proto: Proto) -> Option<u16> {
+        let name = CString::new(name).ok()?;
+        let proto = CString::new(proto.name()).ok()?;
+        // SAFETY: both arguments are NUL-terminated; the result is NULL or
+        // static storage, read at once on this thread.
+        unsafe {
+            let s = libc::getservbyname(name.as_ptr(), proto.as_ptr());
+            if s.is_null() {
+                return None;
+            }
+            Some(u16::from_be((*s).s_port as u16))
+        }
+    }
+}
+
+/// ipvsadm's `addrport_to_anyname`: `host:service`, each the number when
+/// it has no name (or with `names` = [`Numeric`]), cut to 59 characters
+/// (its 60-byte buffer).
+pub fn addrport(names: &dyn Names, addr: Ipv4Addr, port: u16, proto: &str) -> String {
+    let host = names.host(addr).unwrap_or_else(|| addr.to_string());
+    let service = names
+        .service(port, proto)
+        .unwrap_or_else(|| port.to_string());
+    let mut s = format!("{host}:{service}");
+    if s.len() > 59 {
+        let mut cut = 59;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_services_resolve_both_ways() {
+        // /etc/services is part of netbase, present wherever ipvsadm is.
+        if !std::path::Path::new("/etc/services").exists() {
+            return;
+        }
+        assert_eq!(Names::service(&System, 80, "tcp").as_deref(), Some("http"));
+        assert_eq!(
+            Names::service(&System, 53, "udp").as_deref(),
+            Some("domain")
+        );
+        assert_eq!(Resolve::service(&System, "http", Proto::Tcp), Some(80));
+        assert_eq!(
+            Resolve::service(&System, "no-such-service", Proto::Tcp),
+            None
+        );
+        assert_eq!(
+            Resolve::host(&System, "localhost"),
+            Some(Ipv4Addr::LOCALHOST)
+        );
+    }
+
+    #[test]
+    fn names_are_cut_like_ipvsadm() {
+        struct Long;
+        impl Names for Long {
+            fn host(&self, _: Ipv4Addr) -> Option<String> {
+                Some("a".repeat(70))
+            }
+            fn service(&self, _: u16, _: &str) -> Option<String> {
+                None
+            }
+        }
+        assert_eq!(addrport(&Long, Ipv4Addr::LOCALHOST, 80, "tcp").len(), 59);
+        assert_eq!(
+            addrport(&Numeric, Ipv4Addr::new(198, 19, 0, 1), 0, "udp"),
+            "198.19.0.1:0"
+        );
+    }
+}
