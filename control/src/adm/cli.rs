@@ -235,7 +235,7 @@ pub fn main_with(
             return e.status;
         }
     };
-    match ipvsadm::run(&to, &c, g.json, input) {
+    match ipvsadm::run(&to, &c, g.json, input, &program) {
         Ok(text) => {
             let _ = out.write_all(text.as_bytes());
             0

@@ -270,7 +270,15 @@ pub fn main(argv: &[String], to: &Endpoint, out: &mut dyn Write, err: &mut dyn W
         Ok(a) => a,
         Err(e) => return super::cli::clap_exit(e, out, err),
     };
-    match run(&args, to, out, err) {
+    // conntrack's exit statuses: 2 for a parameter problem, 1 for others.
+    let extended = match check(&args) {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = writeln!(err, "{PROGNAME}: {e}");
+            return 2;
+        }
+    };
+    match run(&args, extended, to, out, err) {
         Ok(()) => 0,
         Err(e) => {
             let _ = writeln!(err, "{PROGNAME}: {e}");
@@ -279,7 +287,8 @@ pub fn main(argv: &[String], to: &Endpoint, out: &mut dyn Write, err: &mut dyn W
     }
 }
 
-fn run(a: &Args, to: &Endpoint, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), String> {
+/// The parameter checks; whether `-o extended` was asked.
+fn check(a: &Args) -> Result<bool, String> {
     let commands = [a.list, a.delete, a.stats, a.flush, a.count, a.event];
     if commands.iter().filter(|x| **x).count() != 1 {
         return Err("exactly one of -L, -D, -F, -S, -C, -E".into());
@@ -289,17 +298,26 @@ fn run(a: &Args, to: &Endpoint, out: &mut dyn Write, err: &mut dyn Write) -> Res
             return Err(format!("`{f}' is not a family: ipv4 or ipv6"));
         }
     }
-    let extended = match a.output.as_deref() {
-        None => false,
+    match a.output.as_deref() {
+        None => Ok(false),
         Some(o) => {
             for f in o.split(',') {
                 if f != "extended" {
                     return Err(format!("-o {f}: not supported by xvs: only `extended'"));
                 }
             }
-            true
+            Ok(true)
         }
-    };
+    }
+}
+
+fn run(
+    a: &Args,
+    extended: bool,
+    to: &Endpoint,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<(), String> {
     let w = |out: &mut dyn Write, s: &str| out.write_all(s.as_bytes()).map_err(|e| e.to_string());
     if a.flush {
         let body = call(to, Method::POST, "/v1/flush")?;

@@ -262,8 +262,15 @@ fn send_edit(to: &Endpoint, c: &Command, e: EditSpec, json: bool) -> Outcome {
     Ok(if json { answer } else { String::new() })
 }
 
-/// Runs `c`. `input` is `-R`'s standard input.
-pub fn run(to: &Endpoint, c: &Command, json: bool, input: &mut dyn BufRead) -> Outcome {
+/// Runs `c`. `input` is `-R`'s standard input; `program` is argv[0]
+/// (for the messages that name it).
+pub fn run(
+    to: &Endpoint,
+    c: &Command,
+    json: bool,
+    input: &mut dyn BufRead,
+    program: &str,
+) -> Outcome {
     if let Some(e) = unsupported(c) {
         return Err(e);
     }
@@ -278,7 +285,7 @@ pub fn run(to: &Endpoint, c: &Command, json: bool, input: &mut dyn BufRead) -> O
                 save(&l, c.format, names)
             })
         }
-        Cmd::Restore => restore(to, input, json),
+        Cmd::Restore => restore(to, input, json, program),
         Cmd::Zero => {
             let path = match service_ref(c) {
                 Some(r) => format!("{}/zero", path_of(&r)),
@@ -396,7 +403,7 @@ fn restore_lines(input: &mut dyn BufRead) -> Result<Vec<(usize, Vec<String>)>, E
 }
 
 /// `-R`: every line checked, then all applied as one batch, or none.
-fn restore(to: &Endpoint, input: &mut dyn BufRead, json: bool) -> Outcome {
+fn restore(to: &Endpoint, input: &mut dyn BufRead, json: bool, program: &str) -> Outcome {
     let mut edits = Vec::new();
     let mut cmds = Vec::new();
     for (n, words) in restore_lines(input)? {
@@ -404,7 +411,7 @@ fn restore(to: &Endpoint, input: &mut dyn BufRead, json: bool) -> Outcome {
             status: e.status,
             message: format!("line {n}: {}", e.message),
         };
-        let argv: Vec<String> = std::iter::once("ipvsadm".to_owned()).chain(words).collect();
+        let argv: Vec<String> = std::iter::once(program.to_owned()).chain(words).collect();
         let c = match parse(&argv, true, &System).map_err(at)? {
             Invocation::Run(c) => c,
             Invocation::Help | Invocation::Version => {
