@@ -17,7 +17,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use xvs_config::{Backend, Config, Service, ServiceKey};
+use xvs_config::{Backend, Config, Scheduler, Service, ServiceKey};
 use xvs_dataplane::runtime::Dataplane;
 
 /// One change to the service set.
@@ -70,7 +70,8 @@ pub struct Applied {
 pub enum Edit {
     /// `-A`: a new service (no backends yet).
     AddService(Service),
-    /// `-E`: scheduler, flags, persistence of an existing one (backends kept).
+    /// `-E`: scheduler, flags, persistence of an existing one; see
+    /// [`edited`] for what it keeps.
     EditService(Service),
     /// `-D`.
     DeleteService(ServiceKey),
@@ -122,6 +123,28 @@ impl Refused {
             Refused::DestinationExists(_) => "destination_exists",
             Refused::InBatch(_, r) => r.kind(),
         }
+    }
+}
+
+/// Service `cur` after `-E` with `s`: scheduler, flags and persistence
+/// are `s`'s, as ipvsadm's `-E` replaces them; what ipvsadm cannot say
+/// is kept unless `s` gives it: the backends (always kept), the source
+/// ranges, the name, and the Maglev table size while the scheduler stays
+/// mh.
+pub fn edited(cur: Service, s: Service) -> Service {
+    let both_mh = cur.scheduler == Scheduler::Mh && s.scheduler == Scheduler::Mh;
+    Service {
+        backends: cur.backends,
+        source_ranges: if s.source_ranges.is_empty() {
+            cur.source_ranges
+        } else {
+            s.source_ranges
+        },
+        name: s.name.or(cur.name),
+        maglev_table_size: s
+            .maglev_table_size
+            .or(cur.maglev_table_size.filter(|_| both_mh)),
+        ..s
     }
 }
 
@@ -439,13 +462,7 @@ impl Engine {
             }
             Edit::EditService(s) => {
                 let cur = current(plan, &s.key)?;
-                (
-                    s.key,
-                    Some(Service {
-                        backends: cur.backends,
-                        ..s
-                    }),
-                )
+                (s.key, Some(edited(cur, s)))
             }
             Edit::DeleteService(k) => {
                 current(plan, &k)?;
@@ -738,5 +755,29 @@ mod tests {
             ]
         );
         assert!(diff(&desired, &desired).is_empty());
+    }
+
+    #[test]
+    fn an_edit_replaces_what_ipvsadm_says_and_keeps_the_rest() {
+        let mut cur = svc(80, 1);
+        cur.scheduler = Scheduler::Mh;
+        cur.maglev_table_size = Some(16381);
+        cur.source_ranges = vec!["198.18.0.0/24".parse().unwrap()];
+        cur.name = Some("web".into());
+        let mut e = Service::new(cur.key);
+        e.scheduler = Scheduler::Mh;
+        let out = edited(cur.clone(), e.clone());
+        assert_eq!(out.backends, cur.backends);
+        assert_eq!(out.source_ranges, cur.source_ranges);
+        assert_eq!(out.name.as_deref(), Some("web"));
+        assert_eq!(out.maglev_table_size, Some(16381));
+        assert_eq!(out.persistence, None);
+        // Away from mh, the table size goes (only mh has one).
+        e.scheduler = Scheduler::Rr;
+        let out = edited(cur, e);
+        assert_eq!(
+            (out.scheduler, out.maglev_table_size),
+            (Scheduler::Rr, None)
+        );
     }
 }

@@ -43,8 +43,21 @@ fn the_unit_verifies() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("xvs.service");
     std::fs::write(&path, unit.replace("/usr/local/bin/xvs", bin)).unwrap();
+    // The ipvsadm.rules bridge, verified beside the unit it belongs to.
+    let rules = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../packaging/ipvsadm-rules/xvs-ipvsadm-rules.service"
+    ))
+    .unwrap();
+    let adm = env!("CARGO_BIN_EXE_xvsadm");
+    let rules_path = dir.join("xvs-ipvsadm-rules.service");
+    std::fs::write(&rules_path, rules.replace("/usr/local/bin/xvsadm", adm)).unwrap();
     let out = Command::new("systemd-analyze")
-        .args(["verify", path.to_str().unwrap()])
+        .args([
+            "verify",
+            path.to_str().unwrap(),
+            rules_path.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     std::fs::remove_dir_all(&dir).unwrap();

@@ -223,6 +223,9 @@ const CT_DELETED_0: &str = concat!(
     " (xvs): 0 flow entries have been deleted.\n"
 );
 
+/// `packaging/ipvsadm-rules/ipvsadm.rules`.
+const EXAMPLE_RULES: &str = include_str!("../../packaging/ipvsadm-rules/ipvsadm.rules");
+
 const TRY: &str = "Try `xvsadm -h' or 'xvsadm --help' for more information.\n";
 
 /// The cases, in order: the table they build is [`LIST_N`].
@@ -314,6 +317,11 @@ fn cases() -> Vec<Golden> {
         g("-L --timeout", "Timeout (tcp tcpfin udp): 900 120 300\n", "", 0),
         g("-Z", "", "", 0),
         g("-Z -t 198.19.0.1:80", "", "", 0),
+        // The packaging example restores as it is written.
+        g("-C", "", "", 0),
+        r("-R", EXAMPLE_RULES, "", "", 0),
+        g("-Sn", EXAMPLE_RULES, "", 0),
+        g("-C", "", "", 0),
         // conntrack(8)'s outputs and statuses on an empty table.
         g("conntrack -L", "", CT_SHOWN_0, 0),
         g("conntrack -C", "0\n", "", 0),
