@@ -2,13 +2,14 @@
 //! refused by serde or becomes a service or a list of problems (each one
 //! `FIELD: MESSAGE`), and a service then gets the file's rules; never a
 //! panic. Timeouts bodies go through the same names and ranges as the
-//! file's `[conntrack.timeouts]`.
+//! file's `[conntrack.timeouts]`; batches of edits through the same
+//! bodies.
 #![no_main]
 
 use std::collections::BTreeMap;
 
 use libfuzzer_sys::fuzz_target;
-use xvs_config::api::{BackendSpec, ServiceSpec};
+use xvs_config::api::{BackendSpec, EditSpec, ServiceSpec};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(spec) = serde_json::from_slice::<ServiceSpec>(data) {
@@ -36,6 +37,27 @@ fuzz_target!(|data: &[u8]| {
             port: 80,
         };
         let _ = b.to_backend(&key);
+    }
+    // `/v1/batch` (xvsadm -R): a list of edits, each its own body.
+    if let Ok(edits) = serde_json::from_slice::<Vec<EditSpec>>(data) {
+        for e in &edits {
+            match e {
+                EditSpec::AddService { service } | EditSpec::EditService { service } => {
+                    let _ = service.to_service();
+                    let _ = service.unknown_scheduler();
+                }
+                EditSpec::DeleteService { service } | EditSpec::DeleteBackend { service, .. } => {
+                    let _ = service.key();
+                }
+                EditSpec::AddBackend { service, backend }
+                | EditSpec::EditBackend { service, backend } => {
+                    if let Ok(k) = service.key() {
+                        let _ = backend.to_backend(&k);
+                    }
+                }
+                EditSpec::Clear => {}
+            }
+        }
     }
     if let Ok(states) = serde_json::from_slice::<BTreeMap<String, u64>>(data) {
         let mut t = xvs_config::Timeouts::default();
