@@ -322,6 +322,15 @@ fn cases() -> Vec<Golden> {
         r("-R", EXAMPLE_RULES, "", "", 0),
         g("-Sn", EXAMPLE_RULES, "", 0),
         g("-C", "", "", 0),
+        // Every IPVS scheduler.
+        g("-A -t 198.19.0.6:80 -s lblc", "", "", 0),
+        g("-A -t 198.19.0.6:81 -s lblcr", "", "", 0),
+        g("-A -t 198.19.0.6:82 -s fo", "", "", 0),
+        g("-A -t 198.19.0.6:83 -s ovf", "", "", 0),
+        g("-A -t 198.19.0.6:84 -s sed", "", "", 0),
+        g("-A -t 198.19.0.6:85 -s nq", "", "", 0),
+        g("-Sn", "-A -t 198.19.0.6:80 -s lblc\n-A -t 198.19.0.6:81 -s lblcr\n-A -t 198.19.0.6:82 -s fo\n-A -t 198.19.0.6:83 -s ovf\n-A -t 198.19.0.6:84 -s sed\n-A -t 198.19.0.6:85 -s nq\n", "", 0),
+        g("-C", "", "", 0),
         // conntrack(8)'s outputs and statuses on an empty table.
         g("conntrack -L", "", CT_SHOWN_0, 0),
         g("conntrack -C", "0\n", "", 0),
@@ -392,9 +401,10 @@ fn zero_counters_and_conntrack_with_real_flows() {
     let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
     let socket = dir_of(&t, "zero").join("xvs.sock");
     let mut cfg = gateway_config(&t, &socket);
-    for port in [80, 81] {
+    // Port 81 is weighted failover (fo): every flow to the heaviest.
+    for (port, sched, w1) in [(80, "rr", 1), (81, "fo", 2)] {
         cfg.push_str(&format!(
-            "\n[[services]]\nvip = \"198.19.0.1\"\nport = {port}\nscheduler = \"rr\"\nbackends = [{{ address = \"{}\", port = 8080 }}, {{ address = \"{}\", port = 8080 }}]\n",
+            "\n[[services]]\nvip = \"198.19.0.1\"\nport = {port}\nscheduler = \"{sched}\"\nbackends = [{{ address = \"{}\", port = 8080 }}, {{ address = \"{}\", port = 8080, weight = {w1} }}]\n",
             backend_addr(0),
             backend_addr(1)
         ));
@@ -411,10 +421,10 @@ fn zero_counters_and_conntrack_with_real_flows() {
         .stdout(Stdio::piped());
     let events = events.spawn().unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    for port in [80, 81] {
-        let load = t.tcp_load(TESTNET, &format!("198.19.0.1:{port}"), 20, 5000);
-        assert!(load.starts_with("ok=20 failed=0"), "{load}");
-    }
+    let load = t.tcp_load(TESTNET, "198.19.0.1:80", 20, 5000);
+    assert_eq!(load, "ok=20 failed=0 by=b0:10,b1:10");
+    let load = t.tcp_load(TESTNET, "198.19.0.1:81", 20, 5000);
+    assert_eq!(load, "ok=20 failed=0 by=b1:20");
     let events = String::from_utf8(events.wait_with_output().unwrap().stdout).unwrap();
     let new: Vec<&str> = events
         .lines()
