@@ -405,32 +405,21 @@ mod tests {
     }
 
     #[test]
-    fn lblc_follows_the_kernel() {
-        for weights in [
-            &[1, 1, 1][..],
-            &[5, 1, 2, 0],
-            &[3, 7],
-            &[1],
-            &[0, 4, 4, 1, 9],
-        ] {
-            drive(Kind::Lblc, weights, 3_000, |s| s);
-            // A day apart now and then: the entry expires.
-            drive(Kind::Lblc, weights, 300, |s| s * 3_600);
-        }
-    }
-
-    #[test]
-    fn lblcr_follows_the_kernel() {
-        for weights in [
-            &[1, 1, 1][..],
-            &[5, 1, 2, 0],
-            &[3, 7],
-            &[1],
-            &[0, 4, 4, 1, 9],
-        ] {
-            drive(Kind::Lblcr, weights, 3_000, |s| s);
-            // Sets shrink after a day without change; entries expire.
-            drive(Kind::Lblcr, weights, 600, |s| s * 1_800);
+    fn both_follow_the_kernel() {
+        for kind in [Kind::Lblc, Kind::Lblcr] {
+            for weights in [
+                &[1, 1, 1][..],
+                &[5, 1, 2, 0],
+                &[3, 7],
+                &[1],
+                &[0, 4, 4, 1, 9],
+            ] {
+                drive(kind, weights, 3_000, |s| s);
+                // Half a day and a day apart: lblcr's sets shrink after a
+                // day unchanged; entries expire after a day unused.
+                drive(kind, weights, 600, |s| s * 1_800);
+                drive(kind, weights, 300, |s| s * 3_600);
+            }
         }
     }
 
