@@ -478,7 +478,7 @@ async fn connections(
     let f = filter(&q)?;
     let flows = st
         .engine
-        .call(move |e| e.dataplane().handle().dump(f))
+        .call(move |e| e.dataplane().dump(f))
         .await
         .map_err(internal)?;
     let size = q.size.unwrap_or(1000).max(1);
@@ -515,7 +515,7 @@ async fn delete_connections(
     let f = filter(&q)?;
     let n = st
         .engine
-        .call(move |e| e.dataplane().handle().delete(f))
+        .call(move |e| e.dataplane().delete(f))
         .await
         .map_err(internal)?;
     Ok(Json(serde_json::json!({ "deleted": n })))
@@ -524,7 +524,7 @@ async fn delete_connections(
 async fn flush(State(st): State<Arc<Shared>>) -> Result<Json<serde_json::Value>, ApiError> {
     let n = st
         .engine
-        .call(|e| e.dataplane().handle().flush())
+        .call(|e| e.dataplane().flush())
         .await
         .map_err(internal)?;
     Ok(Json(serde_json::json!({ "deleted": n })))
@@ -535,7 +535,7 @@ async fn conntrack_stats(
 ) -> Result<Json<Vec<metrics::WorkerConntrack>>, ApiError> {
     let snaps = st
         .engine
-        .call(|e| e.dataplane().handle().snapshots())
+        .call(|e| e.dataplane().snapshots())
         .await
         .map_err(internal)?;
     Ok(Json(
@@ -629,7 +629,7 @@ async fn prometheus(State(st): State<Arc<Shared>>) -> Result<Response, ApiError>
             (
                 e.config().conntrack.capacity,
                 sample(e),
-                e.dataplane().handle().counters(),
+                e.dataplane().counters(),
                 overflow,
             )
         })

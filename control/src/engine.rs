@@ -17,8 +17,8 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::plane::Plane;
 use xvs_config::{Backend, Config, Scheduler, Service, ServiceKey};
-use xvs_dataplane::runtime::Dataplane;
 
 /// One change to the service set.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,7 +163,7 @@ pub fn key_name(k: &ServiceKey) -> String {
 
 /// The state the engine thread owns.
 pub struct Engine {
-    dp: Dataplane,
+    dp: Box<dyn Plane>,
     path: PathBuf,
     /// The config in force (its services are `applied`).
     config: Config,
@@ -187,7 +187,7 @@ fn by_key(services: &[Service]) -> BTreeMap<ServiceKey, Service> {
 
 impl Engine {
     /// Wraps a started data plane serving `config` (read from `path`).
-    pub fn new(dp: Dataplane, path: &Path, config: Config) -> Engine {
+    pub fn new(dp: Box<dyn Plane>, path: &Path, config: Config) -> Engine {
         Engine {
             dp,
             path: path.to_owned(),
@@ -203,8 +203,8 @@ impl Engine {
     }
 
     /// The data plane.
-    pub fn dataplane(&self) -> &Dataplane {
-        &self.dp
+    pub fn dataplane(&self) -> &dyn Plane {
+        self.dp.as_ref()
     }
 
     /// The config file.
@@ -219,7 +219,6 @@ impl Engine {
     pub fn wait_applied(&mut self) -> Option<f64> {
         let start = self.sent_at.take()?;
         self.dp
-            .handle()
             .wait_applied(Duration::from_secs(1))
             .then(|| start.elapsed().as_secs_f64())
     }
@@ -373,11 +372,10 @@ impl Engine {
         }
         let a = self.reconcile(desired)?;
         if new.conntrack.timeouts != self.config.conntrack.timeouts {
-            self.dp.handle().set_timeouts(new.conntrack.timeouts);
+            self.dp.set_timeouts(new.conntrack.timeouts);
         }
         if (new.conntrack.rules, new.vips) != (self.config.conntrack.rules, self.config.vips) {
             self.dp
-                .handle()
                 .set_rules(new.conntrack.rules, new.vips.unknown_port);
         }
         self.config = new;
@@ -619,7 +617,7 @@ impl Engine {
             t.set(name, u64::from(*secs)).map_err(Refused::Invalid)?;
         }
         self.config.conntrack.timeouts = t;
-        self.dp.handle().set_timeouts(t);
+        self.dp.set_timeouts(t);
         Ok(t)
     }
 
@@ -779,5 +777,496 @@ mod tests {
             (out.scheduler, out.maglev_table_size),
             (Scheduler::Rr, None)
         );
+    }
+
+    // ---- The engine on an in-memory plane: reload, edits, merging. ----
+
+    use crate::plane::{Recorder, Sent};
+    use std::sync::{Arc, Mutex};
+
+    /// A config file in a folder of its own, removed when dropped.
+    struct File(std::path::PathBuf);
+
+    impl File {
+        fn new(services: &str) -> File {
+            let dir = std::env::temp_dir().join(format!(
+                "xvs-engine-{}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ));
+            std::fs::create_dir_all(&dir).unwrap();
+            let f = File(dir.join("xvs.toml"));
+            f.write(services);
+            f
+        }
+        fn write(&self, services: &str) {
+            std::fs::write(&self.0, format!("{HEAD}{services}")).unwrap();
+        }
+        fn write_raw(&self, text: &str) {
+            std::fs::write(&self.0, text).unwrap();
+        }
+    }
+
+    impl Drop for File {
+        fn drop(&mut self) {
+            if let Some(d) = self.0.parent() {
+                let _ = std::fs::remove_dir_all(d);
+            }
+        }
+    }
+
+    const HEAD: &str =
+        "[interfaces]\nclient = \"xvs0\"\n\n[snat]\naddresses = [\"198.18.1.2\"]\n\n";
+
+    /// `[[services]]` on 198.19.0.1 for each (port, weight of 198.18.1.10).
+    fn services(ports: &[(u16, u32)]) -> String {
+        ports
+            .iter()
+            .map(|(p, w)| {
+                format!(
+                    "[[services]]\nvip = \"198.19.0.1\"\nport = {p}\nscheduler = \"rr\"\nbackends = [{{ address = \"198.18.1.10\", port = 8080, weight = {w} }}, {{ address = \"198.18.1.11\", port = 8080 }}]\n\n"
+                )
+            })
+            .collect()
+    }
+
+    fn key(port: u16) -> ServiceKey {
+        ServiceKey {
+            vip: Ipv4Addr::new(198, 19, 0, 1),
+            protocol: Protocol::Tcp,
+            port,
+        }
+    }
+
+    fn engine(f: &File) -> (Engine, Arc<Mutex<Vec<Sent>>>) {
+        let config = xvs_config::load(&f.0).unwrap();
+        let (plane, log) = Recorder::new(&config.services, 2);
+        (Engine::new(Box::new(plane), &f.0, config), log)
+    }
+
+    fn taken(log: &Arc<Mutex<Vec<Sent>>>) -> Vec<Sent> {
+        std::mem::take(&mut *log.lock().unwrap())
+    }
+
+    fn backend(last: u8, weight: u32) -> Backend {
+        Backend {
+            address: Ipv4Addr::new(198, 18, 1, last),
+            port: 8080,
+            weight,
+            forward: ForwardMethod::Masq,
+        }
+    }
+
+    fn new_service(port: u16) -> Service {
+        let mut s = Service::new(key(port));
+        s.scheduler = Scheduler::Rr;
+        s
+    }
+
+    #[test]
+    fn a_reload_of_the_same_file_sends_nothing() {
+        let f = File::new(&services(&[(80, 1), (81, 1)]));
+        let (mut e, log) = engine(&f);
+        let a = e.reload().unwrap();
+        assert_eq!((a.added, a.changed, a.removed, a.unchanged), (0, 0, 0, 2));
+        assert!(taken(&log).is_empty());
+        assert_eq!(e.reloads(), 1);
+        assert_eq!(a.applied_seconds, None);
+    }
+
+    #[test]
+    fn a_reload_sends_one_change_per_changed_service_only() {
+        let f = File::new(&services(&[(80, 1), (81, 1), (82, 1)]));
+        let (mut e, log) = engine(&f);
+        f.write(&services(&[(80, 1), (81, 5), (83, 1)]));
+        let a = e.reload().unwrap();
+        assert_eq!((a.added, a.changed, a.removed, a.unchanged), (1, 1, 1, 1));
+        assert_eq!(
+            taken(&log),
+            [
+                Sent::Upsert(key(81)),
+                Sent::Upsert(key(83)),
+                Sent::Remove(key(82))
+            ]
+        );
+        assert_eq!(e.applied()[&key(81)].backends[0].weight, 5);
+    }
+
+    #[test]
+    fn an_invalid_file_changes_nothing_and_says_where() {
+        let f = File::new(&services(&[(80, 1)]));
+        let (mut e, log) = engine(&f);
+        f.write(&services(&[(80, 1)]).replace("\"rr\"", "\"rrr\""));
+        let err = e.reload().unwrap_err().to_string();
+        assert!(
+            err.contains("xvs.toml:")
+                && err.contains("services[0].scheduler: unknown scheduler \"rrr\""),
+            "{err}"
+        );
+        assert!(taken(&log).is_empty());
+        assert_eq!(e.last_error(), Some(err.as_str()));
+        assert_eq!(e.reloads(), 0);
+        // The next good reload clears the error.
+        f.write(&services(&[(80, 2)]));
+        e.reload().unwrap();
+        assert_eq!(e.last_error(), None);
+        assert_eq!(taken(&log), [Sent::Upsert(key(80))]);
+    }
+
+    #[test]
+    fn what_takes_a_restart_is_refused_on_reload() {
+        for (what, from, to) in [
+            ("[interfaces]", "client = \"xvs0\"", "client = \"xvs1\""),
+            ("[snat]", "198.18.1.2", "198.18.1.3"),
+            (
+                "[admin]",
+                "[snat]",
+                "[admin]\nsocket = \"/run/xvs/other.sock\"\n\n[snat]",
+            ),
+            (
+                "[conntrack] capacity",
+                "[snat]",
+                "[conntrack]\ncapacity = 4096\n\n[snat]",
+            ),
+        ] {
+            let f = File::new(&services(&[(80, 1)]));
+            let (mut e, log) = engine(&f);
+            f.write_raw(&format!("{HEAD}{}", services(&[(80, 3)])).replace(from, to));
+            let err = e.reload().unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("{what} changed: it takes effect on restart only")),
+                "{what}: {err}"
+            );
+            assert!(taken(&log).is_empty(), "{what}");
+            assert_eq!(e.applied()[&key(80)].backends[0].weight, 1, "{what}");
+        }
+    }
+
+    #[test]
+    fn timeouts_and_rules_in_the_file_are_sent_only_when_they_change() {
+        let f = File::new(&services(&[(80, 1)]));
+        let (mut e, log) = engine(&f);
+        f.write_raw(&format!(
+            "{HEAD}[conntrack.timeouts]\nestablished = 600\n\n{}",
+            services(&[(80, 1)])
+        ));
+        e.reload().unwrap();
+        let sent = taken(&log);
+        assert!(
+            matches!(sent[..], [Sent::Timeouts(t)] if t.established == 600),
+            "{sent:?}"
+        );
+        f.write_raw(&format!(
+            "{HEAD}[conntrack]\nconn_reuse_mode = false\n\n[conntrack.timeouts]\nestablished = 600\n\n[vips]\nunknown_port = \"reject\"\n\n{}",
+            services(&[(80, 1)])
+        ));
+        e.reload().unwrap();
+        let sent = taken(&log);
+        assert!(
+            matches!(sent[..], [Sent::Rules(r, xvs_config::UnknownPort::Reject)] if !r.conn_reuse_mode),
+            "{sent:?}"
+        );
+        e.reload().unwrap();
+        assert!(taken(&log).is_empty());
+    }
+
+    #[test]
+    fn edits_are_ipvsadm_s_commands_with_its_refusals() {
+        let f = File::new(&services(&[(80, 1)]));
+        let (mut e, log) = engine(&f);
+        // -A, and -A again.
+        e.edit(Edit::AddService(new_service(90))).unwrap();
+        assert!(matches!(
+            e.edit(Edit::AddService(new_service(90))),
+            Err(Refused::ServiceExists(_))
+        ));
+        // -a, twice; -a to a missing service.
+        e.edit(Edit::AddBackend(key(90), backend(10, 1))).unwrap();
+        assert!(matches!(
+            e.edit(Edit::AddBackend(key(90), backend(10, 4))),
+            Err(Refused::DestinationExists(_))
+        ));
+        assert!(matches!(
+            e.edit(Edit::AddBackend(key(91), backend(10, 1))),
+            Err(Refused::NoService(_))
+        ));
+        // -e of a missing destination, then of the right one.
+        assert!(matches!(
+            e.edit(Edit::EditBackend(key(90), backend(12, 1))),
+            Err(Refused::NoDestination(_))
+        ));
+        e.edit(Edit::EditBackend(key(90), backend(10, 7))).unwrap();
+        assert_eq!(e.applied()[&key(90)].backends[0].weight, 7);
+        // -d of a missing one, then of the right one.
+        assert!(matches!(
+            e.edit(Edit::DeleteBackend(
+                key(90),
+                Ipv4Addr::new(198, 18, 1, 12),
+                8080
+            )),
+            Err(Refused::NoDestination(_))
+        ));
+        e.edit(Edit::DeleteBackend(
+            key(90),
+            Ipv4Addr::new(198, 18, 1, 10),
+            8080,
+        ))
+        .unwrap();
+        // -E and -D of a missing service.
+        assert!(matches!(
+            e.edit(Edit::EditService(new_service(91))),
+            Err(Refused::NoService(_))
+        ));
+        assert!(matches!(
+            e.edit(Edit::DeleteService(key(91))),
+            Err(Refused::NoService(_))
+        ));
+        e.edit(Edit::DeleteService(key(90))).unwrap();
+        assert_eq!(
+            taken(&log),
+            [
+                Sent::Upsert(key(90)),
+                Sent::Upsert(key(90)),
+                Sent::Upsert(key(90)),
+                Sent::Upsert(key(90)),
+                Sent::Remove(key(90)),
+            ]
+        );
+        // The refusal is kept for /v1/status until the next success.
+        assert!(e.last_error().is_some());
+    }
+
+    #[test]
+    fn an_edit_that_changes_nothing_sends_nothing() {
+        let f = File::new(&services(&[(80, 1)]));
+        let (mut e, log) = engine(&f);
+        let same = e.applied()[&key(80)].clone();
+        let a = e.edit(Edit::EditService(same)).unwrap();
+        assert_eq!((a.changed, a.unchanged), (0, 1));
+        assert!(taken(&log).is_empty());
+    }
+
+    #[test]
+    fn an_edit_the_rules_refuse_changes_nothing() {
+        let f = File::new(&services(&[(80, 1)]));
+        let (mut e, log) = engine(&f);
+        let mut bad = new_service(90);
+        bad.key.vip = Ipv4Addr::new(198, 18, 1, 2); // the SNAT address
+        let err = e.edit(Edit::AddService(bad)).unwrap_err().to_string();
+        assert!(err.contains("is a SNAT address of this gateway"), "{err}");
+        // A backend that is the VIP.
+        let err = e
+            .edit(Edit::AddBackend(
+                key(80),
+                Backend {
+                    address: Ipv4Addr::new(198, 19, 0, 1),
+                    ..backend(1, 1)
+                },
+            ))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is the service's VIP"), "{err}");
+        assert!(taken(&log).is_empty());
+        assert_eq!(e.applied().len(), 1);
+    }
+
+    #[test]
+    fn clear_removes_every_service() {
+        let f = File::new(&services(&[(80, 1), (81, 1)]));
+        let (mut e, log) = engine(&f);
+        let a = e.edit(Edit::Clear).unwrap();
+        assert_eq!(a.removed, 2);
+        assert_eq!(taken(&log), [Sent::Remove(key(80)), Sent::Remove(key(81))]);
+        assert!(e.applied().is_empty());
+    }
+
+    #[test]
+    fn a_batch_is_all_or_nothing_and_names_the_refused_edit() {
+        let f = File::new(&services(&[(80, 1)]));
+        let (mut e, log) = engine(&f);
+        let r = e.edit(Edit::Batch(vec![
+            Edit::AddService(new_service(90)),
+            Edit::AddBackend(key(90), backend(10, 1)),
+            Edit::AddService(new_service(80)),
+        ]));
+        match r {
+            Err(Refused::InBatch(2, inner)) => {
+                assert!(matches!(*inner, Refused::ServiceExists(_)))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(taken(&log).is_empty());
+        assert!(!e.applied().contains_key(&key(90)));
+        // Edits see the ones before them: -A then -a of that service.
+        e.edit(Edit::Batch(vec![
+            Edit::AddService(new_service(90)),
+            Edit::AddBackend(key(90), backend(10, 1)),
+            Edit::EditBackend(key(90), backend(10, 3)),
+        ]))
+        .unwrap();
+        // One change for the service, whatever the number of edits.
+        assert_eq!(taken(&log), [Sent::Upsert(key(90))]);
+        assert_eq!(e.applied()[&key(90)].backends[0].weight, 3);
+    }
+
+    #[test]
+    fn clear_then_the_same_table_in_one_batch_changes_nothing() {
+        let f = File::new(&services(&[(80, 1), (81, 1)]));
+        let (mut e, log) = engine(&f);
+        let again: Vec<Edit> = std::iter::once(Edit::Clear)
+            .chain(e.applied().values().map(|s| Edit::AddService(s.clone())))
+            .collect();
+        let a = e.edit(Edit::Batch(again)).unwrap();
+        assert_eq!((a.added, a.changed, a.removed, a.unchanged), (0, 0, 0, 2));
+        assert!(
+            taken(&log).is_empty(),
+            "flows of unchanged services are kept"
+        );
+        // Clear, then one service back: the other goes.
+        let one = vec![Edit::Clear, Edit::AddService(e.applied()[&key(80)].clone())];
+        e.edit(Edit::Batch(one)).unwrap();
+        assert_eq!(taken(&log), [Sent::Remove(key(81))]);
+    }
+
+    #[test]
+    fn runtime_edits_last_until_the_next_reload() {
+        let f = File::new(&services(&[(80, 1)]));
+        let (mut e, log) = engine(&f);
+        e.edit(Edit::AddService(new_service(90))).unwrap();
+        e.edit(Edit::EditBackend(key(80), backend(10, 9))).unwrap();
+        taken(&log);
+        let a = e.reload().unwrap();
+        assert_eq!((a.changed, a.removed), (1, 1));
+        assert_eq!(taken(&log), [Sent::Upsert(key(80)), Sent::Remove(key(90))]);
+        assert_eq!(e.applied()[&key(80)].backends[0].weight, 1);
+    }
+
+    fn kube(ports: &[u16]) -> BTreeMap<ServiceKey, Service> {
+        ports
+            .iter()
+            .map(|&p| {
+                let mut s = new_service(p);
+                s.backends = vec![backend(20, 1)];
+                (s.key, s)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn kubernetes_services_merge_and_the_first_owner_keeps_a_key() {
+        let f = File::new(&services(&[(80, 1)]));
+        let (mut e, log) = engine(&f);
+        // 80 is the file's: a conflict, kept; 8080 and 8081 are added.
+        let a = e.set_kube(kube(&[80, 8080, 8081])).unwrap();
+        assert_eq!(a.added, 2);
+        assert_eq!(
+            taken(&log),
+            [Sent::Upsert(key(8080)), Sent::Upsert(key(8081))]
+        );
+        assert_eq!(e.conflicts().len(), 1);
+        assert!(e.conflicts()[0].contains("TCP 198.19.0.1:80: from Kubernetes and already served"));
+        assert_eq!(
+            e.applied()[&key(80)].backends[0].address,
+            Ipv4Addr::new(198, 18, 1, 10)
+        );
+        // The same set again: nothing sent.
+        e.set_kube(kube(&[80, 8080, 8081])).unwrap();
+        assert!(taken(&log).is_empty());
+        // One goes: one removal.
+        e.set_kube(kube(&[8080])).unwrap();
+        assert_eq!(taken(&log), [Sent::Remove(key(8081))]);
+        assert_eq!(e.kube_services().len(), 1);
+        assert!(e.conflicts().is_empty());
+    }
+
+    #[test]
+    fn a_reload_keeps_kubernetes_services_and_reports_the_file_s_clash() {
+        let f = File::new(&services(&[(80, 1)]));
+        let (mut e, log) = engine(&f);
+        e.set_kube(kube(&[8080])).unwrap();
+        taken(&log);
+        // The file now also wants 8080: Kubernetes had it first.
+        f.write(&services(&[(80, 1), (8080, 1)]));
+        let a = e.reload().unwrap();
+        assert_eq!((a.added, a.changed, a.removed), (0, 0, 0));
+        assert!(taken(&log).is_empty());
+        assert_eq!(e.conflicts().len(), 1);
+        assert!(
+            e.conflicts()[0].contains("in the file and from Kubernetes; kept the Kubernetes one")
+        );
+        assert_eq!(
+            e.applied()[&key(8080)].backends[0].address,
+            Ipv4Addr::new(198, 18, 1, 20)
+        );
+    }
+
+    #[test]
+    fn a_kubernetes_service_the_rules_refuse_is_reported_not_applied() {
+        let f = File::new(&services(&[(80, 1)]));
+        let (mut e, log) = engine(&f);
+        let mut set = kube(&[8080]);
+        set.get_mut(&key(8080)).unwrap().backends[0].address = Ipv4Addr::new(198, 18, 1, 2);
+        e.set_kube(set).unwrap();
+        assert!(taken(&log).is_empty());
+        assert!(
+            e.conflicts()[0].contains("is a SNAT address of this gateway"),
+            "{:?}",
+            e.conflicts()
+        );
+        assert!(e.conflicts()[0].ends_with("; not applied"));
+    }
+
+    #[test]
+    fn a_runtime_service_keeps_its_key_against_kubernetes() {
+        let f = File::new(&services(&[(80, 1)]));
+        let (mut e, log) = engine(&f);
+        e.edit(Edit::AddService(new_service(8080))).unwrap();
+        taken(&log);
+        e.set_kube(kube(&[8080])).unwrap();
+        assert!(taken(&log).is_empty());
+        assert!(e.conflicts()[0].contains("already served (file or runtime edit)"));
+    }
+
+    #[test]
+    fn timeouts_are_range_checked_all_or_none() {
+        let f = File::new(&services(&[(80, 1)]));
+        let (mut e, log) = engine(&f);
+        let t = e.set_timeouts(600, 0, 30).unwrap();
+        assert_eq!((t.established, t.udp), (600, 30));
+        assert!(matches!(taken(&log)[..], [Sent::Timeouts(x)] if x == t));
+        let err = e.set_timeouts(700, 0, 4_000_000).unwrap_err().to_string();
+        assert!(err.contains("out of range"), "{err}");
+        assert!(taken(&log).is_empty());
+        assert_eq!(e.config().conntrack.timeouts.established, 600);
+        let t = e
+            .set_named_timeouts(&[("time_wait", 30), ("syn_recv", 20)])
+            .unwrap();
+        assert_eq!((t.time_wait, t.syn_recv), (30, 20));
+        assert!(e.set_named_timeouts(&[("time_wiat", 30)]).is_err());
+    }
+
+    #[test]
+    fn zero_needs_the_service_and_keeps_a_base() {
+        let f = File::new(&services(&[(80, 1)]));
+        let (mut e, _) = engine(&f);
+        assert!(matches!(e.zero(Some(key(81))), Err(Refused::NoService(_))));
+        e.zero(Some(key(80))).unwrap();
+        e.zero(None).unwrap();
+        // A removed service forgets its base: re-created, it counts from
+        // its own start.
+        e.edit(Edit::DeleteService(key(80))).unwrap();
+        let mut samples = crate::stats::sample(&e);
+        e.zeroed().apply(&mut samples);
+        assert!(samples.is_empty());
+    }
+
+    #[test]
+    fn the_stats_sample_reads_the_plane_s_compiled_services() {
+        let f = File::new(&services(&[(80, 1), (81, 2)]));
+        let (e, _) = engine(&f);
+        let samples = crate::stats::sample(&e);
+        assert_eq!(samples.len(), 2);
+        assert_eq!(samples[1].backends[0].weight, 2);
+        assert_eq!(samples[0].scheduler, "rr");
     }
 }

@@ -2,7 +2,8 @@
 //! binaries, `xvs` (the daemon) and `xvsadm` (the ipvsadm-style CLI).
 //!
 //! The control plane never touches packets; it hands service state to the
-//! data plane: [`engine`] reconciles and owns the data plane, [`api`]
+//! data plane: [`engine`] reconciles and owns the data plane (through
+//! the [`plane::Plane`] trait, which an in-memory recorder also implements), [`api`]
 //! serves it over HTTP, [`stats`] and [`metrics`] read it, [`adm`] is the
 //! client side (ipvsadm's options and output formats).
 
@@ -15,6 +16,7 @@ pub mod kube;
 pub mod listener;
 pub mod machine;
 pub mod metrics;
+pub mod plane;
 pub mod run;
 pub mod stats;
 pub mod view;

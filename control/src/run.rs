@@ -183,7 +183,7 @@ pub fn run(config: &Path) -> u8 {
         let clock = move || start.elapsed().as_secs() as u32;
         let dp = Dataplane::start(&start_cfg, clock)
             .map_err(|e| format!("cannot start the data plane: {e}"))?;
-        Ok(Engine::new(dp, &path, start_cfg))
+        Ok(Engine::new(Box::new(dp), &path, start_cfg))
     });
     let (engine, thread) = match spawned {
         Ok(x) => x,
@@ -209,7 +209,7 @@ pub fn run(config: &Path) -> u8 {
             Some(status) => Some(start_kube(&cfg, status.clone(), shared.clone()).await?),
             None => None,
         };
-        let queues = engine.call(|e| e.dataplane().events().to_vec()).await?;
+        let queues = engine.call(|e| e.dataplane().events()).await?;
         let collector = tokio::spawn(shared.events.clone().run(queues));
         let unix = bind_unix(&cfg.admin.socket)?;
         let app = router(shared.clone());
@@ -265,7 +265,7 @@ pub fn run(config: &Path) -> u8 {
             })
         });
         let services = engine
-            .call(|e| (e.applied().len(), e.dataplane().interface().to_owned()))
+            .call(|e| (e.applied().len(), e.dataplane().interface()))
             .await?;
         println!(
             "ready: {} services on {}, {} worker(s), admin API on {}",

@@ -56,7 +56,8 @@ pub fn sample(e: &Engine) -> Vec<ServiceSample> {
     let compiled: HashMap<ServiceKey, _> = e
         .dataplane()
         .services()
-        .map(|c| (c.key, c.clone()))
+        .into_iter()
+        .map(|c| (c.key, c))
         .collect();
     e.applied()
         .values()
