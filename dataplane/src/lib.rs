@@ -6,6 +6,7 @@
 //! on tokio, kube or a serde format.
 
 pub mod counters;
+pub mod eventfd;
 pub mod events;
 pub mod host;
 pub mod pipeline;

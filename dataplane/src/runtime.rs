@@ -9,6 +9,7 @@
 //! every path that unwinds.
 
 use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -19,6 +20,7 @@ use smoltcp::wire::EthernetAddress;
 use xvs_config::{ArmMode, Config, Steering as SteeringMode, ZeroCopy};
 
 use crate::counters::{CountersReading, LiveCounters};
+use crate::eventfd::EventFd;
 use crate::events::FlowEvents;
 use crate::pipeline::{Pipeline, PipelineConfig};
 use crate::services::CompiledService;
@@ -55,7 +57,7 @@ pub enum StartError {
 
 struct WorkerHandle {
     control: Sender<Control>,
-    wake_fd: i32,
+    wake: Arc<EventFd>,
     join: Option<JoinHandle<Snapshot>>,
     /// Its incoming hand-off ring, when there are several workers.
     ring: Option<Arc<Handoff>>,
@@ -79,9 +81,11 @@ impl DataplaneHandle {
         if ok {
             w.sent.fetch_add(1, Ordering::Relaxed);
         }
-        let one = 1u64;
-        // SAFETY: writes 8 bytes from `one` to the worker's eventfd.
-        unsafe { libc::write(w.wake_fd, (&one as *const u64).cast(), 8) };
+        if let Err(e) = w.wake.wake() {
+            // Not expected of an eventfd; the worker still sees the message
+            // at its next poll timeout.
+            tracing::warn!("cannot wake a worker: {e}");
+        }
         ok
     }
 
@@ -257,11 +261,14 @@ fn interface_mac(ifname: &str) -> Result<EthernetAddress, StartError> {
     if ifname.len() >= libc::IFNAMSIZ {
         return Err(err(std::io::Error::other("name too long")));
     }
-    // SAFETY: plain syscall; the fd is closed below.
+    // SAFETY: socket has no memory preconditions; the result is checked
+    // before it is owned (and closed when `sock` drops).
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
         return Err(err(std::io::Error::last_os_error()));
     }
+    // SAFETY: `fd` is a fresh descriptor nothing else owns.
+    let sock = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
     // SAFETY: ifreq is plain old data; all-zero is a valid value.
     let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
     for (dst, src) in ifr.ifr_name.iter_mut().zip(ifname.bytes()) {
@@ -269,12 +276,9 @@ fn interface_mac(ifname: &str) -> Result<EthernetAddress, StartError> {
     }
     // SAFETY: `ifr` is a valid ifreq with a NUL-terminated name (the
     // name is shorter than IFNAMSIZ and the rest is zero).
-    let ret = unsafe { libc::ioctl(fd, libc::SIOCGIFHWADDR, &mut ifr) };
-    let io = std::io::Error::last_os_error();
-    // SAFETY: `fd` is ours and closed once.
-    unsafe { libc::close(fd) };
+    let ret = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFHWADDR, &mut ifr) };
     if ret != 0 {
-        return Err(err(io));
+        return Err(err(std::io::Error::last_os_error()));
     }
     // SAFETY: SIOCGIFHWADDR filled the hwaddr member of the union.
     let sa = unsafe { ifr.ifr_ifru.ifru_hwaddr };
@@ -409,8 +413,10 @@ impl Dataplane {
                 pipeline.upsert_service(s.clone());
             }
             let (tx, rx) = bounded(CONTROL_QUEUE);
-            // SAFETY: plain syscall; the fd is closed when the handle drops.
-            let wake_fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+            let wake =
+                Arc::new(EventFd::new().map_err(|e| {
+                    StartError::Unsupported(format!("cannot create an eventfd: {e}"))
+                })?);
             let live = Arc::new(LiveCounters::default());
             let worker = Worker::new(
                 w,
@@ -419,7 +425,7 @@ impl Dataplane {
                 i.poll,
                 WorkerLinks {
                     control: rx,
-                    wake_fd,
+                    wake: wake.clone(),
                     peers: peers.clone(),
                     live: live.clone(),
                 },
@@ -429,14 +435,20 @@ impl Dataplane {
                 .name(format!("xvs-q{queue}"))
                 .spawn(move || {
                     if !core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
-                        eprintln!("xvs: worker of queue {queue}: cannot pin to core {core}; running unpinned");
+                        tracing::warn!(
+                            queue,
+                            core,
+                            "worker cannot pin to its core; running unpinned"
+                        );
                     }
                     worker.run(clock)
                 })
-                .map_err(|e| StartError::Unsupported(format!("cannot start a worker thread: {e}")))?;
+                .map_err(|e| {
+                    StartError::Unsupported(format!("cannot start a worker thread: {e}"))
+                })?;
             handles.push(WorkerHandle {
                 control: tx,
-                wake_fd,
+                wake,
                 join: Some(join),
                 ring: peers.as_ref().map(|p| p.rings[w].clone()),
                 live,
@@ -560,9 +572,6 @@ impl Dataplane {
                     out.push(s);
                 }
             }
-            // SAFETY: the fd was created by eventfd and is closed once.
-            unsafe { libc::close(w.wake_fd) };
-            w.wake_fd = -1;
         }
         // What was handed over after its owner stopped is counted, not lost.
         for s in &mut out {

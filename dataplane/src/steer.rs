@@ -279,9 +279,9 @@ impl Drop for Steering {
             // SAFETY: plain syscall wrapper; detaches what we attached.
             let ret = unsafe { sys::bpf_xdp_detach(self.ifindex, self.flags, std::ptr::null()) };
             if ret != 0 {
-                eprintln!(
-                    "xvs: cannot detach the steering program from {}: error {ret}",
-                    self.ifname
+                tracing::error!(
+                    interface = %self.ifname,
+                    "cannot detach the steering program: error {ret}"
                 );
             }
         }

@@ -159,7 +159,7 @@ pub struct WorkerLinks {
     /// Control messages.
     pub control: Receiver<Control>,
     /// Eventfd the control side writes to wake the worker.
-    pub wake_fd: i32,
+    pub wake: std::sync::Arc<crate::eventfd::EventFd>,
     /// Peers, when there are several workers.
     pub peers: Option<Peers>,
     /// Published counters.
@@ -205,7 +205,7 @@ pub struct Worker {
     /// Control messages.
     pub control: Receiver<Control>,
     /// Eventfd the control side writes to wake the worker.
-    pub wake_fd: i32,
+    pub wake: std::sync::Arc<crate::eventfd::EventFd>,
     /// Poll mode.
     pub poll: PollMode,
     peers: Option<Peers>,
@@ -237,7 +237,7 @@ impl Worker {
             pipeline,
             port,
             control: links.control,
-            wake_fd: links.wake_fd,
+            wake: links.wake,
             poll,
             peers: links.peers,
             live: links.live,
@@ -621,7 +621,7 @@ impl Worker {
     /// the sleep times out.
     fn sleep(&mut self) {
         let mut fds = [libc::pollfd {
-            fd: self.wake_fd,
+            fd: std::os::fd::AsRawFd::as_raw_fd(&*self.wake),
             events: libc::POLLIN,
             revents: 0,
         }; 3];
@@ -629,13 +629,16 @@ impl Worker {
         for (k, fd) in fds.iter_mut().skip(1).take(socks).enumerate() {
             fd.fd = self.port.fd(k);
         }
-        // SAFETY: `fds` holds 1 + socks valid pollfd entries for the call.
-        unsafe { libc::poll(fds.as_mut_ptr(), 1 + socks as libc::nfds_t, SLEEP_MS) };
-        if fds[0].revents & libc::POLLIN != 0 {
-            let mut v = 0u64;
-            // SAFETY: reads 8 bytes into `v` from the eventfd, which is
-            // what an eventfd read is; nonblocking.
-            unsafe { libc::read(self.wake_fd, (&mut v as *mut u64).cast(), 8) };
+        // SAFETY: `fds` holds 1 + socks valid pollfd entries, alive for
+        // the call; the descriptors are the worker's own (its eventfd and
+        // sockets live as long as it does).
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 1 + socks as libc::nfds_t, SLEEP_MS) };
+        // A failed poll (EINTR) is a spurious wakeup: the loop looks at
+        // its rings and queue anyway.
+        if n > 0 && fds[0].revents & libc::POLLIN != 0 {
+            // Only EAGAIN can come back from a nonblocking eventfd read
+            // (and is no error); the count itself is not needed.
+            let _ = self.wake.drain();
         }
     }
 }
