@@ -172,7 +172,7 @@ fn pipeline(c: &mut Criterion) {
     g.throughput(Throughput::Elements(64));
     let mut bufs = vec![[0u8; 2048]; 64];
     let mut preps = Vec::with_capacity(64);
-    let mut looked = vec![None; 64];
+    let mut looked = vec![xvs_dataplane::pipeline::Lookup::NotYet; 64];
     g.bench_function("established_batch64", |b| {
         b.iter(|| {
             preps.clear();

@@ -95,6 +95,21 @@ pub enum Verdict {
     Drop(DropReason),
 }
 
+/// A frame's flow as looked up ahead of processing, with its batch (the
+/// batch's flow-table reads overlap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Lookup {
+    /// Not looked up (no flow key, or no lookup ahead).
+    #[default]
+    NotYet,
+    /// No flow then (a frame of the same batch may create it: looked up
+    /// again).
+    Miss,
+    /// This flow, in this direction (used only if the entry still holds
+    /// the key: a frame of the same batch may have replaced it).
+    Hit(FlowId, Direction),
+}
+
 /// Counters of one pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Counters {
@@ -372,17 +387,14 @@ impl Pipeline {
     pub fn process_on(&mut self, ingress: Side, buf: &mut [u8], len: usize, now: u32) -> Verdict {
         let len = len.min(buf.len());
         let prepared = Prepared::of(&buf[..len]);
-        self.process_prepared(ingress, buf, len, now, &prepared, None)
+        self.process_prepared(ingress, buf, len, now, &prepared, Lookup::NotYet)
     }
 
     /// Looks up the flows of a batch of prepared frames at once
     /// ([`FlowTable::lookup_batch`]: the flow-table reads of the batch
-    /// overlap); `out[i]` is `Some(hit)` for every frame with a flow key.
-    pub fn lookup_prepared(
-        &mut self,
-        prepared: &[Prepared],
-        out: &mut [Option<Option<(FlowId, Direction)>>],
-    ) {
+    /// overlap); `out[i]` is a hit or a miss for every frame with a flow
+    /// key, [`Lookup::NotYet`] for the others.
+    pub fn lookup_prepared(&mut self, prepared: &[Prepared], out: &mut [Lookup]) {
         let mut keys = [FlowKey::between(
             Endpoint {
                 addr: Ipv4Addr::UNSPECIFIED,
@@ -402,7 +414,7 @@ impl Pipeline {
         {
             let mut n = 0;
             for (i, p) in prep.iter().enumerate() {
-                out[i] = None;
+                out[i] = Lookup::NotYet;
                 if let Some(k) = p.key {
                     keys[n] = k;
                     at[n] = i;
@@ -411,7 +423,10 @@ impl Pipeline {
             }
             self.table.lookup_batch(&keys[..n], &mut hits[..n]);
             for j in 0..n {
-                out[at[j]] = Some(hits[j]);
+                out[at[j]] = match hits[j] {
+                    Some((id, dir)) => Lookup::Hit(id, dir),
+                    None => Lookup::Miss,
+                };
                 // The hit's entry is in cache now: start fetching the
                 // backend's traffic counters it will update.
                 if let Some((id, _)) = hits[j] {
@@ -425,9 +440,9 @@ impl Pipeline {
     }
 
     /// Processes a frame already classified by [`Prepared::of`], with its
-    /// flow looked up in advance (`looked`), or not (`None`). A hit found
-    /// in advance is used only if the entry still holds that key (a flow
-    /// of the same batch may have replaced it); a miss is looked up again
+    /// flow looked up in advance (`looked`), or not. A hit found in
+    /// advance is used only if the entry still holds that key (a flow of
+    /// the same batch may have replaced it); a miss is looked up again
     /// (a flow of the same batch may have created it).
     pub fn process_prepared(
         &mut self,
@@ -436,7 +451,7 @@ impl Pipeline {
         len: usize,
         now: u32,
         prepared: &Prepared,
-        looked: Option<Option<(FlowId, Direction)>>,
+        looked: Lookup,
     ) -> Verdict {
         self.counters.rx += 1;
         let verdict = self.verdict(ingress, buf, len.min(buf.len()), now, prepared, looked);
@@ -491,7 +506,7 @@ impl Pipeline {
         len: usize,
         now: u32,
         prepared: &Prepared,
-        looked: Option<Option<(FlowId, Direction)>>,
+        looked: Lookup,
     ) -> Verdict {
         let frame = match prepared.frame {
             Ok(f) => f,
@@ -544,7 +559,7 @@ impl Pipeline {
             len: u32::from(ip.total_len),
         };
         let mut hit = match looked {
-            Some(Some((id, dir))) if self.table.holds(id, dir, &key) => Some((id, dir)),
+            Lookup::Hit(id, dir) if self.table.holds(id, dir, &key) => Some((id, dir)),
             _ => self.table.lookup(&key),
         };
         // A packet that cannot be forwarded changes nothing (no flow, no

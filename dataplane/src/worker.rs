@@ -23,10 +23,10 @@ use crossbeam_channel::Receiver;
 use crossbeam_queue::ArrayQueue;
 use xsk_rs::FrameDesc;
 use xvs_config::{PollMode, PortRange, ServiceKey};
-use xvs_conntrack::{Direction, Filter, FlowId, FlowInfo};
+use xvs_conntrack::{Filter, FlowInfo};
 
 use crate::counters::{CountersReading, LiveCounters};
-use crate::pipeline::{Counters, Pipeline, Prepared, Side, Verdict};
+use crate::pipeline::{Counters, Lookup, Pipeline, Prepared, Side, Verdict};
 use crate::services::CompiledService;
 use crate::xsk::{RingStats, XskPort, BATCH};
 
@@ -213,7 +213,7 @@ pub struct Worker {
     last_now: u32,
     keep: Vec<usize>,
     preps: Vec<Prepared>,
-    looked: Vec<Option<Option<(FlowId, Direction)>>>,
+    looked: Vec<Lookup>,
     busy: u64,
     idle: u64,
     tx: u64,
@@ -455,7 +455,7 @@ impl Worker {
             self.preps.push(prep);
         }
         self.looked.clear();
-        self.looked.resize(self.preps.len(), None);
+        self.looked.resize(self.preps.len(), Lookup::NotYet);
         self.pipeline.lookup_prepared(&self.preps, &mut self.looked);
         for (j, &k) in self.keep.iter().enumerate() {
             let desc = &mut descs[k];

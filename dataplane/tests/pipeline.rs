@@ -284,16 +284,16 @@ fn an_unresolved_backend_is_counted_and_arp_requested() {
 /// itself creates (SYN, then its reply) is found when its turn comes.
 #[test]
 fn a_batch_looked_up_together_sees_flows_it_creates() {
-    use xvs_dataplane::pipeline::Prepared;
+    use xvs_dataplane::pipeline::{Lookup, Prepared};
     let mut p = pipeline();
     run(&mut p, &backend_arp_reply(), 0);
     let frames = [TCP_SYN, TCP_REPLY];
     let prepared: Vec<Prepared> = frames.iter().map(|f| Prepared::of(f)).collect();
-    let mut looked = vec![None; 2];
+    let mut looked = vec![Lookup::NotYet; 2];
     p.lookup_prepared(&prepared, &mut looked);
     assert_eq!(
         looked,
-        [Some(None), Some(None)],
+        [Lookup::Miss, Lookup::Miss],
         "both miss before processing"
     );
     let want = [TCP_SYN_FORWARDED, TCP_REPLY_FORWARDED];
@@ -308,9 +308,9 @@ fn a_batch_looked_up_together_sees_flows_it_creates() {
     }
     // Looked up now, the reply hits.
     let prepared = [Prepared::of(TCP_REPLY)];
-    let mut looked = [None];
+    let mut looked = [Lookup::NotYet];
     p.lookup_prepared(&prepared, &mut looked);
-    assert!(matches!(looked[0], Some(Some(_))));
+    assert!(matches!(looked[0], Lookup::Hit(..)));
     assert_counters_add_up(&p);
 }
 
