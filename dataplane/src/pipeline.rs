@@ -766,35 +766,31 @@ impl Pipeline {
             vip: key.destination(),
         };
         let svc = slot.svc.clone();
-        // The scheduler leaves its slot while it picks, so that persistence
-        // (which may early-drop a flow) can report to every service's counts.
-        let mut sched = std::mem::replace(
-            &mut slot.sched,
-            crate::sched::Scheduler::Rr(Default::default()),
-        );
-        let picked = match &svc.persist {
-            Some(p) => {
-                let mut obs = ServiceCounts {
-                    table: &self.services,
-                    worker,
-                };
-                pick_persistent(
-                    &mut sched,
-                    &svc.backends,
-                    &req,
-                    &svc.counts,
-                    p,
-                    self.cfg.rules.expire_quiescent_template,
-                    &mut self.table,
-                    now,
-                    &mut obs,
-                )
+        let picked = {
+            let mut sched = slot.sched.borrow_mut();
+            match &svc.persist {
+                Some(p) => {
+                    // Persistence may early-drop a flow of any service: it
+                    // reports to every service's counts.
+                    let mut obs = ServiceCounts {
+                        table: &self.services,
+                        worker,
+                    };
+                    pick_persistent(
+                        &mut sched,
+                        &svc.backends,
+                        &req,
+                        &svc.counts,
+                        p,
+                        self.cfg.rules.expire_quiescent_template,
+                        &mut self.table,
+                        now,
+                        &mut obs,
+                    )
+                }
+                None => sched.pick(&svc.backends, &req, &svc.counts, now),
             }
-            None => sched.pick(&svc.backends, &req, &svc.counts, now),
         };
-        if let Some(slot) = self.services.find(ip.dst, key.proto, key.dst_port) {
-            slot.sched = sched;
-        }
         let Ok(i) = picked else {
             return Err(self.reject(buf, ip, key.proto));
         };

@@ -21,6 +21,7 @@
 //! traffic of ids given to another backend is kept in `retired`, so the
 //! service's totals never go back.
 
+use std::cell::RefCell;
 use std::collections::HashMap as StdHashMap;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -267,8 +268,10 @@ impl CompiledService {
 pub struct ServiceSlot {
     /// The shared compiled service.
     pub svc: Arc<CompiledService>,
-    /// This worker's scheduler state.
-    pub sched: Scheduler,
+    /// This worker's scheduler state. In a cell: a pick mutates it while
+    /// the table is read (persistence reports evictions to every
+    /// service's counts), and only this worker's thread touches it.
+    pub sched: RefCell<Scheduler>,
 }
 
 /// A worker's service table.
@@ -314,8 +317,9 @@ impl ServiceTable {
         }
         let mut sched = svc.scheduler.clone();
         if let Some(old) = self.by_key.get(&k) {
-            sched.carry(&old.sched, &old.svc.backends, &svc.backends);
+            sched.carry(&old.sched.borrow(), &old.svc.backends, &svc.backends);
         }
+        let sched = RefCell::new(sched);
         self.by_key.insert(k, ServiceSlot { svc, sched });
     }
 
@@ -351,11 +355,10 @@ impl ServiceTable {
 
     /// The service for (vip, proto, port), else the port-0 one of the VIP.
     #[inline]
-    pub fn find(&mut self, vip: Ipv4Addr, proto: L4Proto, port: u16) -> Option<&mut ServiceSlot> {
-        if self.by_key.contains_key(&(vip, proto, port)) {
-            return self.by_key.get_mut(&(vip, proto, port));
-        }
-        self.by_key.get_mut(&(vip, proto, 0))
+    pub fn find(&self, vip: Ipv4Addr, proto: L4Proto, port: u16) -> Option<&ServiceSlot> {
+        self.by_key
+            .get(&(vip, proto, port))
+            .or_else(|| self.by_key.get(&(vip, proto, 0)))
     }
 
     /// The service with id `id`.
