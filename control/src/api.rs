@@ -83,10 +83,10 @@ impl From<Refused> for ApiError {
     }
 }
 
-fn internal(e: String) -> ApiError {
+fn internal(e: impl ToString) -> ApiError {
     ApiError {
         status: StatusCode::SERVICE_UNAVAILABLE,
-        message: e,
+        message: e.to_string(),
         kind: "unavailable",
         edit: None,
     }

@@ -629,6 +629,34 @@ impl Engine {
 
 type Job = Box<dyn FnOnce(&mut Engine) + Send>;
 
+/// Why a call to the engine thread got no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// Its queue stayed full for 5 s, or it has stopped.
+    #[error("the engine is busy or gone")]
+    Unavailable,
+    /// It stopped while the request waited or ran.
+    #[error("the engine dropped the request")]
+    Dropped,
+    /// The request could not be handed over (the runtime is shutting down).
+    #[error("the engine request could not be sent: {0}")]
+    Runtime(String),
+}
+
+/// Why the engine thread did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    /// The thread could not be created.
+    #[error("cannot start the engine thread: {0}")]
+    Thread(#[from] std::io::Error),
+    /// It ended before building the engine.
+    #[error("the engine thread ended")]
+    Ended,
+    /// Building the engine (starting the data plane) failed.
+    #[error("{0}")]
+    Build(String),
+}
+
 /// Talks to the engine thread. Cloneable; the thread ends when every
 /// handle is gone or [`EngineHandle::shutdown`] is called.
 #[derive(Clone)]
@@ -656,7 +684,7 @@ impl EngineHandle {
     /// on that thread).
     pub fn spawn(
         build: impl FnOnce() -> Result<Engine, String> + Send + 'static,
-    ) -> Result<(EngineHandle, EngineThread), String> {
+    ) -> Result<(EngineHandle, EngineThread), SpawnError> {
         let (tx, rx) = crossbeam_channel::bounded::<Job>(1024);
         let (up_tx, up_rx) = mpsc::channel();
         let join = std::thread::Builder::new()
@@ -676,11 +704,11 @@ impl EngineHandle {
                     job(&mut engine);
                 }
                 engine.stop()
-            })
-            .map_err(|e| e.to_string())?;
+            })?;
         up_rx
             .recv()
-            .map_err(|_| "the engine thread ended".to_owned())??;
+            .map_err(|_| SpawnError::Ended)?
+            .map_err(SpawnError::Build)?;
         Ok((EngineHandle { jobs: tx }, EngineThread { join: Some(join) }))
     }
 
@@ -689,7 +717,7 @@ impl EngineHandle {
     pub async fn call<R: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Engine) -> R + Send + 'static,
-    ) -> Result<R, String> {
+    ) -> Result<R, CallError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let jobs = self.jobs.clone();
         let job: Job = Box::new(move |e| {
@@ -697,25 +725,23 @@ impl EngineHandle {
         });
         tokio::task::spawn_blocking(move || jobs.send_timeout(job, Duration::from_secs(5)))
             .await
-            .map_err(|e| e.to_string())?
-            .map_err(|_| "the engine is busy or gone".to_owned())?;
-        rx.await
-            .map_err(|_| "the engine dropped the request".to_owned())
+            .map_err(|e| CallError::Runtime(e.to_string()))?
+            .map_err(|_| CallError::Unavailable)?;
+        rx.await.map_err(|_| CallError::Dropped)
     }
 
     /// Runs `f` on the engine thread, blocking (for non-async callers).
     pub fn call_blocking<R: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Engine) -> R + Send + 'static,
-    ) -> Result<R, String> {
+    ) -> Result<R, CallError> {
         let (tx, rx) = mpsc::channel();
         self.jobs
             .send(Box::new(move |e| {
                 let _ = tx.send(f(e));
             }))
-            .map_err(|_| "the engine is gone".to_owned())?;
-        rx.recv()
-            .map_err(|_| "the engine dropped the request".to_owned())
+            .map_err(|_| CallError::Unavailable)?;
+        rx.recv().map_err(|_| CallError::Dropped)
     }
 }
 

@@ -209,7 +209,10 @@ pub fn run(config: &Path) -> u8 {
             Some(status) => Some(start_kube(&cfg, status.clone(), shared.clone()).await?),
             None => None,
         };
-        let queues = engine.call(|e| e.dataplane().events()).await?;
+        let queues = engine
+            .call(|e| e.dataplane().events())
+            .await
+            .map_err(|e| e.to_string())?;
         let collector = tokio::spawn(shared.events.clone().run(queues));
         let unix = bind_unix(&cfg.admin.socket)?;
         let app = router(shared.clone());
@@ -266,7 +269,8 @@ pub fn run(config: &Path) -> u8 {
         });
         let services = engine
             .call(|e| (e.applied().len(), e.dataplane().interface()))
-            .await?;
+            .await
+            .map_err(|e| e.to_string())?;
         println!(
             "ready: {} services on {}, {} worker(s), admin API on {}",
             services.0,
