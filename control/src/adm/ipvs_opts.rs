@@ -755,6 +755,18 @@ fn parse_sched_flags(sched: Option<&str>, arg: &str) -> Result<u32, Exit> {
     Ok(flags)
 }
 
+/// `set_option`: an option given twice is refused.
+fn set_option(options: &mut u64, o: usize) -> Result<(), Exit> {
+    if *options & (1 << o) != 0 {
+        return Err(fail(format!(
+            "multiple '{}' options specified",
+            OPT_NAMES[o]
+        )));
+    }
+    *options |= 1 << o;
+    Ok(())
+}
+
 /// `generic_opt_check`.
 fn generic_opt_check(cmd: Cmd, options: u64) -> Result<(), Exit> {
     let row = cmd.row();
@@ -887,15 +899,12 @@ pub fn parse(argv: &[String], in_restore: bool, names: &dyn Resolve) -> Result<I
     let mut dest_port: Option<u16> = None;
     let mut sched_flags_arg: Option<String> = None;
     let mut tun_type = 0usize;
-    let set = |options: &mut u64, o: usize| -> Result<(), Exit> {
-        if *options & (1 << o) != 0 {
-            return Err(fail(format!(
-                "multiple '{}' options specified",
-                OPT_NAMES[o]
-            )));
-        }
-        *options |= 1 << o;
-        Ok(())
+    let set = set_option;
+    // An output option: the option, then its format flag.
+    let output = |c: &mut Command, o: usize, flag: fn(&mut Format) -> &mut bool| {
+        set_option(&mut c.options, o)?;
+        *flag(&mut c.format) = true;
+        Ok::<(), Exit>(())
     };
     loop {
         let (tag, arg) = match p.next_opt() {
@@ -983,10 +992,7 @@ pub fn parse(argv: &[String], in_restore: bool, names: &dyn Resolve) -> Result<I
                     .ok_or_else(|| fail("illegal l_threshold specified"))?;
             }
             Tag::Connection => set(&mut c.options, optc::CONNECTION)?,
-            Tag::Numeric => {
-                set(&mut c.options, optc::NUMERIC)?;
-                c.format.numeric = true;
-            }
+            Tag::Numeric => output(&mut c, optc::NUMERIC, |f| &mut f.numeric)?,
             Tag::McastInterface => set(&mut c.options, optc::MCAST)?,
             Tag::Syncid => {
                 set(&mut c.options, optc::SYNCID)?;
@@ -994,31 +1000,15 @@ pub fn parse(argv: &[String], in_restore: bool, names: &dyn Resolve) -> Result<I
             }
             Tag::Timeout => set(&mut c.options, optc::TIMEOUT)?,
             Tag::Daemon => set(&mut c.options, optc::DAEMON)?,
-            Tag::Stats => {
-                set(&mut c.options, optc::STATS)?;
-                c.format.stats = true;
-            }
-            Tag::Rate => {
-                set(&mut c.options, optc::RATE)?;
-                c.format.rate = true;
-            }
-            Tag::Thresholds => {
-                set(&mut c.options, optc::THRESHOLDS)?;
-                c.format.thresholds = true;
-            }
+            Tag::Stats => output(&mut c, optc::STATS, |f| &mut f.stats)?,
+            Tag::Rate => output(&mut c, optc::RATE, |f| &mut f.rate)?,
+            Tag::Thresholds => output(&mut c, optc::THRESHOLDS, |f| &mut f.thresholds)?,
             Tag::PersistentConn => {
-                set(&mut c.options, optc::PERSISTENTCONN)?;
-                c.format.persistent_conn = true;
+                output(&mut c, optc::PERSISTENTCONN, |f| &mut f.persistent_conn)?
             }
-            Tag::NoSort => {
-                set(&mut c.options, optc::NOSORT)?;
-                c.format.nosort = true;
-            }
+            Tag::NoSort => output(&mut c, optc::NOSORT, |f| &mut f.nosort)?,
             Tag::Sort => {}
-            Tag::Exact => {
-                set(&mut c.options, optc::EXACT)?;
-                c.format.exact = true;
-            }
+            Tag::Exact => output(&mut c, optc::EXACT, |f| &mut f.exact)?,
             Tag::Ipv6 => {
                 if !matches!(c.service, Some(Service::Fwmark(_))) {
                     // ipvsadm's message ends with a newline of its own.
@@ -1058,10 +1048,7 @@ pub fn parse(argv: &[String], in_restore: bool, names: &dyn Resolve) -> Result<I
                 number(a, 1, 65535 - 20 - 8)
                     .ok_or_else(|| fail("illegal sync-maxlen specified"))?;
             }
-            Tag::TunInfo => {
-                set(&mut c.options, optc::TUN_INFO)?;
-                c.format.tun_info = true;
-            }
+            Tag::TunInfo => output(&mut c, optc::TUN_INFO, |f| &mut f.tun_info)?,
             Tag::TunType => {
                 set(&mut c.options, optc::TUN_TYPE)?;
                 tun_type = TUN_NAMES
