@@ -9,6 +9,7 @@ pub mod counters;
 pub mod eventfd;
 pub mod events;
 pub mod host;
+pub mod io;
 pub mod pipeline;
 pub mod runtime;
 pub mod sched;

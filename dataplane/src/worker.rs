@@ -21,11 +21,11 @@ use std::sync::Arc;
 
 use crossbeam_channel::Receiver;
 use crossbeam_queue::ArrayQueue;
-use xsk_rs::FrameDesc;
 use xvs_config::{PollMode, PortRange, ServiceKey};
 use xvs_conntrack::{Filter, FlowInfo};
 
 use crate::counters::{CountersReading, LiveCounters};
+use crate::io::PacketIo;
 use crate::pipeline::{Counters, Lookup, Pipeline, Prepared, Side, Verdict};
 use crate::services::CompiledService;
 use crate::xsk::{RingStats, XskPort, BATCH};
@@ -169,20 +169,31 @@ pub struct WorkerLinks {
 /// Frames waiting for one side's TX ring, in order, with whether each is
 /// an answer (else a forwarded frame): a frame that never gets into the
 /// ring is taken back out of the count it was in.
-struct Outbox {
-    frames: Vec<FrameDesc>,
+struct Outbox<F> {
+    frames: Vec<F>,
     answers: Vec<bool>,
 }
 
-impl Outbox {
-    fn new() -> Outbox {
+/// Empty, without capacity (what a taken-out outbox leaves behind for
+/// the moment it is out).
+impl<F> Default for Outbox<F> {
+    fn default() -> Self {
+        Outbox {
+            frames: Vec::new(),
+            answers: Vec::new(),
+        }
+    }
+}
+
+impl<F> Outbox<F> {
+    fn new() -> Outbox<F> {
         Outbox {
             frames: Vec::with_capacity(TX_BACKLOG + 2 * BATCH),
             answers: Vec::with_capacity(TX_BACKLOG + 2 * BATCH),
         }
     }
 
-    fn push(&mut self, desc: FrameDesc, answer: bool) {
+    fn push(&mut self, desc: F, answer: bool) {
         self.frames.push(desc);
         self.answers.push(answer);
     }
@@ -194,14 +205,30 @@ impl Outbox {
     }
 }
 
-/// Everything a worker thread owns.
-pub struct Worker {
+/// What one loop iteration did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Frames came in (from the port or other workers).
+    Busy,
+    /// Nothing came in; `sleep` says whether an adaptive worker would
+    /// now sleep.
+    Idle {
+        /// Time to sleep.
+        sleep: bool,
+    },
+    /// A stop message came: the worker does nothing more.
+    Stopped,
+}
+
+/// Everything a worker thread owns, on its packet I/O `P` (the AF_XDP
+/// port in production).
+pub struct Worker<P: PacketIo = XskPort> {
     /// Index.
     pub index: usize,
     /// The pipeline.
     pub pipeline: Pipeline,
     /// The port.
-    pub port: XskPort,
+    pub port: P,
     /// Control messages.
     pub control: Receiver<Control>,
     /// Eventfd the control side writes to wake the worker.
@@ -221,17 +248,23 @@ pub struct Worker {
     handed_off: u64,
     handoff_full: u64,
     handed_in: u64,
+    /// The loop's frame buffers (kept between iterations: no allocation
+    /// per iteration).
+    rx: Vec<P::Frame>,
+    outs: [Outbox<P::Frame>; 2],
+    drop: Vec<P::Frame>,
+    empty_streak: u32,
 }
 
-impl Worker {
+impl<P: PacketIo> Worker<P> {
     /// A worker ready to run.
     pub fn new(
         index: usize,
         pipeline: Pipeline,
-        port: XskPort,
+        port: P,
         poll: PollMode,
         links: WorkerLinks,
-    ) -> Worker {
+    ) -> Worker<P> {
         Worker {
             index,
             pipeline,
@@ -252,6 +285,10 @@ impl Worker {
             handed_off: 0,
             handoff_full: 0,
             handed_in: 0,
+            rx: vec![P::Frame::default(); BATCH],
+            outs: [Outbox::new(), Outbox::new()],
+            drop: Vec::with_capacity(BATCH),
+            empty_streak: 0,
         }
     }
 
@@ -342,60 +379,76 @@ impl Worker {
 
     /// Runs until stopped; returns the final snapshot.
     pub fn run(mut self, clock: impl Fn() -> u32) -> Snapshot {
-        let mut rx = vec![FrameDesc::default(); BATCH];
-        let mut outs: [Outbox; 2] = [Outbox::new(), Outbox::new()];
-        let mut drop: Vec<FrameDesc> = Vec::with_capacity(BATCH);
-        let mut empty_streak = 0u32;
         loop {
-            if !self.control() {
-                break;
-            }
-            let now = clock();
-            self.last_now = now;
-            self.port.reclaim();
-            self.port.refill();
-            let mut got = 0;
-            for sock in 0..self.port.sockets() {
-                let ingress = if sock == 0 {
-                    Side::Client
-                } else {
-                    Side::Backend
-                };
-                let n = self.port.receive(sock, &mut rx);
-                got += n;
-                self.process_batch(&mut rx[..n], ingress, true, now, &mut outs, &mut drop);
-            }
-            for _ in 0..BATCH {
-                let Some((desc, side)) = self.take_handed_in() else {
-                    break;
-                };
-                got += 1;
-                self.process_batch(&mut [desc], side, false, now, &mut outs, &mut drop);
-            }
-            self.port.release(&drop);
-            drop.clear();
-            for side in [Side::Client, Side::Backend] {
-                self.transmit(side, &mut outs[side as usize], TX_BACKLOG);
-            }
-            self.send_arp();
-            self.pipeline.advance(now, EXPIRY_BUDGET);
-            if got > 0 {
-                empty_streak = 0;
-                self.busy += 1;
-                self.publish();
-                continue;
-            }
-            self.idle += 1;
-            empty_streak += 1;
-            if empty_streak.is_multiple_of(SPIN_BEFORE_SLEEP) {
-                self.publish();
-            }
-            if self.poll == PollMode::Adaptive && empty_streak >= SPIN_BEFORE_SLEEP {
-                self.sleep();
-                empty_streak = 0;
+            match self.step(clock()) {
+                Step::Stopped => break,
+                Step::Idle { sleep: true } => self.sleep(),
+                Step::Busy | Step::Idle { sleep: false } => {}
             }
         }
-        // What never got into a ring is dropped, counted.
+        self.finish()
+    }
+
+    /// One loop iteration at time `now`: control messages, frames in,
+    /// verdicts, frames out, ARP requests, timers.
+    pub fn step(&mut self, now: u32) -> Step {
+        if !self.control() {
+            return Step::Stopped;
+        }
+        self.last_now = now;
+        self.port.reclaim();
+        self.port.refill();
+        let mut rx = std::mem::take(&mut self.rx);
+        let mut outs = std::mem::take(&mut self.outs);
+        let mut drop = std::mem::take(&mut self.drop);
+        let mut got = 0;
+        for sock in 0..self.port.sockets() {
+            let ingress = if sock == 0 {
+                Side::Client
+            } else {
+                Side::Backend
+            };
+            let n = self.port.receive(sock, &mut rx);
+            got += n;
+            self.process_batch(&mut rx[..n], ingress, true, now, &mut outs, &mut drop);
+        }
+        for _ in 0..BATCH {
+            let Some((desc, side)) = self.take_handed_in() else {
+                break;
+            };
+            got += 1;
+            self.process_batch(&mut [desc], side, false, now, &mut outs, &mut drop);
+        }
+        self.port.release(&drop);
+        drop.clear();
+        for side in [Side::Client, Side::Backend] {
+            self.transmit(side, &mut outs[side as usize], TX_BACKLOG);
+        }
+        (self.rx, self.outs, self.drop) = (rx, outs, drop);
+        self.send_arp();
+        self.pipeline.advance(now, EXPIRY_BUDGET);
+        if got > 0 {
+            self.empty_streak = 0;
+            self.busy += 1;
+            self.publish();
+            return Step::Busy;
+        }
+        self.idle += 1;
+        self.empty_streak += 1;
+        if self.empty_streak.is_multiple_of(SPIN_BEFORE_SLEEP) {
+            self.publish();
+        }
+        let sleep = self.poll == PollMode::Adaptive && self.empty_streak >= SPIN_BEFORE_SLEEP;
+        if sleep {
+            self.empty_streak = 0;
+        }
+        Step::Idle { sleep }
+    }
+
+    /// After the last step: what never got into a ring is dropped,
+    /// counted; the final snapshot.
+    pub fn finish(mut self) -> Snapshot {
+        let mut outs = std::mem::take(&mut self.outs);
         for side in [Side::Client, Side::Backend] {
             self.transmit(side, &mut outs[side as usize], 0);
         }
@@ -406,7 +459,7 @@ impl Worker {
     /// Puts what it can of `out` into `side`'s TX ring; keeps at most
     /// `backlog` frames for the next iteration and drops the newest of
     /// the rest, each counted as `tx_ring_full` instead of what it was.
-    fn transmit(&mut self, side: Side, out: &mut Outbox, backlog: usize) {
+    fn transmit(&mut self, side: Side, out: &mut Outbox<P::Frame>, backlog: usize) {
         if out.frames.is_empty() {
             return;
         }
@@ -431,12 +484,12 @@ impl Worker {
     /// or `drop`.
     fn process_batch(
         &mut self,
-        descs: &mut [FrameDesc],
+        descs: &mut [P::Frame],
         ingress: Side,
         from_port: bool,
         now: u32,
-        outs: &mut [Outbox; 2],
-        drop: &mut Vec<FrameDesc>,
+        outs: &mut [Outbox<P::Frame>; 2],
+        drop: &mut Vec<P::Frame>,
     ) {
         self.keep.clear();
         self.preps.clear();
@@ -483,7 +536,7 @@ impl Worker {
 
     /// If the frame belongs to another worker's flow, copies it into that
     /// worker's ring (or counts it dropped when full) and returns true.
-    fn hand_off(&mut self, desc: &mut FrameDesc, side: Side) -> bool {
+    fn hand_off(&mut self, desc: &mut P::Frame, side: Side) -> bool {
         let Some(peers) = &self.peers else {
             return false;
         };
@@ -521,7 +574,7 @@ impl Worker {
     /// Every worker resolves next hops for its own flows, but an ARP reply
     /// lands on one queue: copies of it go to the other workers too (it is
     /// also processed here).
-    fn share_arp_reply(&mut self, desc: &mut FrameDesc, side: Side) {
+    fn share_arp_reply(&mut self, desc: &mut P::Frame, side: Side) {
         let Some(peers) = &self.peers else { return };
         // SAFETY: `desc` is a received frame referenced nowhere else.
         let copy = unsafe {
@@ -554,7 +607,7 @@ impl Worker {
 
     /// Takes one frame another worker handed over into a free frame of
     /// this port, with the side it arrived on.
-    fn take_handed_in(&mut self) -> Option<(FrameDesc, Side)> {
+    fn take_handed_in(&mut self) -> Option<(P::Frame, Side)> {
         let ring = self.peers.as_ref()?.rings[self.index].clone();
         let mut desc = self.port.alloc()?;
         let Some(frame) = ring.pop() else {
@@ -577,7 +630,7 @@ impl Worker {
     /// sends them on the backend side; one the TX ring cannot take is
     /// released (the next packet to that next hop asks again).
     fn send_arp(&mut self) {
-        let mut frames = [FrameDesc::default(); 8];
+        let mut frames = [P::Frame::default(); 8];
         loop {
             let mut n = 0;
             while n < frames.len() {
@@ -625,9 +678,12 @@ impl Worker {
             events: libc::POLLIN,
             revents: 0,
         }; 3];
-        let socks = self.port.sockets();
-        for (k, fd) in fds.iter_mut().skip(1).take(socks).enumerate() {
-            fd.fd = self.port.fd(k);
+        let mut socks = 0;
+        for k in 0..self.port.sockets() {
+            if let Some(fd) = self.port.poll_fd(k) {
+                socks += 1;
+                fds[socks].fd = fd;
+            }
         }
         // SAFETY: `fds` holds 1 + socks valid pollfd entries, alive for
         // the call; the descriptors are the worker's own (its eventfd and

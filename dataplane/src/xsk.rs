@@ -406,3 +406,53 @@ impl XskPort {
         n
     }
 }
+
+impl crate::io::PacketIo for XskPort {
+    type Frame = FrameDesc;
+
+    fn sockets(&self) -> usize {
+        XskPort::sockets(self)
+    }
+    fn poll_fd(&self, i: usize) -> Option<std::os::fd::RawFd> {
+        Some(self.fd(i))
+    }
+    fn reclaim(&mut self) {
+        XskPort::reclaim(self)
+    }
+    fn refill(&mut self) {
+        XskPort::refill(self)
+    }
+    fn receive(&mut self, i: usize, out: &mut [FrameDesc]) -> usize {
+        XskPort::receive(self, i, out)
+    }
+    fn transmit(&mut self, i: usize, frames: &[FrameDesc]) -> usize {
+        XskPort::transmit(self, i, frames)
+    }
+    fn alloc(&mut self) -> Option<FrameDesc> {
+        XskPort::alloc(self)
+    }
+    fn release(&mut self, frames: &[FrameDesc]) {
+        XskPort::release(self, frames)
+    }
+    unsafe fn with_frame<R>(
+        &self,
+        frame: &mut FrameDesc,
+        f: impl FnOnce(&mut [u8], usize) -> R,
+    ) -> R {
+        // SAFETY: the trait's contract is the inherent method's.
+        unsafe { XskPort::with_frame(self, frame, f) }
+    }
+    unsafe fn set_len(&self, frame: &mut FrameDesc, len: usize) {
+        // SAFETY: the trait's contract is the inherent method's.
+        unsafe { XskPort::set_len(self, frame, len) }
+    }
+    fn frame_counts(&self) -> (u32, u32, u32) {
+        XskPort::frame_counts(self)
+    }
+    fn frames_accounted(&self) -> bool {
+        XskPort::frames_accounted(self)
+    }
+    fn ring_stats(&self) -> RingStats {
+        XskPort::ring_stats(self)
+    }
+}

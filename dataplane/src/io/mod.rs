@@ -1,0 +1,64 @@
+//! The packet I/O boundary a worker runs on (smoltcp's `phy::Device` is
+//! the model): frames come in on one or two sockets (one-arm, two-arm),
+//! are processed in place, and go out on a socket or back to the free
+//! list. [`crate::xsk::XskPort`] implements it over AF_XDP;
+//! [`loopback::Loopback`] over memory, so workers run in unit tests
+//! without root, with time given by the test.
+//!
+//! Invariants of every implementation: a frame handle is owned by exactly
+//! one of the free list, a fill/RX ring, the worker, or a TX ring; a frame
+//! the worker holds goes back by `transmit` (the part a ring took) or
+//! `release`, never both; `frames_accounted` says whether every frame is
+//! in one of those places.
+
+pub mod loopback;
+
+use std::os::fd::RawFd;
+
+use crate::xsk::RingStats;
+
+/// Frames, their bytes, and the sockets they come and go by.
+pub trait PacketIo {
+    /// A frame handle (a descriptor: copying it does not copy the bytes).
+    type Frame: Copy + Default;
+
+    /// Sockets: 1 (one-arm) or 2 (two-arm: client side first).
+    fn sockets(&self) -> usize;
+    /// A descriptor to wait on for socket `i` (poll), if it has one.
+    fn poll_fd(&self, i: usize) -> Option<RawFd>;
+    /// Takes back the frames whose transmission completed.
+    fn reclaim(&mut self);
+    /// Hands free frames to the receive side.
+    fn refill(&mut self);
+    /// Receives up to `out.len()` frames from socket `i`; how many.
+    fn receive(&mut self, i: usize, out: &mut [Self::Frame]) -> usize;
+    /// Queues the first frames of `frames` on socket `i`; how many were
+    /// taken (the rest stay the caller's).
+    fn transmit(&mut self, i: usize, frames: &[Self::Frame]) -> usize;
+    /// A free frame to build a packet in.
+    fn alloc(&mut self) -> Option<Self::Frame>;
+    /// Returns frames to the free list without sending them.
+    fn release(&mut self, frames: &[Self::Frame]);
+    /// Runs `f` on the whole buffer of a frame and its current length.
+    ///
+    /// # Safety
+    /// `frame` must be owned by the caller (received or allocated, not yet
+    /// transmitted or released), with no other reference to its bytes
+    /// alive.
+    unsafe fn with_frame<R>(
+        &self,
+        frame: &mut Self::Frame,
+        f: impl FnOnce(&mut [u8], usize) -> R,
+    ) -> R;
+    /// Sets the length of a frame about to be transmitted.
+    ///
+    /// # Safety
+    /// As [`PacketIo::with_frame`].
+    unsafe fn set_len(&self, frame: &mut Self::Frame, len: usize);
+    /// Frames in userspace, in the receive side, and in transmission.
+    fn frame_counts(&self) -> (u32, u32, u32);
+    /// Whether every frame is in one of those places.
+    fn frames_accounted(&self) -> bool;
+    /// What the sockets' kernel counted (drops before xvs saw a frame).
+    fn ring_stats(&self) -> RingStats;
+}
