@@ -309,7 +309,8 @@ impl<P: PacketIo> Worker<P> {
         });
     }
 
-    fn snapshot(&self) -> Snapshot {
+    /// What it reports now.
+    pub fn snapshot(&self) -> Snapshot {
         Snapshot {
             worker: self.index,
             counters: *self.pipeline.counters(),
