@@ -154,8 +154,9 @@ impl Gateway {
     }
 }
 
+/// smoltcp's address type is the standard one.
 fn ipv4(a: Ipv4Addr) -> Ipv4Address {
-    Ipv4Address::from(a)
+    a
 }
 
 /// An Ethernet/IPv4/TCP frame with correct checksums.
@@ -259,9 +260,9 @@ fn tcp_of(f: &[u8]) -> ([u8; 6], Ipv4Addr, u16, Ipv4Addr, u16) {
     mac.copy_from_slice(e.dst_addr().as_bytes());
     (
         mac,
-        Ipv4Addr::from(p.src_addr()),
+        p.src_addr(),
         t.src_port(),
-        Ipv4Addr::from(p.dst_addr()),
+        p.dst_addr(),
         t.dst_port(),
     )
 }
@@ -291,7 +292,7 @@ fn learn_backend(g: &mut Gateway) {
 fn an_arp_reply_on_one_queue_teaches_every_worker() {
     let mut g = Gateway::new(256);
     learn_backend(&mut g);
-    for w in 0..2 {
+    for (w, slice) in SLICES.iter().enumerate() {
         let s = g.snap(w);
         assert_eq!(s.counters.drops[DropReason::NextHopUnresolved.index()], 1);
         assert_eq!(s.arp_requests, 1);
