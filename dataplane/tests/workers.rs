@@ -258,13 +258,7 @@ fn tcp_of(f: &[u8]) -> ([u8; 6], Ipv4Addr, u16, Ipv4Addr, u16) {
     let t = TcpPacket::new_checked(p.payload()).unwrap();
     let mut mac = [0u8; 6];
     mac.copy_from_slice(e.dst_addr().as_bytes());
-    (
-        mac,
-        p.src_addr(),
-        t.src_port(),
-        p.dst_addr(),
-        t.dst_port(),
-    )
+    (mac, p.src_addr(), t.src_port(), p.dst_addr(), t.dst_port())
 }
 
 /// Both workers ask for the backend's MAC (a first SYN each, dropped);
@@ -303,10 +297,7 @@ fn an_arp_reply_on_one_queue_teaches_every_worker() {
         assert_eq!(sent.len(), 1, "the SYN went out");
         let (mac, src, sport, dst, dport) = tcp_of(&sent[0]);
         assert_eq!((mac, src, dst, dport), (BACKEND_MAC, SNAT, BACKEND, 8080));
-        assert!(
-            (SLICES[w].first..=SLICES[w].last).contains(&sport),
-            "{sport}"
-        );
+        assert!((slice.first..=slice.last).contains(&sport), "{sport}");
     }
     g.assert_accounted();
 }
