@@ -166,6 +166,11 @@ pub struct Prepared {
 }
 
 impl Prepared {
+    /// Whether it is an ARP reply (which every worker learns from).
+    pub fn is_arp_reply(&self) -> bool {
+        matches!(self.frame, Ok(Frame::Arp(a)) if a.op == ArpOp::Reply)
+    }
+
     /// Classifies `frame` (no state is touched).
     pub fn of(frame: &[u8]) -> Prepared {
         let frame = classify(frame);
@@ -257,11 +262,11 @@ impl Pipeline {
         }
     }
 
-    /// The SNAT port a frame is addressed to, if it is a reply (or an
-    /// ICMP error about a flow) to this pipeline's SNAT address: its
-    /// owner is the worker whose slice holds that port.
-    pub fn snat_port_of(&self, frame: &[u8]) -> Option<u16> {
-        let Ok(Frame::Ipv4(ip)) = classify(frame) else {
+    /// The SNAT port a classified frame is addressed to, if it is a reply
+    /// (or an ICMP error about a flow) to this pipeline's SNAT address:
+    /// its owner is the worker whose slice holds that port.
+    pub fn snat_port_of(&self, prepared: &Prepared) -> Option<u16> {
+        let Ok(Frame::Ipv4(ip)) = prepared.frame else {
             return None;
         };
         if !self.is_snat(ip.dst) {

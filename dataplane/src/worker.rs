@@ -495,16 +495,17 @@ impl<P: PacketIo> Worker<P> {
         self.keep.clear();
         self.preps.clear();
         for (k, desc) in descs.iter_mut().enumerate() {
-            if from_port && self.hand_off(desc, ingress) {
-                drop.push(*desc);
-                continue;
-            }
+            // Classified once: for the hand-off and for the verdict.
             // SAFETY: `desc` was just received on this port (or filled
             // from the hand-off ring) and is referenced nowhere else.
             let prep = unsafe {
                 self.port
                     .with_frame(desc, |buf, len| Prepared::of(&buf[..len]))
             };
+            if from_port && self.hand_off(desc, &prep, ingress) {
+                drop.push(*desc);
+                continue;
+            }
             self.keep.push(k);
             self.preps.push(prep);
         }
@@ -536,54 +537,24 @@ impl<P: PacketIo> Worker<P> {
     }
 
     /// If the frame belongs to another worker's flow, copies it into that
-    /// worker's ring (or counts it dropped when full) and returns true.
-    fn hand_off(&mut self, desc: &mut P::Frame, side: Side) -> bool {
+    /// worker's ring (or counts it dropped when full) and returns true;
+    /// an ARP reply is copied to every other worker and processed here.
+    fn hand_off(&mut self, desc: &mut P::Frame, prep: &Prepared, side: Side) -> bool {
         let Some(peers) = &self.peers else {
             return false;
         };
-        let pipeline = &self.pipeline;
-        // SAFETY: `desc` is a received frame referenced nowhere else.
-        let copy = unsafe {
-            self.port.with_frame(desc, |buf, len| {
-                let owner = pipeline
-                    .snat_port_of(&buf[..len])
-                    .and_then(|p| peers.owner(p))?;
-                if owner == self.index || len > HANDOFF_FRAME {
-                    return None;
-                }
-                let mut f = HandoffFrame {
-                    len: len as u16,
-                    side,
-                    bytes: [0; HANDOFF_FRAME],
-                };
-                f.bytes[..len].copy_from_slice(&buf[..len]);
-                Some((owner, f))
-            })
-        };
-        let Some((owner, frame)) = copy else {
-            self.share_arp_reply(desc, side);
+        let owner = self
+            .pipeline
+            .snat_port_of(prep)
+            .and_then(|p| peers.owner(p))
+            .filter(|&o| o != self.index);
+        if owner.is_none() && !prep.is_arp_reply() {
             return false;
-        };
-        if peers.rings[owner].push(frame).is_ok() {
-            self.handed_off += 1;
-        } else {
-            self.handoff_full += 1;
         }
-        true
-    }
-
-    /// Every worker resolves next hops for its own flows, but an ARP reply
-    /// lands on one queue: copies of it go to the other workers too (it is
-    /// also processed here).
-    fn share_arp_reply(&mut self, desc: &mut P::Frame, side: Side) {
-        let Some(peers) = &self.peers else { return };
         // SAFETY: `desc` is a received frame referenced nowhere else.
-        let copy = unsafe {
+        let frame = unsafe {
             self.port.with_frame(desc, |buf, len| {
-                let is_reply = (22..=HANDOFF_FRAME).contains(&len)
-                    && buf[12..14] == [0x08, 0x06]
-                    && buf[20..22] == [0, 2];
-                is_reply.then(|| {
+                (len <= HANDOFF_FRAME).then(|| {
                     let mut f = HandoffFrame {
                         len: len as u16,
                         side,
@@ -594,16 +565,23 @@ impl<P: PacketIo> Worker<P> {
                 })
             })
         };
-        let Some(frame) = copy else { return };
-        for (i, ring) in peers.rings.iter().enumerate() {
-            if i != self.index {
-                if ring.push(frame).is_ok() {
-                    self.handed_off += 1;
-                } else {
-                    self.handoff_full += 1;
-                }
+        // Too large to hand over: processed here.
+        let Some(frame) = frame else { return false };
+        let mut push = |i: usize| {
+            if peers.rings[i].push(frame).is_ok() {
+                self.handed_off += 1;
+            } else {
+                self.handoff_full += 1;
             }
+        };
+        match owner {
+            Some(o) => push(o),
+            None => (0..peers.rings.len())
+                .filter(|&i| i != self.index)
+                .for_each(push),
         }
+        // An ARP reply is also processed here; a frame handed over is not.
+        owner.is_some()
     }
 
     /// Takes one frame another worker handed over into a free frame of

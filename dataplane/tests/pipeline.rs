@@ -437,6 +437,9 @@ fn every_snat_address_adds_the_port_slice_and_replies_find_their_flow() {
         "{:?}",
         ip.l4
     );
-    assert_eq!(p.snat_port_of(&reply), Some(2000));
+    assert_eq!(
+        p.snat_port_of(&xvs_dataplane::pipeline::Prepared::of(&reply)),
+        Some(2000)
+    );
     assert_counters_add_up(&p);
 }
