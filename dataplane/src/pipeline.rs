@@ -32,7 +32,7 @@
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use hashbrown::{HashMap, HashSet};
+use hashbrown::HashSet;
 use smoltcp::wire::EthernetAddress;
 use xvs_config::{ConnRules, PortRange, UnknownPort};
 use xvs_conntrack::{
@@ -41,8 +41,10 @@ use xvs_conntrack::{
 };
 
 use crate::events::{EventKind, FlowEvent, FlowEvents};
+use crate::neighbours::Neighbours;
 use crate::sched::{pick_persistent, Request};
 use crate::services::{CompiledService, ServiceCounts, ServiceTable};
+use crate::snat::SnatEndpoints;
 use crate::traffic::DestState;
 use crate::wire::answer::{
     arp_reply, icmp_echo_reply, icmp_port_unreachable, icmp_time_exceeded, tcp_reset,
@@ -52,10 +54,6 @@ use crate::wire::{
     classify, icmp_error, nat, ArpOp, DropReason, Fragment, Frame, IcmpErrorNat, Ipv4, Nat, L4,
 };
 
-/// Largest number of next hops remembered.
-const NEIGH_CAPACITY: usize = 65_536;
-/// Largest number of ARP requests waiting to be sent.
-const ARP_QUEUE: usize = 256;
 /// SNAT ports tried for one new flow before giving up.
 const SNAT_TRIES: u32 = 64;
 /// SNAT ports looked at for a free one before taking the first one whose
@@ -220,19 +218,16 @@ pub struct Pipeline {
     pub table: FlowTable,
     /// Services.
     pub services: ServiceTable,
+    /// Addresses answered for (VIPs and SNAT addresses).
     owned: HashSet<Ipv4Addr>,
-    neigh: HashMap<Ipv4Addr, [u8; 6]>,
-    arp_queue: Vec<Ipv4Addr>,
-    /// The next SNAT endpoint to try, as an index into addresses × ports
-    /// (port-major): the search resumes where the last one ended, where
-    /// the oldest flows were, so a free endpoint is usually the first.
-    next_snat: u32,
+    /// Next hops and the ARP requests to send.
+    neighbours: Neighbours,
+    /// SNAT endpoints: the search for a free one resumes where the last
+    /// one ended, where the oldest flows were, so a free endpoint is
+    /// usually the first.
+    snat: SnatEndpoints,
     /// Until when (worker clock) this worker is under pressure.
     pressure_until: u32,
-    /// The sender address of ARP requests: the first SNAT address that
-    /// is not also the host's, else 0.0.0.0 (an ARP probe, whose answer
-    /// the steering program gives xvs without taking the kernel's).
-    arp_source: Ipv4Addr,
     counters: Counters,
     /// Where flow events go (none: not produced).
     events: Option<Arc<FlowEvents>>,
@@ -247,15 +242,17 @@ impl Pipeline {
             table: FlowTable::new(cfg.capacity, cfg.timeouts, now),
             services: ServiceTable::default(),
             owned,
-            neigh: HashMap::new(),
-            arp_queue: Vec::with_capacity(ARP_QUEUE),
-            next_snat: 0,
+            // ARP requests come from the first SNAT address (see
+            // `share_with_host`).
+            neighbours: Neighbours::new(
+                cfg.snat_addrs
+                    .first()
+                    .copied()
+                    .unwrap_or(Ipv4Addr::UNSPECIFIED),
+                cfg.backend_mac,
+            ),
+            snat: SnatEndpoints::new(cfg.snat_addrs.clone(), cfg.snat_ports),
             pressure_until: 0,
-            arp_source: cfg
-                .snat_addrs
-                .first()
-                .copied()
-                .unwrap_or(Ipv4Addr::UNSPECIFIED),
             counters: Counters::default(),
             events: None,
             cfg,
@@ -279,9 +276,9 @@ impl Pipeline {
         }
     }
 
-    /// Whether `addr` is one of the SNAT addresses (a handful: a scan).
+    /// Whether `addr` is one of the SNAT addresses.
     fn is_snat(&self, addr: Ipv4Addr) -> bool {
-        self.cfg.snat_addrs.contains(&addr)
+        self.snat.is_snat(addr)
     }
 
     /// Counters so far.
@@ -293,13 +290,14 @@ impl Pipeline {
     /// hops with ARP probes (sender 0.0.0.0) unless another SNAT address
     /// is its own, so the kernel keeps its ARP on its address.
     pub fn share_with_host(&mut self, shared: &[Ipv4Addr]) {
-        self.arp_source = self
-            .cfg
-            .snat_addrs
+        let source = self
+            .snat
+            .addrs()
             .iter()
             .copied()
             .find(|a| !shared.contains(a))
             .unwrap_or(Ipv4Addr::UNSPECIFIED);
+        self.neighbours.set_source(source);
     }
 
     /// Replaces the reuse and removal rules (from the next packet on).
@@ -331,17 +329,12 @@ impl Pipeline {
 
     /// Queues an ARP request for `addr` (e.g. a new backend), once.
     pub fn resolve(&mut self, addr: Ipv4Addr) {
-        if !self.neigh.contains_key(&addr)
-            && !self.arp_queue.contains(&addr)
-            && self.arp_queue.len() < ARP_QUEUE
-        {
-            self.arp_queue.push(addr);
-        }
+        self.neighbours.resolve(addr);
     }
 
     /// Takes the next address to send an ARP request for.
     pub fn next_arp(&mut self) -> Option<Ipv4Addr> {
-        self.arp_queue.pop()
+        self.neighbours.next_request()
     }
 
     /// A frame this pipeline forwarded (or, `answer`, answered) that never
@@ -364,22 +357,11 @@ impl Pipeline {
     /// (to send on the backend side); returns its length (60) or `None`
     /// if `buf` is too short.
     pub fn build_arp_request(&self, buf: &mut [u8], target: Ipv4Addr) -> Option<usize> {
-        let f = buf.get_mut(..60)?;
-        f.fill(0);
-        f[0..6].fill(0xff);
-        f[6..12].copy_from_slice(&self.cfg.backend_mac.0);
-        f[12..14].copy_from_slice(&[0x08, 0x06]);
-        f[14..22].copy_from_slice(&[0, 1, 0x08, 0, 6, 4, 0, 1]);
-        f[22..28].copy_from_slice(&self.cfg.backend_mac.0);
-        f[28..32].copy_from_slice(&self.arp_source.octets());
-        f[38..42].copy_from_slice(&target.octets());
-        Some(60)
+        self.neighbours.build_request(buf, target)
     }
 
     fn learn(&mut self, addr: Ipv4Addr, mac: [u8; 6]) {
-        if self.neigh.len() < NEIGH_CAPACITY || self.neigh.contains_key(&addr) {
-            self.neigh.insert(addr, mac);
-        }
+        self.neighbours.learn(addr, mac);
     }
 
     /// Processes one frame of `len` bytes in `buf` (the buffer may be
@@ -705,7 +687,7 @@ impl Pipeline {
                     src: f.snat(),
                     dst: f.backend(),
                 },
-                self.neigh.get(&f.backend().addr).copied(),
+                self.neighbours.get(f.backend().addr),
                 Side::Backend,
                 self.cfg.backend_mac,
             ),
@@ -868,20 +850,12 @@ impl Pipeline {
     /// TIME_WAIT's), which is ended (counted as `reclaim`) to free it.
     /// ESTABLISHED flows are never reclaimed.
     fn snat_port(&mut self, backend: Endpoint, proto: L4Proto, now: u32) -> Option<Endpoint> {
-        let range = self.cfg.snat_ports;
-        let size = range.size();
-        let total = size.saturating_mul(self.cfg.snat_addrs.len() as u32);
         let mut victim = None;
-        for tried in 0..SNAT_TRIES.min(total) {
+        for tried in 0..SNAT_TRIES.min(self.snat.total()) {
             if tried >= RECLAIM_AFTER && victim.is_some() {
                 break;
             }
-            let at = self.next_snat % total;
-            self.next_snat = if at + 1 >= total { 0 } else { at + 1 };
-            let snat = Endpoint {
-                addr: *self.cfg.snat_addrs.get((at / size) as usize)?,
-                port: (u32::from(range.first) + at % size) as u16,
-            };
+            let (snat, at) = self.snat.advance()?;
             match self.table.lookup(&FlowKey::between(backend, snat, proto)) {
                 None => return Some(snat),
                 Some((id, _))
@@ -895,7 +869,7 @@ impl Pipeline {
         let (id, snat, at) = victim?;
         // The search goes on from there: the endpoints after it were used
         // after it, so reclaiming stays oldest first.
-        self.next_snat = if at + 1 >= total { 0 } else { at + 1 };
+        self.snat.resume_after(at);
         self.retire(id, Removal::Reclaimed);
         self.pressure_until = now + PRESSURE_HOLD;
         Some(snat)
@@ -935,7 +909,7 @@ impl Pipeline {
                         dst: f.snat(),
                     },
                 },
-                self.neigh.get(&f.backend().addr).copied(),
+                self.neighbours.get(f.backend().addr),
                 Side::Backend,
                 self.cfg.backend_mac,
             ),

@@ -1,0 +1,127 @@
+//! Next hops of one worker: the Ethernet addresses learned from ARP
+//! (every ARP frame teaches its sender's), and the queue of addresses to
+//! ask for (a new backend, or a next hop a packet could not reach).
+//!
+//! Invariants: both are bounded ([`CAPACITY`] entries, [`QUEUE`]
+//! requests), so learning never allocates past them and nothing here
+//! allocates per packet; an address is queued at most once and never
+//! while known. Requests are sent from the ARP source: a SNAT address the
+//! host does not also use, else 0.0.0.0 (a probe, whose answer the
+//! steering program gives xvs without taking the kernel's ARP).
+
+use hashbrown::HashMap;
+use std::net::Ipv4Addr;
+
+use smoltcp::wire::EthernetAddress;
+
+/// Next hops a worker keeps.
+pub const CAPACITY: usize = 65_536;
+/// ARP requests waiting to be sent.
+pub const QUEUE: usize = 256;
+
+/// The neighbour table and the ARP requests to send.
+#[derive(Debug)]
+pub struct Neighbours {
+    table: HashMap<Ipv4Addr, [u8; 6]>,
+    queue: Vec<Ipv4Addr>,
+    /// Sender address of the requests.
+    source: Ipv4Addr,
+    /// Sender Ethernet address of the requests (the backend side's).
+    mac: EthernetAddress,
+}
+
+impl Neighbours {
+    /// Empty, asking from `source` with `mac`.
+    pub fn new(source: Ipv4Addr, mac: EthernetAddress) -> Neighbours {
+        Neighbours {
+            table: HashMap::new(),
+            queue: Vec::with_capacity(QUEUE),
+            source,
+            mac,
+        }
+    }
+
+    /// Asks from `source` from now on.
+    pub fn set_source(&mut self, source: Ipv4Addr) {
+        self.source = source;
+    }
+
+    /// Records `addr` at `mac` (a known one is updated; a new one only
+    /// while there is room).
+    pub fn learn(&mut self, addr: Ipv4Addr, mac: [u8; 6]) {
+        if self.table.len() < CAPACITY || self.table.contains_key(&addr) {
+            self.table.insert(addr, mac);
+        }
+    }
+
+    /// The Ethernet address of `addr`, if known.
+    #[inline]
+    pub fn get(&self, addr: Ipv4Addr) -> Option<[u8; 6]> {
+        self.table.get(&addr).copied()
+    }
+
+    /// Queues a request for `addr`, once, unless it is known.
+    pub fn resolve(&mut self, addr: Ipv4Addr) {
+        if !self.table.contains_key(&addr)
+            && !self.queue.contains(&addr)
+            && self.queue.len() < QUEUE
+        {
+            self.queue.push(addr);
+        }
+    }
+
+    /// The next address to ask for.
+    pub fn next_request(&mut self) -> Option<Ipv4Addr> {
+        self.queue.pop()
+    }
+
+    /// Builds a request for `target` into `buf` (to send on the backend
+    /// side); its length (60), or `None` if `buf` is too short.
+    pub fn build_request(&self, buf: &mut [u8], target: Ipv4Addr) -> Option<usize> {
+        let f = buf.get_mut(..60)?;
+        f.fill(0);
+        f[0..6].fill(0xff);
+        f[6..12].copy_from_slice(&self.mac.0);
+        f[12..14].copy_from_slice(&[0x08, 0x06]);
+        f[14..22].copy_from_slice(&[0, 1, 0x08, 0, 6, 4, 0, 1]);
+        f[22..28].copy_from_slice(&self.mac.0);
+        f[28..32].copy_from_slice(&self.source.octets());
+        f[38..42].copy_from_slice(&target.octets());
+        Some(60)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const B: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 10);
+
+    #[test]
+    fn a_request_is_queued_once_and_never_for_a_known_address() {
+        let mut n = Neighbours::new(Ipv4Addr::UNSPECIFIED, EthernetAddress([2, 0, 0, 0, 0, 2]));
+        n.resolve(B);
+        n.resolve(B);
+        assert_eq!((n.next_request(), n.next_request()), (Some(B), None));
+        n.learn(B, [2, 0, 0, 0, 0, 3]);
+        n.resolve(B);
+        assert_eq!(n.next_request(), None);
+        assert_eq!(n.get(B), Some([2, 0, 0, 0, 0, 3]));
+    }
+
+    #[test]
+    fn requests_come_from_the_arp_source() {
+        let mut n = Neighbours::new(
+            Ipv4Addr::new(198, 18, 1, 2),
+            EthernetAddress([2, 0, 0, 0, 0, 2]),
+        );
+        let mut buf = [0u8; 64];
+        assert_eq!(n.build_request(&mut buf, B), Some(60));
+        assert_eq!(&buf[28..32], &[198, 18, 1, 2]);
+        assert_eq!(&buf[38..42], &B.octets());
+        n.set_source(Ipv4Addr::UNSPECIFIED);
+        n.build_request(&mut buf, B);
+        assert_eq!(&buf[28..32], &[0, 0, 0, 0], "a probe");
+        assert_eq!(n.build_request(&mut [0u8; 59], B), None);
+    }
+}

@@ -1,0 +1,110 @@
+//! The SNAT endpoints of one worker: each of its SNAT addresses with each
+//! port of its slice, walked by a cursor that goes round (port-major
+//! within an address, address after address), so the endpoints it meets
+//! next are the ones used longest ago.
+//!
+//! Invariants: the cursor is always a position in `0..total()`; the
+//! walk never allocates. Which endpoint is free is the flow table's to
+//! say (the pipeline looks each candidate's reply key up).
+
+use std::net::Ipv4Addr;
+
+use xvs_config::PortRange;
+use xvs_conntrack::Endpoint;
+
+/// A worker's SNAT addresses × port slice, and the cursor.
+#[derive(Debug, Clone)]
+pub struct SnatEndpoints {
+    addrs: Vec<Ipv4Addr>,
+    ports: PortRange,
+    next: u32,
+}
+
+impl SnatEndpoints {
+    /// `addrs` × `ports`, the cursor at the start.
+    pub fn new(addrs: Vec<Ipv4Addr>, ports: PortRange) -> SnatEndpoints {
+        SnatEndpoints {
+            addrs,
+            ports,
+            next: 0,
+        }
+    }
+
+    /// Whether `addr` is one of the SNAT addresses (a handful: a scan).
+    #[inline]
+    pub fn is_snat(&self, addr: Ipv4Addr) -> bool {
+        self.addrs.contains(&addr)
+    }
+
+    /// The SNAT addresses.
+    pub fn addrs(&self) -> &[Ipv4Addr] {
+        &self.addrs
+    }
+
+    /// Endpoints in all.
+    pub fn total(&self) -> u32 {
+        self.ports.size().saturating_mul(self.addrs.len() as u32)
+    }
+
+    /// The endpoint at the cursor, with its position; the cursor moves on.
+    #[inline]
+    pub fn advance(&mut self) -> Option<(Endpoint, u32)> {
+        let total = self.total();
+        if total == 0 {
+            return None;
+        }
+        let at = self.next % total;
+        self.resume_after(at);
+        let size = self.ports.size();
+        let snat = Endpoint {
+            addr: *self.addrs.get((at / size) as usize)?,
+            port: (u32::from(self.ports.first) + at % size) as u16,
+        };
+        Some((snat, at))
+    }
+
+    /// The walk goes on after position `at`.
+    pub fn resume_after(&mut self, at: u32) {
+        self.next = if at + 1 >= self.total() { 0 } else { at + 1 };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cursor_goes_round_every_address_and_port() {
+        let a = Ipv4Addr::new(198, 18, 1, 2);
+        let b = Ipv4Addr::new(198, 18, 1, 3);
+        let mut s = SnatEndpoints::new(
+            vec![a, b],
+            PortRange {
+                first: 1024,
+                last: 1025,
+            },
+        );
+        assert_eq!(s.total(), 4);
+        let seen: Vec<(Ipv4Addr, u16, u32)> = (0..5)
+            .map(|_| {
+                let (e, at) = s.advance().unwrap();
+                (e.addr, e.port, at)
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (a, 1024, 0),
+                (a, 1025, 1),
+                (b, 1024, 2),
+                (b, 1025, 3),
+                (a, 1024, 0)
+            ]
+        );
+        s.resume_after(1);
+        assert_eq!(s.advance().unwrap().1, 2);
+        assert!(SnatEndpoints::new(vec![], PortRange { first: 1, last: 2 })
+            .advance()
+            .is_none());
+    }
+}
