@@ -10,6 +10,7 @@
 
 mod batch;
 mod check;
+mod counter_table;
 mod dump;
 mod huge;
 mod key;

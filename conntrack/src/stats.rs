@@ -5,42 +5,45 @@
 //! every refused new flow is in `drop` (table full) or `insert_failed` (a
 //! key already tracked).
 
-/// Event counters of one table (monotonic).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Lookups that found an entry.
-    pub found: u64,
-    /// Lookups that found nothing.
-    pub miss: u64,
-    /// Entries inserted (flows and persistence templates).
-    pub insert: u64,
-    /// Inserts refused because a key was already tracked.
-    pub insert_failed: u64,
-    /// Packets the caller could not track (e.g. a TCP segment without SYN
-    /// for an unknown flow).
-    pub invalid: u64,
-    /// New flows refused because the table was full and nothing could be
-    /// early-dropped.
-    pub drop: u64,
-    /// Non-ESTABLISHED entries evicted to make room.
-    pub early_drop: u64,
-    /// Entries deleted on request (delete, flush, filters).
-    pub delete: u64,
-    /// Entries that timed out.
-    pub expire: u64,
-    /// Inserts that found the table full (whether or not an early drop
-    /// then made room).
-    pub table_full: u64,
-    /// Flows ended because a new connection reused their client port
-    /// (a SYN on a TIME_WAIT/CLOSE flow, or on a flow to a quiesced
-    /// backend): IPVS's `conn_reuse_mode`.
-    pub reschedule: u64,
-    /// Flows ended at their next packet because their backend (or their
-    /// service) was removed: IPVS's `expire_nodest_conn`.
-    pub nodest: u64,
-    /// Non-ESTABLISHED flows ended to free their SNAT port for a new flow
-    /// (SYN flood and port-shortage defence).
-    pub reclaim: u64,
+crate::counter_table! {
+    /// Event counters of one table (monotonic).
+    #[derive(serde::Serialize, serde::Deserialize)]
+    #[serde(default)]
+    pub struct Stats {
+        /// Lookups that found an entry.
+        found => "",
+        /// Lookups that found nothing.
+        miss => "",
+        /// Entries inserted (flows and persistence templates).
+        insert => "",
+        /// Inserts refused because a key was already tracked.
+        insert_failed => "",
+        /// Packets the caller could not track (e.g. a TCP segment without SYN
+        /// for an unknown flow).
+        invalid => "",
+        /// New flows refused because the table was full and nothing could be
+        /// early-dropped.
+        drop => "",
+        /// Non-ESTABLISHED entries evicted to make room.
+        early_drop => "",
+        /// Entries deleted on request (delete, flush, filters).
+        delete => "",
+        /// Entries that timed out.
+        expire => "",
+        /// Inserts that found the table full (whether or not an early drop
+        /// then made room).
+        table_full => "",
+        /// Flows ended because a new connection reused their client port
+        /// (a SYN on a TIME_WAIT/CLOSE flow, or on a flow to a quiesced
+        /// backend): IPVS's `conn_reuse_mode`.
+        reschedule => "",
+        /// Flows ended at their next packet because their backend (or their
+        /// service) was removed: IPVS's `expire_nodest_conn`.
+        nodest => "",
+        /// Non-ESTABLISHED flows ended to free their SNAT port for a new flow
+        /// (SYN flood and port-shortage defence).
+        reclaim => "",
+    }
 }
 
 /// Why an entry left the table.

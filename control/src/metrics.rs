@@ -8,7 +8,8 @@
 use std::fmt::Write;
 
 use serde::{Deserialize, Serialize};
-use xvs_dataplane::counters::CountersReading;
+use xvs_conntrack::Stats;
+use xvs_dataplane::counters::{Counters, CountersReading, WorkerTallies};
 use xvs_dataplane::wire::DropReason;
 use xvs_dataplane::worker::Snapshot;
 use xvs_dataplane::xsk::RingStats;
@@ -44,99 +45,34 @@ impl Histogram {
     }
 }
 
-/// One worker's conntrack state (`/v1/conntrack/stats`, `conntrack -S`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// One worker's conntrack state (`/v1/conntrack/stats`, `conntrack -S`):
+/// the flow table's counters (one JSON key per [`Stats`] field) and the
+/// losses before the table.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct WorkerConntrack {
     /// Worker.
     pub worker: usize,
     /// Live flows.
     pub entries: u32,
-    /// Lookups that found a flow.
-    pub found: u64,
-    /// Lookups that found none.
-    pub miss: u64,
-    /// Inserts.
-    pub insert: u64,
-    /// Inserts refused (key already tracked).
-    pub insert_failed: u64,
-    /// Packets that could not be tracked.
-    pub invalid: u64,
-    /// New flows refused with the table full.
-    pub drop: u64,
-    /// Entries evicted to make room.
-    pub early_drop: u64,
-    /// Entries deleted on request.
-    pub delete: u64,
-    /// Entries expired.
-    pub expire: u64,
-    /// Flows ended by a new connection on their client port.
-    #[serde(default)]
-    pub reschedule: u64,
-    /// Flows ended because their backend or service was removed.
-    #[serde(default)]
-    pub nodest: u64,
-    /// Flows ended to free their SNAT port for a new one.
-    #[serde(default)]
-    pub reclaim: u64,
+    /// The table's event counters.
+    #[serde(flatten)]
+    pub stats: Stats,
     /// What the kernel counted on the worker's AF_XDP sockets.
     #[serde(default)]
-    pub rings: RingView,
+    pub rings: RingStats,
     /// Frames dropped because the TX ring had no room.
     #[serde(default)]
     pub tx_ring_full: u64,
 }
 
-/// The kernel's AF_XDP socket statistics of one worker
-/// (`XDP_STATISTICS`): frames lost before xvs received them.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
-pub struct RingView {
-    /// No fill-ring frame or no room for a received frame.
-    pub rx_dropped: u64,
-    /// RX ring full.
-    pub rx_ring_full: u64,
-    /// Invalid RX descriptors.
-    pub rx_invalid_descs: u64,
-    /// Times the fill ring was empty.
-    pub rx_fill_ring_empty: u64,
-    /// Invalid TX descriptors.
-    pub tx_invalid_descs: u64,
-    /// Times the kernel found the TX ring empty (not a loss).
-    pub tx_ring_empty: u64,
-}
-
-impl From<RingStats> for RingView {
-    fn from(r: RingStats) -> RingView {
-        RingView {
-            rx_dropped: r.rx_dropped,
-            rx_ring_full: r.rx_ring_full,
-            rx_invalid_descs: r.rx_invalid_descs,
-            rx_fill_ring_empty: r.rx_fill_ring_empty,
-            tx_invalid_descs: r.tx_invalid_descs,
-            tx_ring_empty: r.tx_ring_empty,
-        }
-    }
-}
-
 impl WorkerConntrack {
     /// From a worker snapshot.
     pub fn of(s: &Snapshot) -> WorkerConntrack {
-        let c = &s.conntrack;
         WorkerConntrack {
             worker: s.worker,
             entries: s.flows,
-            found: c.found,
-            miss: c.miss,
-            insert: c.insert,
-            insert_failed: c.insert_failed,
-            invalid: c.invalid,
-            drop: c.drop,
-            early_drop: c.early_drop,
-            delete: c.delete,
-            expire: c.expire,
-            reschedule: c.reschedule,
-            nodest: c.nodest,
-            reclaim: c.reclaim,
-            rings: s.rings.into(),
+            stats: s.conntrack,
+            rings: s.rings,
             tx_ring_full: s.counters.drops[DropReason::TxRingFull.index()],
         }
     }
@@ -331,82 +267,30 @@ pub fn render(
             );
         }
     }
-    for (name, help, get) in [
-        (
-            "xvs_rx_frames_total",
-            "Frames received.",
-            (|r: &CountersReading| r.pipeline.rx) as fn(&CountersReading) -> u64,
-        ),
-        ("xvs_forwarded_frames_total", "Frames forwarded.", |r| {
-            r.pipeline.forwarded
-        }),
-        (
-            "xvs_answered_frames_total",
-            "Answers sent (ARP, echo, RST, port unreachable).",
-            |r| r.pipeline.answered,
-        ),
-        ("xvs_new_flows_total", "Flows created.", |r| {
-            r.pipeline.new_flows
-        }),
-        (
-            "xvs_tx_frames_total",
-            "Frames put into the TX rings (forwarded, answers, ARP requests).",
-            |r| r.tx,
-        ),
-        (
-            "xvs_rejected_total",
-            "REJECT answers sent (TCP RST, ICMP port unreachable), among the answers.",
-            |r| r.pipeline.rejected,
-        ),
-        (
-            "xvs_time_exceeded_total",
-            "ICMP time exceeded sent for packets whose TTL ran out, among the answers.",
-            |r| r.pipeline.time_exceeded,
-        ),
-        (
-            "xvs_arp_requests_total",
-            "ARP requests sent to resolve next hops.",
-            |r| r.arp_requests,
-        ),
-        (
-            "xvs_xsk_rx_dropped_total",
-            "Frames the kernel dropped at the AF_XDP socket (no fill-ring frame or no room), before xvs saw them.",
-            |r| r.rings.rx_dropped,
-        ),
-        (
-            "xvs_xsk_rx_ring_full_total",
-            "Frames the kernel dropped because the AF_XDP RX ring was full.",
-            |r| r.rings.rx_ring_full,
-        ),
-        (
-            "xvs_xsk_rx_invalid_descs_total",
-            "Invalid descriptors on the AF_XDP RX side.",
-            |r| r.rings.rx_invalid_descs,
-        ),
-        (
-            "xvs_xsk_rx_fill_ring_empty_total",
-            "Times the kernel found the AF_XDP fill ring empty.",
-            |r| r.rings.rx_fill_ring_empty,
-        ),
-        (
-            "xvs_xsk_tx_invalid_descs_total",
-            "Invalid descriptors on the AF_XDP TX ring.",
-            |r| r.rings.tx_invalid_descs,
-        ),
-        (
-            "xvs_worker_busy_loops_total",
-            "Worker loop iterations that received frames.",
-            |r| r.busy,
-        ),
-        (
-            "xvs_worker_idle_loops_total",
-            "Worker loop iterations that received nothing.",
-            |r| r.idle,
-        ),
-    ] {
-        family(&mut out, name, "counter", help);
-        for (w, r) in workers.iter().enumerate() {
-            let _ = writeln!(out, "{name}{{worker=\"{w}\"}} {}", get(r));
+    let tables = [
+        (Counters::METRICS.as_slice(), Counters::HELP.as_slice()),
+        (&WorkerTallies::METRICS, &WorkerTallies::HELP),
+        (&RingStats::METRICS, &RingStats::HELP),
+    ];
+    let values: Vec<Vec<u64>> = workers
+        .iter()
+        .map(|r| {
+            let mut v = r.pipeline.values().to_vec();
+            v.extend(r.worker.values());
+            v.extend(r.rings.values());
+            v
+        })
+        .collect();
+    let fields = tables
+        .iter()
+        .flat_map(|(metrics, help)| metrics.iter().zip(help.iter()));
+    for (i, (name, help)) in fields.enumerate() {
+        if name.is_empty() {
+            continue;
+        }
+        family(&mut out, name, "counter", help.trim());
+        for (w, v) in values.iter().enumerate() {
+            let _ = writeln!(out, "{name}{{worker=\"{w}\"}} {}", v[i]);
         }
     }
     family(
@@ -463,9 +347,9 @@ pub fn render(
         "Share of loop iterations that received frames, since start.",
     );
     for (w, r) in workers.iter().enumerate() {
-        let total = r.busy + r.idle;
+        let total = r.worker.busy + r.worker.idle;
         let ratio = if total > 0 {
-            r.busy as f64 / total as f64
+            r.worker.busy as f64 / total as f64
         } else {
             0.0
         };
@@ -575,8 +459,8 @@ mod tests {
         };
         let mut r = CountersReading::default();
         r.pipeline.drops[DropReason::NoService.index()] = 4;
-        r.busy = 1;
-        r.idle = 3;
+        r.worker.busy = 1;
+        r.worker.idle = 3;
         let mut h = Histogram::default();
         h.observe(0.0003);
         h.observe(0.002);

@@ -31,48 +31,39 @@ pub const EXIT_CONFIG: u8 = 2;
 /// Exit status when the data plane or the API cannot start.
 pub const EXIT_START: u8 = 1;
 
-/// One line of counters for a worker's snapshot.
+/// One line of counters for a worker's snapshot: `key=value` for every
+/// counter of the tables (pipeline, loop, AF_XDP sockets, conntrack), then
+/// the frame accounting and the drops by reason.
 pub fn summary(s: &Snapshot) -> String {
+    use std::fmt::Write;
     let c = &s.counters;
-    let drops: Vec<String> = xvs_dataplane::wire::DropReason::ALL
+    let mut out = format!("worker {}:", s.worker);
+    let fields = c
+        .named()
+        .chain([("dropped", c.dropped())])
+        .chain(s.tallies.named())
+        .chain(s.rings.named())
+        .chain(s.conntrack.named())
+        .chain([
+            ("flows", u64::from(s.flows)),
+            ("handoff_left", s.handoff_left),
+        ]);
+    for (k, v) in fields {
+        let _ = write!(out, " {k}={v}");
+    }
+    let drops: Vec<String> = c
+        .drops
         .iter()
-        .filter(|r| c.drops[r.index()] > 0)
-        .map(|r| format!("{}={}", r.name(), c.drops[r.index()]))
+        .filter(|&(_, n)| n > 0)
+        .map(|(r, n)| format!("{r}={n}"))
         .collect();
-    let r = &s.rings;
-    let t = &s.conntrack;
-    format!(
-        "worker {}: rx={} forwarded={} answered={} consumed={} dropped={} tx={} arp_requests={} rejected={} time_exceeded={} xsk_rx_dropped={} xsk_rx_ring_full={} xsk_rx_invalid={} xsk_fill_empty={} xsk_tx_invalid={} reschedule={} nodest={} reclaim={} early_drop={} new_flows={} flows={} frames_accounted={} busy={} idle={} handed_off={} handed_in={} handoff_full={} handoff_left={} drops=[{}]",
-        s.worker,
-        c.rx,
-        c.forwarded,
-        c.answered,
-        c.consumed,
-        c.dropped(),
-        s.tx,
-        s.arp_requests,
-        c.rejected,
-        c.time_exceeded,
-        r.rx_dropped,
-        r.rx_ring_full,
-        r.rx_invalid_descs,
-        r.rx_fill_ring_empty,
-        r.tx_invalid_descs,
-        t.reschedule,
-        t.nodest,
-        t.reclaim,
-        t.early_drop,
-        c.new_flows,
-        s.flows,
+    let _ = write!(
+        out,
+        " frames_accounted={} drops=[{}]",
         s.frames_accounted,
-        s.busy,
-        s.idle,
-        s.handed_off,
-        s.handed_in,
-        s.handoff_full,
-        s.handoff_left,
         drops.join(",")
-    )
+    );
+    out
 }
 
 /// Tells systemd (when it started us; a no-op otherwise).

@@ -1,11 +1,18 @@
-//! A worker's counters as the rest of the process reads them: Relaxed
-//! atomics in one cache-line-padded block per worker, written only by that
-//! worker (plain stores of its own tallies, once per batch), read by anyone
-//! at any time without a round trip to the worker.
+//! A worker's counters, declared once, and as the rest of the process reads
+//! them.
 //!
-//! The AF_XDP socket's own statistics (what the kernel dropped before xvs
-//! saw it) are not published here: readers ask the kernel for them
-//! ([`crate::xsk::RingStats`]), so the worker makes no extra syscall.
+//! The tables ([`Counters`] of the pipeline, [`WorkerTallies`] of the
+//! loop, conntrack's [`Stats`], the kernel's [`RingStats`]) are declared
+//! with [`xvs_conntrack::counter_table!`]: the live block, the snapshot,
+//! the stop line and `/metrics` iterate over them, so adding a counter is
+//! one line in a table.
+//!
+//! [`LiveCounters`]: Relaxed atomics in one cache-line-padded block per
+//! worker, written only by that worker (plain stores of its own tallies,
+//! once per batch), read by anyone at any time without a round trip to the
+//! worker. The AF_XDP socket's own statistics (what the kernel dropped
+//! before xvs saw it) are not published there: readers ask the kernel for
+//! them ([`crate::xsk::RingStats`]), so the worker makes no extra syscall.
 
 use std::sync::atomic::{
     AtomicU64,
@@ -14,50 +21,64 @@ use std::sync::atomic::{
 
 use crossbeam_utils::CachePadded;
 
-use crate::pipeline::Counters;
-use crate::wire::DropReason;
+use crate::wire::{DropReason, Drops};
 use crate::xsk::RingStats;
 use xvs_conntrack::Stats;
 
-const CONNTRACK_FIELDS: usize = 13;
-
-/// Conntrack's counters as an array (published field by field).
-fn conntrack_fields(s: &Stats) -> [u64; CONNTRACK_FIELDS] {
-    [
-        s.found,
-        s.miss,
-        s.insert,
-        s.insert_failed,
-        s.invalid,
-        s.drop,
-        s.early_drop,
-        s.delete,
-        s.expire,
-        s.table_full,
-        s.reschedule,
-        s.nodest,
-        s.reclaim,
-    ]
+xvs_conntrack::counter_table! {
+    /// Counters of one pipeline. Invariant: `rx = forwarded + answered +
+    /// consumed + Σ drops`.
+    pub struct Counters {
+        /// Frames received.
+        rx => "xvs_rx_frames_total",
+        /// Frames forwarded.
+        forwarded => "xvs_forwarded_frames_total",
+        /// Answers sent (ARP, echo, RST, port unreachable).
+        answered => "xvs_answered_frames_total",
+        /// Frames used up with nothing to send (ARP replies learned).
+        consumed => "xvs_consumed_frames_total",
+        /// Flows created.
+        new_flows => "xvs_new_flows_total",
+        /// REJECT answers sent (TCP RST, ICMP port unreachable), among the
+        /// answers: a service without an eligible backend, a port without
+        /// a service (`unknown_port = "reject"`), or a flow whose backend
+        /// was removed.
+        rejected => "xvs_rejected_total",
+        /// ICMP time exceeded sent for packets whose TTL ran out, among the
+        /// answers.
+        time_exceeded => "xvs_time_exceeded_total",
+    }
+    extra {
+        /// Frames dropped, by reason.
+        drops: Drops,
+    }
 }
 
-/// The inverse of [`conntrack_fields`].
-fn conntrack_stats(v: [u64; CONNTRACK_FIELDS]) -> Stats {
-    let [found, miss, insert, insert_failed, invalid, drop, early_drop, delete, expire, table_full, reschedule, nodest, reclaim] =
-        v;
-    Stats {
-        found,
-        miss,
-        insert,
-        insert_failed,
-        invalid,
-        drop,
-        early_drop,
-        delete,
-        expire,
-        table_full,
-        reschedule,
-        nodest,
-        reclaim,
+impl Counters {
+    /// Total drops.
+    pub fn dropped(&self) -> u64 {
+        self.drops.total()
+    }
+}
+
+xvs_conntrack::counter_table! {
+    /// What a worker's loop counts besides its pipeline.
+    pub struct WorkerTallies {
+        /// Frames put into the TX rings (forwarded, answers, ARP requests).
+        tx => "xvs_tx_frames_total",
+        /// ARP requests sent to resolve next hops (among `tx`).
+        arp_requests => "xvs_arp_requests_total",
+        /// Worker loop iterations that received frames.
+        busy => "xvs_worker_busy_loops_total",
+        /// Worker loop iterations that received nothing.
+        idle => "xvs_worker_idle_loops_total",
+        /// Frames received on this worker's queue but owned by another
+        /// worker, handed over.
+        handed_off => "xvs_handed_off_frames_total",
+        /// Frames received from other workers.
+        handed_in => "xvs_handed_in_frames_total",
+        /// Hand-offs dropped because the owner's ring was full.
+        handoff_full => "xvs_handoff_full_total",
     }
 }
 
@@ -67,26 +88,14 @@ pub struct LiveCounters {
     inner: CachePadded<Block>,
 }
 
+/// One atomic per table field, in table order.
 #[derive(Debug)]
 struct Block {
-    rx: AtomicU64,
-    forwarded: AtomicU64,
-    answered: AtomicU64,
-    consumed: AtomicU64,
-    new_flows: AtomicU64,
-    rejected: AtomicU64,
-    time_exceeded: AtomicU64,
+    pipeline: [AtomicU64; Counters::LEN],
     drops: [AtomicU64; DropReason::COUNT],
-    arp_requests: AtomicU64,
-    /// Conntrack's event counters, in [`conntrack_fields`] order.
-    conntrack: [AtomicU64; CONNTRACK_FIELDS],
-    tx: AtomicU64,
-    busy: AtomicU64,
-    idle: AtomicU64,
+    worker: [AtomicU64; WorkerTallies::LEN],
+    conntrack: [AtomicU64; Stats::LEN],
     flows: AtomicU64,
-    handed_off: AtomicU64,
-    handed_in: AtomicU64,
-    handoff_full: AtomicU64,
     /// Control messages applied so far (Release after each one).
     applied: AtomicU64,
 }
@@ -95,26 +104,24 @@ impl Default for Block {
     fn default() -> Self {
         let z = || AtomicU64::new(0);
         Block {
-            rx: z(),
-            forwarded: z(),
-            answered: z(),
-            consumed: z(),
-            new_flows: z(),
-            rejected: z(),
-            time_exceeded: z(),
+            pipeline: std::array::from_fn(|_| z()),
             drops: std::array::from_fn(|_| z()),
-            arp_requests: z(),
+            worker: std::array::from_fn(|_| z()),
             conntrack: std::array::from_fn(|_| z()),
-            tx: z(),
-            busy: z(),
-            idle: z(),
             flows: z(),
-            handed_off: z(),
-            handed_in: z(),
-            handoff_full: z(),
             applied: z(),
         }
     }
+}
+
+fn store<const N: usize>(to: &[AtomicU64; N], from: [u64; N]) {
+    for (a, v) in to.iter().zip(from) {
+        a.store(v, Relaxed);
+    }
+}
+
+fn load<const N: usize>(from: &[AtomicU64; N]) -> [u64; N] {
+    std::array::from_fn(|i| from[i].load(Relaxed))
 }
 
 /// A reading of [`LiveCounters`].
@@ -122,27 +129,27 @@ impl Default for Block {
 pub struct CountersReading {
     /// Pipeline counters.
     pub pipeline: Counters,
-    /// Frames sent.
-    pub tx: u64,
-    /// ARP requests the worker built and queued (not received frames).
-    pub arp_requests: u64,
+    /// The loop's own counters.
+    pub worker: WorkerTallies,
     /// The flow table's event counters.
     pub conntrack: Stats,
     /// What the kernel counted on the worker's AF_XDP sockets (filled in
     /// by the reader, which asks the kernel).
     pub rings: RingStats,
-    /// Loop iterations that received packets.
-    pub busy: u64,
-    /// Loop iterations that received nothing.
-    pub idle: u64,
     /// Live flows.
     pub flows: u64,
-    /// Frames handed to other workers.
-    pub handed_off: u64,
-    /// Frames received from other workers.
-    pub handed_in: u64,
-    /// Hand-offs dropped (ring full).
-    pub handoff_full: u64,
+}
+
+impl CountersReading {
+    /// Adds another worker's reading (totals over workers).
+    pub fn add(&mut self, o: &CountersReading) {
+        self.pipeline.add(&o.pipeline);
+        self.pipeline.drops.add(&o.pipeline.drops);
+        self.worker.add(&o.worker);
+        self.conntrack.add(&o.conntrack);
+        self.rings.add(&o.rings);
+        self.flows += o.flows;
+    }
 }
 
 impl LiveCounters {
@@ -159,58 +166,25 @@ impl LiveCounters {
     /// Publishes the worker's tallies (its thread only).
     pub(crate) fn publish(&self, r: &CountersReading) {
         let b = &self.inner;
-        let c = &r.pipeline;
-        b.rx.store(c.rx, Relaxed);
-        b.forwarded.store(c.forwarded, Relaxed);
-        b.answered.store(c.answered, Relaxed);
-        b.consumed.store(c.consumed, Relaxed);
-        b.new_flows.store(c.new_flows, Relaxed);
-        b.rejected.store(c.rejected, Relaxed);
-        b.time_exceeded.store(c.time_exceeded, Relaxed);
-        for (a, v) in b.drops.iter().zip(c.drops) {
-            a.store(v, Relaxed);
-        }
-        b.arp_requests.store(r.arp_requests, Relaxed);
-        for (a, v) in b.conntrack.iter().zip(conntrack_fields(&r.conntrack)) {
-            a.store(v, Relaxed);
-        }
-        b.tx.store(r.tx, Relaxed);
-        b.busy.store(r.busy, Relaxed);
-        b.idle.store(r.idle, Relaxed);
+        store(&b.pipeline, r.pipeline.values());
+        store(&b.drops, r.pipeline.drops.0);
+        store(&b.worker, r.worker.values());
+        store(&b.conntrack, r.conntrack.values());
         b.flows.store(r.flows, Relaxed);
-        b.handed_off.store(r.handed_off, Relaxed);
-        b.handed_in.store(r.handed_in, Relaxed);
-        b.handoff_full.store(r.handoff_full, Relaxed);
     }
 
     /// Reads the last published values.
     pub fn read(&self) -> CountersReading {
         let b = &self.inner;
-        let mut drops = [0; DropReason::COUNT];
-        for (d, a) in drops.iter_mut().zip(&b.drops) {
-            *d = a.load(Relaxed);
-        }
         CountersReading {
             pipeline: Counters {
-                rx: b.rx.load(Relaxed),
-                forwarded: b.forwarded.load(Relaxed),
-                answered: b.answered.load(Relaxed),
-                consumed: b.consumed.load(Relaxed),
-                drops,
-                new_flows: b.new_flows.load(Relaxed),
-                rejected: b.rejected.load(Relaxed),
-                time_exceeded: b.time_exceeded.load(Relaxed),
+                drops: Drops(load(&b.drops)),
+                ..Counters::from_array(load(&b.pipeline))
             },
-            tx: b.tx.load(Relaxed),
-            arp_requests: b.arp_requests.load(Relaxed),
-            conntrack: conntrack_stats(std::array::from_fn(|i| b.conntrack[i].load(Relaxed))),
+            worker: WorkerTallies::from_array(load(&b.worker)),
+            conntrack: Stats::from_array(load(&b.conntrack)),
             rings: RingStats::default(),
-            busy: b.busy.load(Relaxed),
-            idle: b.idle.load(Relaxed),
             flows: b.flows.load(Relaxed),
-            handed_off: b.handed_off.load(Relaxed),
-            handed_in: b.handed_in.load(Relaxed),
-            handoff_full: b.handoff_full.load(Relaxed),
         }
     }
 }
@@ -228,10 +202,11 @@ mod tests {
         r.pipeline.drops[DropReason::NoService.index()] = 3;
         r.pipeline.drops[DropReason::TxRingFull.index()] = 4;
         r.pipeline.time_exceeded = 5;
-        r.arp_requests = 6;
+        r.worker.arp_requests = 6;
+        r.worker.handoff_full = 9;
         r.conntrack.reclaim = 7;
         r.conntrack.found = 8;
-        r.tx = 7;
+        r.worker.tx = 7;
         r.flows = 2;
         live.publish(&r);
         assert_eq!(live.read(), r);

@@ -40,6 +40,7 @@ use xvs_conntrack::{
     NewFlow, Packet, Removal, Timeouts,
 };
 
+pub use crate::counters::Counters;
 use crate::events::{EventKind, FlowEvent, FlowEvents};
 use crate::neighbours::Neighbours;
 use crate::sched::{pick_persistent, Request};
@@ -106,53 +107,6 @@ pub enum Lookup {
     /// This flow, in this direction (used only if the entry still holds
     /// the key: a frame of the same batch may have replaced it).
     Hit(FlowId, Direction),
-}
-
-/// Counters of one pipeline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Counters {
-    /// Frames received.
-    pub rx: u64,
-    /// Frames forwarded.
-    pub forwarded: u64,
-    /// Answers sent (ARP, echo, RST, port unreachable).
-    pub answered: u64,
-    /// Frames consumed.
-    pub consumed: u64,
-    /// Drops by reason ([`DropReason::index`]).
-    pub drops: [u64; DropReason::COUNT],
-    /// New flows created.
-    pub new_flows: u64,
-    /// Rejects sent (among `answered`): a TCP RST or ICMP port unreachable
-    /// for a service without an eligible backend, a port without a
-    /// service (`unknown_port = "reject"`), or a flow whose backend was
-    /// removed.
-    pub rejected: u64,
-    /// ICMP time exceeded sent for packets whose TTL ran out (among
-    /// `answered`).
-    pub time_exceeded: u64,
-}
-
-impl Default for Counters {
-    fn default() -> Self {
-        Counters {
-            rx: 0,
-            forwarded: 0,
-            answered: 0,
-            consumed: 0,
-            drops: [0; DropReason::COUNT],
-            new_flows: 0,
-            rejected: 0,
-            time_exceeded: 0,
-        }
-    }
-}
-
-impl Counters {
-    /// Total drops.
-    pub fn dropped(&self) -> u64 {
-        self.drops.iter().sum()
-    }
 }
 
 /// A frame classified ahead of processing, with its flow key (TCP and

@@ -24,7 +24,7 @@ use crossbeam_queue::ArrayQueue;
 use xvs_config::{PollMode, PortRange, ServiceKey};
 use xvs_conntrack::{Filter, FlowInfo};
 
-use crate::counters::{CountersReading, LiveCounters};
+use crate::counters::{CountersReading, LiveCounters, WorkerTallies};
 use crate::io::PacketIo;
 use crate::pipeline::{Counters, Lookup, Pipeline, Prepared, Side, Verdict};
 use crate::services::CompiledService;
@@ -131,23 +131,10 @@ pub struct Snapshot {
     pub frames: (u32, u32, u32),
     /// Whether every UMEM frame is accounted for.
     pub frames_accounted: bool,
-    /// Loop iterations that received packets.
-    pub busy: u64,
-    /// Loop iterations that received nothing.
-    pub idle: u64,
-    /// Frames sent.
-    pub tx: u64,
-    /// ARP requests built and sent (among `tx`).
-    pub arp_requests: u64,
+    /// The loop's own counters.
+    pub tallies: WorkerTallies,
     /// The kernel's statistics of the worker's AF_XDP sockets.
     pub rings: RingStats,
-    /// Frames received on this queue but owned by another worker, handed
-    /// over.
-    pub handed_off: u64,
-    /// Frames handed over that the owner's ring could not take (dropped).
-    pub handoff_full: u64,
-    /// Frames received from other workers.
-    pub handed_in: u64,
     /// Frames other workers handed to this one that were still in its
     /// ring when it stopped (filled in by the runtime after the stop).
     pub handoff_left: u64,
@@ -241,13 +228,7 @@ pub struct Worker<P: PacketIo = XskPort> {
     keep: Vec<usize>,
     preps: Vec<Prepared>,
     looked: Vec<Lookup>,
-    busy: u64,
-    idle: u64,
-    tx: u64,
-    arp_requests: u64,
-    handed_off: u64,
-    handoff_full: u64,
-    handed_in: u64,
+    tallies: WorkerTallies,
     /// The loop's frame buffers (kept between iterations: no allocation
     /// per iteration).
     rx: Vec<P::Frame>,
@@ -278,13 +259,7 @@ impl<P: PacketIo> Worker<P> {
             keep: Vec::with_capacity(BATCH),
             preps: Vec::with_capacity(BATCH),
             looked: Vec::with_capacity(BATCH),
-            busy: 0,
-            idle: 0,
-            tx: 0,
-            arp_requests: 0,
-            handed_off: 0,
-            handoff_full: 0,
-            handed_in: 0,
+            tallies: WorkerTallies::default(),
             rx: vec![P::Frame::default(); BATCH],
             outs: [Outbox::new(), Outbox::new()],
             drop: Vec::with_capacity(BATCH),
@@ -296,16 +271,10 @@ impl<P: PacketIo> Worker<P> {
     fn publish(&self) {
         self.live.publish(&CountersReading {
             pipeline: *self.pipeline.counters(),
-            tx: self.tx,
-            arp_requests: self.arp_requests,
+            worker: self.tallies,
             conntrack: self.pipeline.table.stats(),
             rings: RingStats::default(),
-            busy: self.busy,
-            idle: self.idle,
             flows: u64::from(self.pipeline.table.len()),
-            handed_off: self.handed_off,
-            handed_in: self.handed_in,
-            handoff_full: self.handoff_full,
         });
     }
 
@@ -318,14 +287,8 @@ impl<P: PacketIo> Worker<P> {
             flows: self.pipeline.table.len(),
             frames: self.port.frame_counts(),
             frames_accounted: self.port.frames_accounted(),
-            busy: self.busy,
-            idle: self.idle,
-            tx: self.tx,
-            arp_requests: self.arp_requests,
+            tallies: self.tallies,
             rings: self.port.ring_stats(),
-            handed_off: self.handed_off,
-            handoff_full: self.handoff_full,
-            handed_in: self.handed_in,
             handoff_left: 0,
         }
     }
@@ -430,11 +393,11 @@ impl<P: PacketIo> Worker<P> {
         self.pipeline.advance(now, EXPIRY_BUDGET);
         if got > 0 {
             self.empty_streak = 0;
-            self.busy += 1;
+            self.tallies.busy += 1;
             self.publish();
             return Step::Busy;
         }
-        self.idle += 1;
+        self.tallies.idle += 1;
         self.empty_streak += 1;
         if self.empty_streak.is_multiple_of(SPIN_BEFORE_SLEEP) {
             self.publish();
@@ -466,7 +429,7 @@ impl<P: PacketIo> Worker<P> {
         }
         let sock = self.sock_of(side);
         let n = self.port.transmit(sock, &out.frames);
-        self.tx += n as u64;
+        self.tallies.tx += n as u64;
         out.sent(n);
         if out.frames.len() > backlog {
             for &answer in &out.answers[backlog..] {
@@ -569,9 +532,9 @@ impl<P: PacketIo> Worker<P> {
         let Some(frame) = frame else { return false };
         let mut push = |i: usize| {
             if peers.rings[i].push(frame).is_ok() {
-                self.handed_off += 1;
+                self.tallies.handed_off += 1;
             } else {
-                self.handoff_full += 1;
+                self.tallies.handoff_full += 1;
             }
         };
         match owner {
@@ -601,7 +564,7 @@ impl<P: PacketIo> Worker<P> {
             });
             self.port.set_len(&mut desc, len);
         }
-        self.handed_in += 1;
+        self.tallies.handed_in += 1;
         Some((desc, frame.side))
     }
 
@@ -640,8 +603,8 @@ impl<P: PacketIo> Worker<P> {
             }
             let sock = self.sock_of(Side::Backend);
             let sent = self.port.transmit(sock, &frames[..n]);
-            self.tx += sent as u64;
-            self.arp_requests += sent as u64;
+            self.tallies.tx += sent as u64;
+            self.tallies.arp_requests += sent as u64;
             self.port.release(&frames[sent..n]);
             if sent < n {
                 return;

@@ -27,43 +27,34 @@ const KERNEL_TX_BATCH: usize = 32;
 /// Wakeups one [`XskPort::transmit`] makes at most.
 const MAX_KICKS: usize = 8;
 
-/// What the kernel counted on a port's AF_XDP sockets (`XDP_STATISTICS`),
-/// summed over its sockets: the frames lost before xvs saw them, and the
-/// ring conditions behind them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RingStats {
-    /// Received frames dropped for lack of a fill-ring frame or room
-    /// (`rx_dropped`).
-    pub rx_dropped: u64,
-    /// Received frames dropped because the RX ring was full
-    /// (`rx_ring_full`).
-    pub rx_ring_full: u64,
-    /// Invalid descriptors met on the RX side (`rx_invalid_descs`).
-    pub rx_invalid_descs: u64,
-    /// Times the fill ring was found empty (`rx_fill_ring_empty_descs`;
-    /// overlaps `rx_dropped`).
-    pub rx_fill_ring_empty: u64,
-    /// Invalid descriptors met on the TX ring (`tx_invalid_descs`).
-    pub tx_invalid_descs: u64,
-    /// Times the kernel found the TX ring empty (`tx_ring_empty_descs`:
-    /// not a loss).
-    pub tx_ring_empty: u64,
+xvs_conntrack::counter_table! {
+    /// What the kernel counted on a port's AF_XDP sockets
+    /// (`XDP_STATISTICS`), summed over its sockets: the frames lost before
+    /// xvs saw them, and the ring conditions behind them.
+    #[derive(serde::Serialize, serde::Deserialize)]
+    #[serde(default)]
+    pub struct RingStats {
+        /// Frames the kernel dropped at the AF_XDP socket (no fill-ring
+        /// frame or no room), before xvs saw them.
+        rx_dropped as "xsk_rx_dropped" => "xvs_xsk_rx_dropped_total",
+        /// Frames the kernel dropped because the AF_XDP RX ring was full.
+        rx_ring_full as "xsk_rx_ring_full" => "xvs_xsk_rx_ring_full_total",
+        /// Invalid descriptors on the AF_XDP RX side.
+        rx_invalid_descs as "xsk_rx_invalid" => "xvs_xsk_rx_invalid_descs_total",
+        /// Times the kernel found the AF_XDP fill ring empty (overlaps
+        /// `rx_dropped`).
+        rx_fill_ring_empty as "xsk_fill_empty" => "xvs_xsk_rx_fill_ring_empty_total",
+        /// Invalid descriptors on the AF_XDP TX ring.
+        tx_invalid_descs as "xsk_tx_invalid" => "xvs_xsk_tx_invalid_descs_total",
+        /// Times the kernel found the AF_XDP TX ring empty (not a loss).
+        tx_ring_empty as "xsk_tx_ring_empty" => "",
+    }
 }
 
 impl RingStats {
     /// Frames the sockets lost before xvs received them.
     pub fn lost(&self) -> u64 {
         self.rx_dropped + self.rx_ring_full + self.rx_invalid_descs
-    }
-
-    /// Adds another reading.
-    pub fn add(&mut self, o: &RingStats) {
-        self.rx_dropped += o.rx_dropped;
-        self.rx_ring_full += o.rx_ring_full;
-        self.rx_invalid_descs += o.rx_invalid_descs;
-        self.rx_fill_ring_empty += o.rx_fill_ring_empty;
-        self.tx_invalid_descs += o.tx_invalid_descs;
-        self.tx_ring_empty += o.tx_ring_empty;
     }
 
     /// Asks the kernel for one socket's statistics (zeros if it cannot

@@ -146,8 +146,8 @@ impl Gateway {
                 "worker {w}: {c:?}"
             );
             assert_eq!(
-                c.forwarded + c.answered + s.arp_requests,
-                s.tx,
+                c.forwarded + c.answered + s.tallies.arp_requests,
+                s.tallies.tx,
                 "worker {w}: {s:?}"
             );
         }
@@ -274,12 +274,12 @@ fn learn_backend(g: &mut Gateway) {
     g.wires[1].deliver(0, &arp_reply());
     assert_eq!(g.step(1), Step::Busy);
     assert_eq!(
-        g.snap(1).handed_off,
+        g.snap(1).tallies.handed_off,
         1,
         "a copy of the ARP reply for worker 0"
     );
     assert_eq!(g.step(0), Step::Busy);
-    assert_eq!(g.snap(0).handed_in, 1);
+    assert_eq!(g.snap(0).tallies.handed_in, 1);
 }
 
 #[test]
@@ -289,7 +289,7 @@ fn an_arp_reply_on_one_queue_teaches_every_worker() {
     for (w, slice) in SLICES.iter().enumerate() {
         let s = g.snap(w);
         assert_eq!(s.counters.drops[DropReason::NextHopUnresolved.index()], 1);
-        assert_eq!(s.arp_requests, 1);
+        assert_eq!(s.tallies.arp_requests, 1);
         // Now each forwards.
         g.wires[w].deliver(0, &syn(40000));
         g.step(w);
@@ -313,10 +313,14 @@ fn replies_on_the_wrong_queue_reach_the_flow_s_worker_both_ways() {
         let sent = g.wires[owner].take_sent(0);
         let (_, _, snat_port, _, _) = tcp_of(&sent[0]);
         // The backend's answer comes in on the other worker's queue.
-        let before = g.snap(other).handed_off;
+        let before = g.snap(other).tallies.handed_off;
         g.wires[other].deliver(0, &syn_ack(snat_port));
         g.step(other);
-        assert_eq!(g.snap(other).handed_off, before + 1, "handed from {other}");
+        assert_eq!(
+            g.snap(other).tallies.handed_off,
+            before + 1,
+            "handed from {other}"
+        );
         assert!(g.wires[other].take_sent(0).is_empty());
         g.step(owner);
         let back = g.wires[owner].take_sent(0);
@@ -348,13 +352,13 @@ fn a_full_hand_off_ring_is_counted() {
     }
     let s = g.snap(1);
     assert_eq!(
-        (s.handed_off, s.handoff_full),
+        (s.tallies.handed_off, s.tallies.handoff_full),
         (HANDOFF_RING as u64 + 1, 100),
         "the ARP copy and the ring's worth, then 100 counted drops"
     );
     // Worker 0 takes what its ring holds, and forwards it.
     while g.step(0) == Step::Busy {}
-    assert_eq!(g.snap(0).handed_in, 1 + HANDOFF_RING as u64);
+    assert_eq!(g.snap(0).tallies.handed_in, 1 + HANDOFF_RING as u64);
     assert_eq!(g.wires[0].take_sent(0).len(), HANDOFF_RING);
     g.assert_accounted();
 }
@@ -376,7 +380,10 @@ fn a_full_tx_ring_keeps_a_backlog_then_counts_the_rest() {
     // 128 wait (the backlog, counted as forwarded while they wait), the
     // others are dropped, counted as such instead.
     assert_eq!((s.counters.forwarded, full), (128, 300 - 128), "{s:?}");
-    assert_eq!(s.tx, s.arp_requests, "nothing went out but the ARP request");
+    assert_eq!(
+        s.tallies.tx, s.tallies.arp_requests,
+        "nothing went out but the ARP request"
+    );
     // The ring opens: the backlog goes out.
     g.wires[0].set_tx_room(0, None);
     g.step(0);

@@ -106,15 +106,7 @@ fn xvs_totals(runner: &XvsRunner) -> Result<CountersReading, String> {
             .map(|d| d.handle().counters())
             .unwrap_or_default()
         {
-            t.pipeline.rx += r.pipeline.rx;
-            t.pipeline.forwarded += r.pipeline.forwarded;
-            t.pipeline.new_flows += r.pipeline.new_flows;
-            for (a, b) in t.pipeline.drops.iter_mut().zip(r.pipeline.drops) {
-                *a += b;
-            }
-            t.tx += r.tx;
-            t.busy += r.busy;
-            t.idle += r.idle;
+            t.add(&r);
         }
         t
     })
@@ -127,9 +119,9 @@ fn xvs_note(a: &CountersReading, b: &CountersReading) -> String {
         b.pipeline.rx - a.pipeline.rx,
         b.pipeline.forwarded - a.pipeline.forwarded,
         b.pipeline.new_flows - a.pipeline.new_flows,
-        b.tx - a.tx,
-        b.busy - a.busy,
-        b.idle - a.idle
+        b.worker.tx - a.worker.tx,
+        b.worker.busy - a.worker.busy,
+        b.worker.idle - a.worker.idle
     );
     for r in DropReason::ALL {
         let d = b.pipeline.drops[r.index()] - a.pipeline.drops[r.index()];

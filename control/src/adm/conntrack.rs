@@ -154,15 +154,37 @@ fn assured(c: &ConnView) -> bool {
     }
 }
 
-/// conntrack's per-CPU statistics line, then xvs's own counters.
+/// conntrack's per-CPU statistics line (its fields, in its order), then
+/// xvs's own counters: the table's other counters, the AF_XDP sockets'
+/// and TX ring losses.
 pub fn stats_line(x: &WorkerConntrack) -> String {
-    let r = &x.rings;
-    format!(
-        "cpu={:<4}\tfound={} invalid={} insert={} insert_failed={} drop={} early_drop={} error=0 search_restart=0 clash_resolve=0 chaintoolong=0 entries={} expire={} delete={} reschedule={} nodest={} reclaim={} xsk_rx_dropped={} xsk_rx_ring_full={} xsk_rx_invalid={} xsk_fill_empty={} xsk_tx_invalid={} tx_ring_full={} \n",
-        x.worker, x.found, x.invalid, x.insert, x.insert_failed, x.drop, x.early_drop,
-        x.entries, x.expire, x.delete, x.reschedule, x.nodest, x.reclaim,
-        r.rx_dropped, r.rx_ring_full, r.rx_invalid_descs, r.rx_fill_ring_empty, r.tx_invalid_descs, x.tx_ring_full
-    )
+    use std::fmt::Write;
+    const CONNTRACK: [&str; 8] = [
+        "found",
+        "invalid",
+        "insert",
+        "insert_failed",
+        "drop",
+        "early_drop",
+        "expire",
+        "delete",
+    ];
+    let t = &x.stats;
+    let mut out = format!(
+        "cpu={:<4}\tfound={} invalid={} insert={} insert_failed={} drop={} early_drop={} error=0 search_restart=0 clash_resolve=0 chaintoolong=0 entries={} expire={} delete={}",
+        x.worker, t.found, t.invalid, t.insert, t.insert_failed, t.drop, t.early_drop,
+        x.entries, t.expire, t.delete,
+    );
+    let own = t
+        .named()
+        .filter(|(k, _)| !CONNTRACK.contains(k))
+        .chain(x.rings.named().filter(|&(k, _)| k != "xsk_tx_ring_empty"))
+        .chain([("tx_ring_full", x.tx_ring_full)]);
+    for (k, v) in own {
+        let _ = write!(out, " {k}={v}");
+    }
+    out.push_str(" \n");
+    out
 }
 
 /// An event as conntrack -E prints it (`None`: not a conntrack event).
@@ -498,23 +520,27 @@ mod tests {
         let x = WorkerConntrack {
             worker: 1,
             entries: 2,
-            found: 3,
-            miss: 0,
-            insert: 4,
-            insert_failed: 5,
-            invalid: 6,
-            drop: 7,
-            early_drop: 8,
-            delete: 9,
-            expire: 10,
-            reschedule: 0,
-            nodest: 0,
-            reclaim: 0,
+            stats: xvs_conntrack::Stats {
+                found: 3,
+                insert: 4,
+                insert_failed: 5,
+                invalid: 6,
+                drop: 7,
+                early_drop: 8,
+                delete: 9,
+                expire: 10,
+                reclaim: 11,
+                ..Default::default()
+            },
             rings: Default::default(),
-            tx_ring_full: 0,
+            tx_ring_full: 12,
         };
         assert!(stats_line(&x).starts_with(
-            "cpu=1   \tfound=3 invalid=6 insert=4 insert_failed=5 drop=7 early_drop=8 error=0 search_restart=0 clash_resolve=0 chaintoolong=0 entries=2 "
+            "cpu=1   \tfound=3 invalid=6 insert=4 insert_failed=5 drop=7 early_drop=8 error=0 search_restart=0 clash_resolve=0 chaintoolong=0 entries=2 expire=10 delete=9 "
         ));
+        let line = stats_line(&x);
+        assert!(line.contains(" reclaim=11 "), "{line}");
+        assert!(line.contains(" xsk_rx_dropped=0 "), "{line}");
+        assert!(line.ends_with(" tx_ring_full=12 \n"), "{line}");
     }
 }

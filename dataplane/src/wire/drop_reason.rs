@@ -113,6 +113,48 @@ impl DropReason {
     }
 }
 
+/// Frames dropped, by reason ([`DropReason::index`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drops(pub [u64; DropReason::COUNT]);
+
+impl Default for Drops {
+    fn default() -> Self {
+        Drops([0; DropReason::COUNT])
+    }
+}
+
+impl Drops {
+    /// Every reason's count, in index order.
+    pub fn iter(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
+        DropReason::ALL.iter().copied().zip(self.0)
+    }
+
+    /// Adds another count.
+    pub fn add(&mut self, o: &Drops) {
+        for (a, b) in self.0.iter_mut().zip(o.0) {
+            *a += b;
+        }
+    }
+
+    /// All drops.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+}
+
+impl std::ops::Index<usize> for Drops {
+    type Output = u64;
+    fn index(&self, i: usize) -> &u64 {
+        &self.0[i]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Drops {
+    fn index_mut(&mut self, i: usize) -> &mut u64 {
+        &mut self.0[i]
+    }
+}
+
 impl fmt::Display for DropReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())

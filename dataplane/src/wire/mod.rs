@@ -15,6 +15,6 @@ pub mod icmp_error;
 pub mod nat;
 
 pub use classify::{classify, Arp, ArpOp, Fragment, Frame, IcmpError, Inner, Ipv4, TcpFlags, L4};
-pub use drop_reason::DropReason;
+pub use drop_reason::{DropReason, Drops};
 pub use icmp_error::IcmpErrorNat;
 pub use nat::{Endpoint, Nat};
