@@ -47,6 +47,7 @@ fn flow(n: u32) -> NewFlow {
         service: 1,
         backend_id: n % 200,
         client_mac: [2, 0, 0, 0, 0, 1],
+        plan: 0,
     }
 }
 

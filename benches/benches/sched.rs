@@ -26,6 +26,7 @@ fn backends() -> Vec<SchedBackend> {
                 port: 8080,
             },
             weight: 1 + (i % 5) as u32,
+            plan: Default::default(),
         })
         .collect()
 }

@@ -46,6 +46,9 @@ pub(crate) struct Entry {
     pub(crate) proto: L4Proto,
     pub(crate) state: u8,
     pub(crate) flags: u8,
+    /// The caller's forwarding plan tag (opaque here; in what was the
+    /// padding before `service`, outside the compared key bytes).
+    pub(crate) plan: u8,
     /// Service id (the scheduler's).
     pub(crate) service: u32,
     /// Backend id (the scheduler's).
@@ -89,6 +92,7 @@ impl Entry {
         proto: L4Proto::Tcp,
         state: 0,
         flags: 0,
+        plan: 0,
     };
 
     pub(crate) fn endpoint(&self, which: usize) -> Endpoint {

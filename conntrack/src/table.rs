@@ -64,6 +64,9 @@ pub struct NewFlow {
     pub backend_id: u32,
     /// Ethernet address the client's first packet came from.
     pub client_mac: [u8; 6],
+    /// How the caller forwards the flow's packets (a tag the table keeps
+    /// and returns, [`FlowRef::plan`]).
+    pub plan: u8,
 }
 
 /// What a packet contributes to its flow.
@@ -156,6 +159,10 @@ impl FlowRef<'_> {
     /// Ethernet address the client's packets come from.
     pub fn client_mac(&self) -> [u8; 6] {
         self.0.client_mac
+    }
+    /// The forwarding plan tag it was created with ([`NewFlow::plan`]).
+    pub fn plan(&self) -> u8 {
+        self.0.plan
     }
     /// Whether its backend was quiesced while it lived.
     pub fn is_quiesced(&self) -> bool {
@@ -511,6 +518,7 @@ impl FlowTable {
         let e = &mut self.slab.entries[slot as usize];
         e.set_ends(new.client, new.vip, new.backend, new.snat);
         e.client_mac = new.client_mac;
+        e.plan = new.plan;
         e.proto = new.proto;
         e.service = new.service;
         e.backend_id = new.backend_id;

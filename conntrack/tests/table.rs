@@ -52,6 +52,7 @@ fn new_flow(n: u32, proto: L4Proto) -> NewFlow {
         service: 7,
         backend_id: n % 3,
         client_mac: [2, 0, 0, 0, 0, 1],
+        plan: 0,
     }
 }
 
@@ -103,6 +104,21 @@ fn insert_new_tracks_a_flow_whose_keys_the_caller_checked() {
     assert_eq!(t.lookup(&orig), Some((id, Direction::Original)));
     assert_eq!(t.lookup(&reply), Some((id, Direction::Reply)));
     t.check_invariants().unwrap();
+}
+
+#[test]
+fn a_flow_keeps_its_forwarding_plan_tag() {
+    let mut t = FlowTable::new(16, Timeouts::default(), 0);
+    let mut f = new_flow(4, L4Proto::Tcp);
+    f.plan = 3;
+    let id = t.insert(&f, syn(), 0, &mut ()).unwrap();
+    let g = new_flow(5, L4Proto::Tcp);
+    let other = t.insert(&g, syn(), 0, &mut ()).unwrap();
+    assert_eq!(t.flow(id).plan(), 3);
+    assert_eq!(t.flow(other).plan(), 0);
+    // The tag is not part of the key: lookups find the flow whatever it is.
+    let orig = FlowKey::between(f.client, f.vip, L4Proto::Tcp);
+    assert_eq!(t.lookup(&orig), Some((id, Direction::Original)));
 }
 
 #[test]

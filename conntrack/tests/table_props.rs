@@ -101,6 +101,7 @@ fn flow(client: u8, backend: u8, udp: bool) -> NewFlow {
         service: 1,
         backend_id: u32::from(backend),
         client_mac: [2, 0, 0, 0, 0, 1],
+        plan: 0,
     }
 }
 

@@ -42,6 +42,7 @@ use xvs_conntrack::{
 
 pub use crate::counters::Counters;
 use crate::events::{EventKind, FlowEvent, FlowEvents};
+use crate::forward::{NextHop, Plan};
 use crate::neighbours::Neighbours;
 use crate::sched::{pick_persistent, Request};
 use crate::services::{CompiledService, ServiceCounts, ServiceTable};
@@ -635,35 +636,25 @@ impl Pipeline {
             };
             t.packet(self.cfg.worker, f.backend_id(), d, u64::from(ip.total_len));
         }
-        let (nat, next_hop, side, our_mac) = match dir {
-            Direction::Original => (
-                Nat {
-                    src: f.snat(),
-                    dst: f.backend(),
-                },
-                self.neighbours.get(f.backend().addr),
-                Side::Backend,
-                self.cfg.backend_mac,
-            ),
-            Direction::Reply => (
-                Nat {
-                    src: f.vip(),
-                    dst: f.client(),
-                },
-                Some(f.client_mac()),
-                Side::Client,
-                self.cfg.mac,
-            ),
+        let route = Plan::from_tag(f.plan()).route(&f, dir);
+        let our_mac = match route.side {
+            Side::Client => self.cfg.mac,
+            Side::Backend => self.cfg.backend_mac,
         };
-        let Some(dst_mac) = next_hop else {
-            let backend = f.backend().addr;
-            self.resolve(backend);
-            return Verdict::Drop(DropReason::NextHopUnresolved);
+        let dst_mac = match route.next_hop {
+            NextHop::Mac(mac) => mac,
+            NextHop::Neighbour(addr) => match self.neighbours.get(addr) {
+                Some(mac) => mac,
+                None => {
+                    self.resolve(addr);
+                    return Verdict::Drop(DropReason::NextHopUnresolved);
+                }
+            },
         };
-        match nat::forward(buf, ip, &nat, our_mac, EthernetAddress(dst_mac)) {
+        match nat::forward(buf, ip, &route.nat, our_mac, EthernetAddress(dst_mac)) {
             Ok(()) => Verdict::Forward {
                 len: ip.end(),
-                to: side,
+                to: route.side,
             },
             Err(r) => Verdict::Drop(r),
         }
@@ -745,9 +736,13 @@ impl Pipeline {
                 b.endpoint.port
             },
         };
-        let snat = self
-            .snat_port(backend, key.proto, now)
-            .ok_or(Verdict::Drop(DropReason::SnatExhausted))?;
+        // A plan without SNAT keeps the client as the reply destination.
+        let snat = if b.plan.takes_snat() {
+            self.snat_port(backend, key.proto, now)
+                .ok_or(Verdict::Drop(DropReason::SnatExhausted))?
+        } else {
+            key.source()
+        };
         let new = NewFlow {
             client: key.source(),
             vip: key.destination(),
@@ -757,6 +752,7 @@ impl Pipeline {
             service: svc.id,
             backend_id: b.id,
             client_mac: src_mac,
+            plan: b.plan.tag(),
         };
         let mut obs = ServiceCounts {
             table: &self.services,

@@ -31,6 +31,7 @@ use ipnet::Ipv4Net;
 use xvs_config::{Protocol, Service, ServiceKey};
 use xvs_conntrack::{Endpoint, L4Proto, Observer};
 
+use crate::forward::Plan;
 use crate::sched::{ConnCounts, MaglevParams, Persist, SchedBackend, Scheduler, DEFAULT_SEED};
 use crate::traffic::{DestState, TrafficStats, TrafficTotals};
 
@@ -100,6 +101,7 @@ impl CompiledService {
                 id: i as u32,
                 endpoint: endpoint_of(b),
                 weight: b.weight,
+                plan: Plan::of(b.forward),
             })
             .collect();
         Self::assemble(
@@ -171,6 +173,7 @@ impl CompiledService {
                 id: id.unwrap_or_default(),
                 endpoint: endpoint_of(b),
                 weight: b.weight,
+                plan: Plan::of(b.forward),
             })
             .collect();
         let (counts, stats) = if ids.len() <= prev.stats.backends() {

@@ -264,6 +264,7 @@ mod tests {
                 port: 80,
             },
             weight,
+            plan: Default::default(),
         }
     }
 

@@ -17,6 +17,7 @@ fn backends(n: usize, weight: impl Fn(usize) -> u32) -> Vec<SchedBackend> {
                 port: 8080,
             },
             weight: weight(i),
+            plan: Default::default(),
         })
         .collect()
 }

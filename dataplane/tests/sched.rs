@@ -29,6 +29,7 @@ fn backends(weights: &[u32]) -> Vec<SchedBackend> {
                 port: 8080,
             },
             weight: w,
+            plan: Default::default(),
         })
         .collect()
 }
@@ -303,6 +304,7 @@ fn counts_follow_conntrack_transitions_across_workers() {
             service: 1,
             backend_id: b[0].id,
             client_mac: [2, 0, 0, 0, 0, 1],
+            plan: 0,
         };
         let id = tables[w]
             .insert(

@@ -76,6 +76,7 @@ mod tests {
                         port: 80,
                     },
                     weight: w,
+                    plan: Default::default(),
                 }
             })
             .collect();

@@ -20,6 +20,7 @@ mod rr;
 
 use std::net::Ipv4Addr;
 
+use crate::forward::Plan;
 pub use counts::{ConnCounts, CountsObserver};
 pub use failover::Failover;
 pub use hash::{BucketHash, BUCKETS};
@@ -40,6 +41,8 @@ pub struct SchedBackend {
     pub endpoint: Endpoint,
     /// Weight (0 = quiesced).
     pub weight: u32,
+    /// How its flows are forwarded (schedulers do not read it).
+    pub plan: Plan,
 }
 
 impl SchedBackend {
@@ -253,6 +256,7 @@ pub(crate) fn test_backends(weights: &[u32]) -> Vec<SchedBackend> {
                 port: 80,
             },
             weight: w,
+            plan: Default::default(),
         })
         .collect()
 }

@@ -1,0 +1,147 @@
+//! Forwarding plans: how a flow's packets leave the gateway.
+//!
+//! A plan is chosen per backend (from its configured [`ForwardMethod`])
+//! when a service is compiled, recorded in each flow it creates (the
+//! conntrack entry keeps its [`Plan::tag`]), and consumed by
+//! [`crate::pipeline::Pipeline`] for every packet of the flow: the plan
+//! says what the packet becomes ([`Route`]) and the pipeline resolves the
+//! next hop and transmits. Each plan lives in its own module, as Katran
+//! keeps each encapsulation in its own function (`pckt_encap.h`).
+//!
+//! Invariants:
+//! - A flow keeps the plan it was created with, whatever later edits do
+//!   to its backend (a packet never meets a rewrite its flow's reply key
+//!   was not set up for).
+//! - [`Plan::takes_snat`] says whether a new flow needs a SNAT endpoint
+//!   (its replies come back to the gateway at that endpoint).
+//!
+//! A new forwarding mode (direct routing, IP-in-IP) is a new variant, a
+//! module beside [`full_nat`], and an arm in [`Plan::route`].
+
+pub mod full_nat;
+
+use xvs_config::ForwardMethod;
+use xvs_conntrack::{Direction, FlowRef};
+
+use crate::pipeline::Side;
+use crate::wire::Nat;
+
+/// How a backend's flows are forwarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(u8)]
+pub enum Plan {
+    /// Full NAT (ipvsadm's `-m`, Masq): client → SNAT endpoint, VIP →
+    /// backend, and back.
+    #[default]
+    FullNat = 0,
+}
+
+impl Plan {
+    /// The plan of a configured forwarding method.
+    pub fn of(method: ForwardMethod) -> Plan {
+        match method {
+            ForwardMethod::Masq => Plan::FullNat,
+        }
+    }
+
+    /// The tag a flow records.
+    pub fn tag(self) -> u8 {
+        self as u8
+    }
+
+    /// The plan a flow's tag stands for (tags are written only by
+    /// [`Plan::tag`]; an unknown one, which cannot occur, reads as the
+    /// default plan).
+    pub fn from_tag(tag: u8) -> Plan {
+        match tag {
+            0 => Plan::FullNat,
+            _ => Plan::default(),
+        }
+    }
+
+    /// Whether a new flow of this plan takes a SNAT endpoint.
+    pub fn takes_snat(self) -> bool {
+        match self {
+            Plan::FullNat => true,
+        }
+    }
+
+    /// What a packet of flow `f` in direction `dir` becomes.
+    #[inline]
+    pub fn route(self, f: &FlowRef<'_>, dir: Direction) -> Route {
+        match self {
+            Plan::FullNat => full_nat::route(f, dir),
+        }
+    }
+}
+
+/// Where the next hop's Ethernet address comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextHop {
+    /// The neighbour table's entry for this address (resolved first if
+    /// missing).
+    Neighbour(std::net::Ipv4Addr),
+    /// This address, known from the flow.
+    Mac([u8; 6]),
+}
+
+/// What one packet of a flow becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    /// The L3/L4 rewrite.
+    pub nat: Nat,
+    /// The side it leaves on.
+    pub side: Side,
+    /// Its next hop.
+    pub next_hop: NextHop,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+    use xvs_conntrack::{Endpoint, FlowTable, L4Proto, NewFlow, Packet, Timeouts};
+
+    fn ep(a: [u8; 4], port: u16) -> Endpoint {
+        Endpoint {
+            addr: Ipv4Addr::from(a),
+            port,
+        }
+    }
+
+    #[test]
+    fn tags_round_trip_and_masq_is_full_nat() {
+        assert_eq!(Plan::of(ForwardMethod::Masq), Plan::FullNat);
+        assert_eq!(Plan::from_tag(Plan::FullNat.tag()), Plan::FullNat);
+        assert!(Plan::FullNat.takes_snat());
+    }
+
+    #[test]
+    fn full_nat_goes_snat_to_backend_and_vip_back_to_the_client() {
+        let mut t = FlowTable::new(16, Timeouts::default(), 0);
+        let new = NewFlow {
+            client: ep([198, 18, 0, 10], 40000),
+            vip: ep([198, 19, 0, 1], 80),
+            backend: ep([198, 18, 1, 2], 8080),
+            snat: ep([198, 18, 1, 254], 1024),
+            proto: L4Proto::Tcp,
+            service: 1,
+            backend_id: 0,
+            client_mac: [2, 0, 0, 0, 0, 9],
+            plan: Plan::FullNat.tag(),
+        };
+        let id = t.insert(&new, Packet::default(), 0, &mut ()).unwrap();
+        let f = t.flow(id);
+        let plan = Plan::from_tag(f.plan());
+        let out = plan.route(&f, Direction::Original);
+        assert_eq!(out.nat.src, new.snat);
+        assert_eq!(out.nat.dst, new.backend);
+        assert_eq!(out.side, Side::Backend);
+        assert_eq!(out.next_hop, NextHop::Neighbour(new.backend.addr));
+        let back = plan.route(&f, Direction::Reply);
+        assert_eq!(back.nat.src, new.vip);
+        assert_eq!(back.nat.dst, new.client);
+        assert_eq!(back.side, Side::Client);
+        assert_eq!(back.next_hop, NextHop::Mac(new.client_mac));
+    }
+}
