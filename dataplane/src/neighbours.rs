@@ -14,6 +14,8 @@ use std::net::Ipv4Addr;
 
 use smoltcp::wire::EthernetAddress;
 
+use crate::wire::Arp;
+
 /// Next hops a worker keeps.
 pub const CAPACITY: usize = 65_536;
 /// ARP requests waiting to be sent.
@@ -76,18 +78,10 @@ impl Neighbours {
     }
 
     /// Builds a request for `target` into `buf` (to send on the backend
-    /// side); its length (60), or `None` if `buf` is too short.
+    /// side); its length (60 with room for the padding), or `None` if
+    /// `buf` cannot hold it.
     pub fn build_request(&self, buf: &mut [u8], target: Ipv4Addr) -> Option<usize> {
-        let f = buf.get_mut(..60)?;
-        f.fill(0);
-        f[0..6].fill(0xff);
-        f[6..12].copy_from_slice(&self.mac.0);
-        f[12..14].copy_from_slice(&[0x08, 0x06]);
-        f[14..22].copy_from_slice(&[0, 1, 0x08, 0, 6, 4, 0, 1]);
-        f[22..28].copy_from_slice(&self.mac.0);
-        f[28..32].copy_from_slice(&self.source.octets());
-        f[38..42].copy_from_slice(&target.octets());
-        Some(60)
+        Arp::request(self.mac, self.source, target).emit(buf, EthernetAddress::BROADCAST)
     }
 }
 
@@ -122,6 +116,6 @@ mod tests {
         n.set_source(Ipv4Addr::UNSPECIFIED);
         n.build_request(&mut buf, B);
         assert_eq!(&buf[28..32], &[0, 0, 0, 0], "a probe");
-        assert_eq!(n.build_request(&mut [0u8; 59], B), None);
+        assert_eq!(n.build_request(&mut [0u8; 41], B), None);
     }
 }

@@ -33,7 +33,7 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use hashbrown::HashSet;
-use smoltcp::wire::EthernetAddress;
+use smoltcp::wire::{EthernetAddress, EthernetFrame};
 use xvs_config::{ConnRules, PortRange, UnknownPort};
 use xvs_conntrack::{
     tcp_flags, Direction, Endpoint, FlowId, FlowKey, FlowState, FlowTable, InsertError, L4Proto,
@@ -491,7 +491,7 @@ impl Pipeline {
         let Some(key) = ip.flow_key() else {
             return Verdict::Drop(DropReason::UnsupportedProtocol);
         };
-        let src_mac = [buf[6], buf[7], buf[8], buf[9], buf[10], buf[11]];
+        let src_mac = EthernetFrame::new_unchecked(&*buf).src_addr().0;
         let tcp_flags = match ip.l4 {
             L4::Tcp { flags, .. } => flags.0,
             _ => 0,

@@ -17,20 +17,27 @@
 
 use std::net::Ipv4Addr;
 
-use smoltcp::wire::{EthernetAddress, Icmpv4Packet, IpAddress, Ipv4Packet, TcpPacket};
+use smoltcp::phy::ChecksumCapabilities;
+use smoltcp::wire::{
+    EthernetAddress, Icmpv4Message, Icmpv4Packet, IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr,
+    TcpPacket, TcpSeqNumber,
+};
 
+use super::arp::{Arp, ArpOp};
 use super::checksum::{get16, put16, put_addr, Delta};
-use super::classify::{Arp, ArpOp, Fragment, Ipv4, TcpFlags, ARP_LEN, ETH_HEADER_LEN, L4};
+use super::classify::{Fragment, Ipv4, L4};
+use super::field::{eth, icmp, ipv4, tcp};
 use super::DropReason;
 use xvs_config::is_unicast;
 
 /// Shortest Ethernet frame without FCS.
-pub const ETH_MIN_FRAME: usize = 60;
+pub const ETH_MIN_FRAME: usize = eth::MIN_FRAME;
 /// TTL of packets xvs originates.
 pub const ANSWER_TTL: u8 = 64;
-const TCP_HEADER_LEN: usize = 20;
-const ICMP_HEADER_LEN: usize = 8;
-const IP_HEADER_LEN: usize = 20;
+const ETH_HEADER_LEN: usize = eth::HEADER_LEN;
+const TCP_HEADER_LEN: usize = tcp::MIN_HEADER_LEN;
+const ICMP_HEADER_LEN: usize = icmp::HEADER_LEN;
+const IP_HEADER_LEN: usize = ipv4::MIN_HEADER_LEN;
 
 /// Zero-pads an answer of `len` bytes to the Ethernet minimum if the
 /// buffer is long enough; returns the length to transmit.
@@ -46,9 +53,9 @@ fn pad(buf: &mut [u8], len: usize) -> usize {
 /// Swaps the Ethernet source and destination. `buf.len() >= 14`.
 fn swap_macs(buf: &mut [u8]) {
     let mut dst = [0u8; 6];
-    dst.copy_from_slice(&buf[0..6]);
-    buf.copy_within(6..12, 0);
-    buf[6..12].copy_from_slice(&dst);
+    dst.copy_from_slice(&buf[eth::DST..eth::DST + 6]);
+    buf.copy_within(eth::SRC..eth::SRC + 6, eth::DST);
+    buf[eth::SRC..eth::SRC + 6].copy_from_slice(&dst);
 }
 
 /// Turns an ARP request for an address xvs owns into the reply "it is at
@@ -62,19 +69,17 @@ pub fn arp_reply(
     if arp.op != ArpOp::Request {
         return Ok(None);
     }
-    let len = ETH_HEADER_LEN + ARP_LEN;
-    if buf.len() < len {
-        return Err(DropReason::AnswerNoRoom);
+    let reply = Arp {
+        op: ArpOp::Reply,
+        sender_mac: our_mac,
+        sender_ip: arp.target_ip,
+        target_mac: arp.sender_mac,
+        target_ip: arp.sender_ip,
+    };
+    match reply.emit(buf, arp.sender_mac) {
+        Some(len) => Ok(Some(len)),
+        None => Err(DropReason::AnswerNoRoom),
     }
-    buf[0..6].copy_from_slice(&arp.sender_mac.0);
-    buf[6..12].copy_from_slice(&our_mac.0);
-    let a = ETH_HEADER_LEN;
-    put16(buf, a + 6, 2); // operation: reply
-    buf[a + 8..a + 14].copy_from_slice(&our_mac.0);
-    put_addr(buf, a + 14, arp.target_ip);
-    buf[a + 18..a + 24].copy_from_slice(&arp.sender_mac.0);
-    put_addr(buf, a + 24, arp.sender_ip);
-    Ok(Some(pad(buf, len)))
 }
 
 /// Turns an ICMP echo request into its reply: addresses and MACs swapped,
@@ -91,45 +96,49 @@ pub fn icmp_echo_reply(buf: &mut [u8], ip: &Ipv4) -> Result<Option<usize>, DropR
     let at = ETH_HEADER_LEN;
     // Swapping the addresses leaves the header sum unchanged; the TTL does not.
     let mut ipd = Delta::ZERO;
-    let ttl_proto = get16(buf, at + 8);
+    let ttl_proto = get16(buf, at + ipv4::TTL_PROTO);
     let new = u16::from(ANSWER_TTL) << 8 | (ttl_proto & 0xff);
     ipd.word(ttl_proto, new);
-    put16(buf, at + 8, new);
-    put_addr(buf, at + 12, ip.dst);
-    put_addr(buf, at + 16, ip.src);
-    let c = get16(buf, at + 10);
-    put16(buf, at + 10, ipd.apply(c));
-    let icmp = ip.l4_offset();
-    let type_code = get16(buf, icmp);
+    put16(buf, at + ipv4::TTL_PROTO, new);
+    put_addr(buf, at + ipv4::SRC, ip.dst);
+    put_addr(buf, at + ipv4::DST, ip.src);
+    let c = get16(buf, at + ipv4::CHECKSUM);
+    put16(buf, at + ipv4::CHECKSUM, ipd.apply(c));
+    let m = ip.l4_offset();
+    let type_code = get16(buf, m + icmp::TYPE_CODE);
     let mut d = Delta::ZERO;
     d.word(type_code, type_code & 0x00ff);
-    put16(buf, icmp, type_code & 0x00ff);
-    let c = get16(buf, icmp + 2);
-    put16(buf, icmp + 2, d.apply(c));
+    put16(buf, m + icmp::TYPE_CODE, type_code & 0x00ff);
+    let c = get16(buf, m + icmp::CHECKSUM);
+    put16(buf, m + icmp::CHECKSUM, d.apply(c));
     Ok(Some(pad(buf, ip.end())))
 }
 
-/// Writes a fresh 20-byte IPv4 header at offset 14 and fills its checksum.
+/// Emits a fresh 20-byte IPv4 header after the Ethernet header and fills
+/// its checksum. `buf` holds at least the Ethernet and IPv4 headers.
 fn write_ip_header(
     buf: &mut [u8],
     total_len: u16,
     tos: u8,
     dont_frag: bool,
-    proto: u8,
+    proto: IpProtocol,
     src: Ipv4Addr,
     dst: Ipv4Addr,
 ) {
     let h = &mut buf[ETH_HEADER_LEN..ETH_HEADER_LEN + IP_HEADER_LEN];
-    h[0] = 0x45;
-    h[1] = tos;
-    h[2..4].copy_from_slice(&total_len.to_be_bytes());
-    h[4..6].fill(0); // identification
-    h[6..8].copy_from_slice(&(if dont_frag { 0x4000u16 } else { 0 }).to_be_bytes());
-    h[8] = ANSWER_TTL;
-    h[9] = proto;
-    h[12..16].copy_from_slice(&src.octets());
-    h[16..20].copy_from_slice(&dst.octets());
-    Ipv4Packet::new_unchecked(h).fill_checksum();
+    let mut p = Ipv4Packet::new_unchecked(h);
+    Ipv4Repr {
+        src_addr: src,
+        dst_addr: dst,
+        next_header: proto,
+        payload_len: usize::from(total_len) - IP_HEADER_LEN,
+        hop_limit: ANSWER_TTL,
+    }
+    .emit(&mut p, &ChecksumCapabilities::ignored());
+    p.set_dscp(tos >> 2);
+    p.set_ecn(tos & 0x03);
+    p.set_dont_frag(dont_frag);
+    p.fill_checksum();
 }
 
 /// Turns a TCP segment into the RST that refuses it (RFC 793, "Reset
@@ -158,14 +167,10 @@ pub fn tcp_reset(buf: &mut [u8], ip: &Ipv4) -> Result<Option<usize>, DropReason>
         usize::from(ip.total_len) - usize::from(ip.header_len) - usize::from(seg.header_len());
     let (seq_in, ack_in) = (seg.seq_number().0 as u32, seg.ack_number().0 as u32);
     let seg_len = (payload + usize::from(flags.syn()) + usize::from(flags.fin())) as u32;
-    let (seq, ack, out_flags) = if flags.ack() {
-        (ack_in, 0u32, TcpFlags::RST)
+    let (seq, ack, with_ack) = if flags.ack() {
+        (ack_in, 0u32, false)
     } else {
-        (
-            0,
-            seq_in.wrapping_add(seg_len),
-            TcpFlags::RST | TcpFlags::ACK,
-        )
+        (0, seq_in.wrapping_add(seg_len), true)
     };
 
     swap_macs(buf);
@@ -174,19 +179,21 @@ pub fn tcp_reset(buf: &mut [u8], ip: &Ipv4) -> Result<Option<usize>, DropReason>
         (IP_HEADER_LEN + TCP_HEADER_LEN) as u16,
         0,
         true,
-        6,
+        IpProtocol::Tcp,
         ip.dst,
         ip.src,
     );
     let t = &mut buf[ETH_HEADER_LEN + IP_HEADER_LEN..len];
-    t[0..2].copy_from_slice(&dst_port.to_be_bytes());
-    t[2..4].copy_from_slice(&src_port.to_be_bytes());
-    t[4..8].copy_from_slice(&seq.to_be_bytes());
-    t[8..12].copy_from_slice(&ack.to_be_bytes());
-    t[12] = 5 << 4; // data offset: 5 words, no options
-    t[13] = out_flags;
-    t[14..20].fill(0); // window, checksum, urgent pointer
-    TcpPacket::new_unchecked(t).fill_checksum(&IpAddress::Ipv4(ip.dst), &IpAddress::Ipv4(ip.src));
+    t.fill(0); // window, checksum, urgent pointer, unset flags
+    let mut seg = TcpPacket::new_unchecked(t);
+    seg.set_src_port(dst_port);
+    seg.set_dst_port(src_port);
+    seg.set_seq_number(TcpSeqNumber(seq as i32));
+    seg.set_ack_number(TcpSeqNumber(ack as i32));
+    seg.set_header_len(TCP_HEADER_LEN as u8); // no options
+    seg.set_rst(true);
+    seg.set_ack(with_ack);
+    seg.fill_checksum(&IpAddress::Ipv4(ip.dst), &IpAddress::Ipv4(ip.src));
     Ok(Some(pad(buf, len)))
 }
 
@@ -223,15 +230,12 @@ fn icmp_error_answer(
         return Ok(None);
     }
     let quote = usize::from(ip.header_len) + 8;
-    let icmp = ETH_HEADER_LEN + IP_HEADER_LEN;
-    let len = icmp + ICMP_HEADER_LEN + quote;
+    let at = ETH_HEADER_LEN + IP_HEADER_LEN;
+    let len = at + ICMP_HEADER_LEN + quote;
     if buf.len() < len || buf.len() < ETH_HEADER_LEN + quote {
         return Err(DropReason::AnswerNoRoom);
     }
-    buf.copy_within(
-        ETH_HEADER_LEN..ETH_HEADER_LEN + quote,
-        icmp + ICMP_HEADER_LEN,
-    );
+    buf.copy_within(ETH_HEADER_LEN..ETH_HEADER_LEN + quote, at + ICMP_HEADER_LEN);
     swap_macs(buf);
     // Precedence "internetwork control", as Linux sends ICMP errors.
     write_ip_header(
@@ -239,14 +243,15 @@ fn icmp_error_answer(
         (len - ETH_HEADER_LEN) as u16,
         0xc0,
         false,
-        1,
+        IpProtocol::Icmp,
         ip.dst,
         ip.src,
     );
-    let m = &mut buf[icmp..len];
-    m[0] = kind;
-    m[1] = code;
-    m[2..8].fill(0); // checksum, unused
-    Icmpv4Packet::new_unchecked(m).fill_checksum();
+    let m = &mut buf[at..len];
+    m[..ICMP_HEADER_LEN].fill(0); // checksum, unused
+    let mut msg = Icmpv4Packet::new_unchecked(m);
+    msg.set_msg_type(Icmpv4Message::from(kind));
+    msg.set_msg_code(code);
+    msg.fill_checksum();
     Ok(Some(pad(buf, len)))
 }

@@ -22,22 +22,21 @@
 use std::net::Ipv4Addr;
 
 use smoltcp::wire::{
-    ArpPacket, EthernetAddress, EthernetFrame, EthernetProtocol, Icmpv4Packet, IpProtocol,
-    Ipv4Packet, TcpPacket, UdpPacket,
+    EthernetFrame, EthernetProtocol, Icmpv4Packet, IpProtocol, Ipv4Packet, TcpPacket, UdpPacket,
 };
 use xvs_conntrack::{FlowKey, L4Proto};
 
+use super::arp::Arp;
+use super::field::{eth, icmp, ipv4, tcp, udp};
 use super::DropReason;
 
 /// Length of an Ethernet header (no VLAN tag).
-pub const ETH_HEADER_LEN: usize = 14;
+pub const ETH_HEADER_LEN: usize = eth::HEADER_LEN;
 /// Length of an IPv4 header without options.
-pub const IPV4_MIN_HEADER_LEN: usize = 20;
-/// Length of an ARP packet for Ethernet/IPv4.
-pub const ARP_LEN: usize = 28;
-const TCP_MIN_HEADER_LEN: usize = 20;
-const UDP_HEADER_LEN: usize = 8;
-const ICMP_HEADER_LEN: usize = 8;
+pub const IPV4_MIN_HEADER_LEN: usize = ipv4::MIN_HEADER_LEN;
+const TCP_MIN_HEADER_LEN: usize = tcp::MIN_HEADER_LEN;
+const UDP_HEADER_LEN: usize = udp::HEADER_LEN;
+const ICMP_HEADER_LEN: usize = icmp::HEADER_LEN;
 
 const ICMP_ECHO_REPLY: u8 = 0;
 const ICMP_DST_UNREACHABLE: u8 = 3;
@@ -51,28 +50,6 @@ pub enum Frame {
     Arp(Arp),
     /// IPv4.
     Ipv4(Ipv4),
-}
-
-/// An ARP request or reply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Arp {
-    /// Request or reply.
-    pub op: ArpOp,
-    /// Sender hardware address.
-    pub sender_mac: EthernetAddress,
-    /// Sender protocol address.
-    pub sender_ip: Ipv4Addr,
-    /// Target protocol address.
-    pub target_ip: Ipv4Addr,
-}
-
-/// ARP operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ArpOp {
-    /// Who has `target_ip`?
-    Request,
-    /// `sender_ip` is at `sender_mac`.
-    Reply,
 }
 
 /// An IPv4 packet's fields and layout.
@@ -276,32 +253,9 @@ pub fn classify(frame: &[u8]) -> Result<Frame, DropReason> {
     let eth = EthernetFrame::new_unchecked(frame);
     match eth.ethertype() {
         EthernetProtocol::Ipv4 => classify_ipv4(frame).map(Frame::Ipv4),
-        EthernetProtocol::Arp => classify_arp(&frame[ETH_HEADER_LEN..]).map(Frame::Arp),
+        EthernetProtocol::Arp => Arp::parse(&frame[ETH_HEADER_LEN..]).map(Frame::Arp),
         _ => Err(DropReason::UnsupportedEthertype),
     }
-}
-
-fn classify_arp(payload: &[u8]) -> Result<Arp, DropReason> {
-    if payload.len() < ARP_LEN {
-        return Err(DropReason::ArpMalformed);
-    }
-    let arp = ArpPacket::new_unchecked(payload);
-    // Ethernet (1), IPv4 (0x0800), 6-byte and 4-byte addresses.
-    if payload[..6] != [0, 1, 0x08, 0x00, 6, 4] {
-        return Err(DropReason::ArpMalformed);
-    }
-    let op = match u16::from(arp.operation()) {
-        1 => ArpOp::Request,
-        2 => ArpOp::Reply,
-        _ => return Err(DropReason::ArpUnsupportedOp),
-    };
-    let ip = |b: &[u8]| Ipv4Addr::new(b[0], b[1], b[2], b[3]);
-    Ok(Arp {
-        op,
-        sender_mac: EthernetAddress::from_bytes(arp.source_hardware_addr()),
-        sender_ip: ip(arp.source_protocol_addr()),
-        target_ip: ip(arp.target_protocol_addr()),
-    })
 }
 
 fn classify_ipv4(frame: &[u8]) -> Result<Ipv4, DropReason> {
@@ -371,7 +325,7 @@ fn classify_tcp(seg: &[u8]) -> Result<L4, DropReason> {
     Ok(L4::Tcp {
         src_port: tcp.src_port(),
         dst_port: tcp.dst_port(),
-        flags: TcpFlags(seg[13]),
+        flags: TcpFlags(seg[tcp::FLAGS]),
     })
 }
 

@@ -20,16 +20,18 @@ use std::net::Ipv4Addr;
 use smoltcp::wire::EthernetAddress;
 
 use super::checksum::{get16, get_addr, put16, put_addr, Delta};
-use super::classify::{Ipv4, ETH_HEADER_LEN, L4};
-use super::nat::{Endpoint, Nat};
+use super::classify::{Ipv4, L4};
+use super::field::{eth, icmp, ipv4, tcp, udp};
+use super::nat::{put_macs, Endpoint, Nat};
 use super::DropReason;
 use xvs_conntrack::L4Proto;
 
-const IP_TTL_PROTO: usize = 8;
-const IP_CHECKSUM: usize = 10;
-const IP_SRC: usize = 12;
-const IP_DST: usize = 16;
-const ICMP_CHECKSUM: usize = 2;
+const ETH_HEADER_LEN: usize = eth::HEADER_LEN;
+const IP_TTL_PROTO: usize = ipv4::TTL_PROTO;
+const IP_CHECKSUM: usize = ipv4::CHECKSUM;
+const IP_SRC: usize = ipv4::SRC;
+const IP_DST: usize = ipv4::DST;
+const ICMP_CHECKSUM: usize = icmp::CHECKSUM;
 
 /// The rewrite of an ICMP error: new outer addresses, and the mapping of the
 /// quoted packet.
@@ -60,8 +62,7 @@ pub fn forward(
     dst_mac: EthernetAddress,
 ) -> Result<(), DropReason> {
     rewrite(frame, ip, nat, true)?;
-    frame[0..6].copy_from_slice(&dst_mac.0);
-    frame[6..12].copy_from_slice(&src_mac.0);
+    put_macs(frame, src_mac, dst_mac);
     Ok(())
 }
 
@@ -123,8 +124,10 @@ fn rewrite(frame: &mut [u8], ip: &Ipv4, nat: &IcmpErrorNat, ttl: bool) -> Result
 
     // Quoted L4 checksum, when quoted.
     let l4sum = match inner.proto {
-        L4Proto::Tcp if inner.l4_quoted >= 18 => Some((quoted_l4 + 16, false)),
-        L4Proto::Udp => Some((quoted_l4 + 6, true)),
+        L4Proto::Tcp if usize::from(inner.l4_quoted) >= tcp::CHECKSUM + 2 => {
+            Some((quoted_l4 + tcp::CHECKSUM, false))
+        }
+        L4Proto::Udp => Some((quoted_l4 + udp::CHECKSUM, true)),
         _ => None,
     };
     if let Some((at, udp)) = l4sum {

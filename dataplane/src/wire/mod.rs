@@ -8,13 +8,16 @@
 //! refusal is a [`DropReason`].
 
 pub mod answer;
+pub mod arp;
 pub mod checksum;
 pub mod classify;
 mod drop_reason;
+pub mod field;
 pub mod icmp_error;
 pub mod nat;
 
-pub use classify::{classify, Arp, ArpOp, Fragment, Frame, IcmpError, Inner, Ipv4, TcpFlags, L4};
+pub use arp::{Arp, ArpOp};
+pub use classify::{classify, Fragment, Frame, IcmpError, Inner, Ipv4, TcpFlags, L4};
 pub use drop_reason::{DropReason, Drops};
 pub use icmp_error::IcmpErrorNat;
 pub use nat::{Endpoint, Nat};

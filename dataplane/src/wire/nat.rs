@@ -20,16 +20,15 @@ use smoltcp::wire::EthernetAddress;
 pub use xvs_conntrack::Endpoint;
 
 use super::checksum::{get16, get_addr, put16, put_addr, Delta};
-use super::classify::{Ipv4, ETH_HEADER_LEN, L4};
+use super::classify::{Ipv4, L4};
+use super::field::{eth, ipv4, tcp, udp};
 use super::DropReason;
 
-/// IPv4 header field offsets, from the start of the frame.
-const IP_TTL_PROTO: usize = ETH_HEADER_LEN + 8;
-const IP_CHECKSUM: usize = ETH_HEADER_LEN + 10;
-const IP_SRC: usize = ETH_HEADER_LEN + 12;
-const IP_DST: usize = ETH_HEADER_LEN + 16;
-const TCP_CHECKSUM: usize = 16;
-const UDP_CHECKSUM: usize = 6;
+/// IPv4 header fields, from the start of the frame.
+const IP_TTL_PROTO: usize = eth::HEADER_LEN + ipv4::TTL_PROTO;
+const IP_CHECKSUM: usize = eth::HEADER_LEN + ipv4::CHECKSUM;
+const IP_SRC: usize = eth::HEADER_LEN + ipv4::SRC;
+const IP_DST: usize = eth::HEADER_LEN + ipv4::DST;
 
 /// A full-NAT mapping: both ends of the packet are rewritten.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,12 +67,12 @@ impl L4Sum {
     fn apply(self, frame: &mut [u8], delta: Delta) {
         match self {
             L4Sum::Tcp(at) => {
-                let c = get16(frame, at + TCP_CHECKSUM);
-                put16(frame, at + TCP_CHECKSUM, delta.apply(c));
+                let c = get16(frame, at + tcp::CHECKSUM);
+                put16(frame, at + tcp::CHECKSUM, delta.apply(c));
             }
             L4Sum::Udp(at) => {
-                let c = get16(frame, at + UDP_CHECKSUM);
-                put16(frame, at + UDP_CHECKSUM, delta.apply_udp(c));
+                let c = get16(frame, at + udp::CHECKSUM);
+                put16(frame, at + udp::CHECKSUM, delta.apply_udp(c));
             }
             L4Sum::None => {}
         }
@@ -173,12 +172,18 @@ pub fn set_macs(
     src: EthernetAddress,
     dst: EthernetAddress,
 ) -> Result<(), DropReason> {
-    if frame.len() < ETH_HEADER_LEN {
+    if frame.len() < eth::HEADER_LEN {
         return Err(DropReason::EthTruncated);
     }
-    frame[0..6].copy_from_slice(&dst.0);
-    frame[6..12].copy_from_slice(&src.0);
+    put_macs(frame, src, dst);
     Ok(())
+}
+
+/// Writes the Ethernet addresses of a frame at least
+/// [`eth::HEADER_LEN`] long.
+pub(super) fn put_macs(frame: &mut [u8], src: EthernetAddress, dst: EthernetAddress) {
+    frame[eth::DST..eth::DST + 6].copy_from_slice(&dst.0);
+    frame[eth::SRC..eth::SRC + 6].copy_from_slice(&src.0);
 }
 
 /// Everything forwarding a TCP/UDP packet through full NAT does, in one
@@ -200,7 +205,6 @@ pub fn forward(
     rewrite_end(frame, l4, IP_DST, 2, nat.dst, &mut ipd, &mut l4d);
     apply_ip(frame, ipd);
     l4.apply(frame, l4d);
-    frame[0..6].copy_from_slice(&dst_mac.0);
-    frame[6..12].copy_from_slice(&src_mac.0);
+    put_macs(frame, src_mac, dst_mac);
     Ok(())
 }
