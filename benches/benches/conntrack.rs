@@ -12,10 +12,11 @@
 #![allow(clippy::disallowed_types)] // a benchmark measures wall-clock time
 
 use std::hint::black_box;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use xvs_config::Address;
 use xvs_conntrack::{
     Direction, Endpoint, FlowKey, FlowTable, L4Proto, NewFlow, Packet, Timeouts, BATCH,
 };
@@ -263,5 +264,92 @@ fn conntrack(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, memory_baseline, conntrack);
+/// A flow of [`flow`]'s numbering with its addresses mapped into family
+/// `A`.
+fn flow_in<A: Address>(n: u32, map: fn(Ipv4Addr) -> A) -> NewFlow<A> {
+    let f = flow(n);
+    let end = |e: Endpoint| Endpoint {
+        addr: map(e.addr),
+        port: e.port,
+    };
+    NewFlow {
+        client: end(f.client),
+        vip: end(f.vip),
+        backend: end(f.backend),
+        snat: end(f.snat),
+        proto: f.proto,
+        service: f.service,
+        backend_id: f.backend_id,
+        client_mac: f.client_mac,
+        plan: f.plan,
+    }
+}
+
+/// The same 1M-flow table and random lookups for each way of holding an
+/// address: the table generic over IPv4 (what the data plane runs), over
+/// the standard `IpAddr` enum (one type for both families), and over
+/// IPv6 (2001:2::/48 addresses): time per lookup and bytes per flow.
+fn family(c: &mut Criterion) {
+    fn one<A: Address>(c: &mut Criterion, name: &str, map: fn(Ipv4Addr) -> A) {
+        const SIZE: u32 = 1_000_000;
+        let mut t: FlowTable<A> = FlowTable::new(SIZE, Timeouts::default(), 0);
+        let syn = Packet {
+            tcp_flags: 0x02,
+            len: 60,
+        };
+        for n in 0..SIZE {
+            t.insert(&flow_in(n, map), syn, 0, &mut ()).unwrap();
+        }
+        println!(
+            "family/{name}: {:.1} bytes per flow all-in",
+            t.memory_bytes() as f64 / f64::from(t.capacity())
+        );
+        let keys: Vec<FlowKey<A>> = shuffled(SIZE)
+            .iter()
+            .map(|&n| {
+                let f = flow_in(n, map);
+                FlowKey::between(f.client, f.vip, f.proto)
+            })
+            .collect();
+        let mut g = c.benchmark_group(format!("family/{name}"));
+        g.sample_size(20);
+        g.measurement_time(Duration::from_secs(4));
+        g.throughput(Throughput::Elements(1));
+        let mut i = 0usize;
+        g.bench_function("lookup_hit", |b| {
+            b.iter(|| {
+                i = (i + 1) % keys.len();
+                black_box(t.lookup(black_box(&keys[i]))).unwrap()
+            })
+        });
+        let mut out = vec![None; BATCH];
+        let mut j = 0usize;
+        g.throughput(Throughput::Elements(BATCH as u64));
+        g.bench_function("lookup_hit_batch64", |b| {
+            b.iter(|| {
+                j = (j + BATCH) % (keys.len() - BATCH);
+                t.lookup_batch(black_box(&keys[j..j + BATCH]), &mut out);
+                assert!(out[BATCH - 1].is_some());
+            })
+        });
+        g.finish();
+    }
+    one(c, "ipv4_generic", |a| a);
+    one(c, "ipaddr_enum", IpAddr::V4);
+    one(c, "ipv6_generic", |a| {
+        let [a, b, c, d] = a.octets();
+        Ipv6Addr::new(
+            0x2001,
+            2,
+            0,
+            0,
+            0,
+            0,
+            u16::from_be_bytes([a, b]),
+            u16::from_be_bytes([c, d]),
+        )
+    });
+}
+
+criterion_group!(benches, memory_baseline, conntrack, family);
 criterion_main!(benches);

@@ -8,6 +8,7 @@
 
 pub mod api;
 mod error;
+pub mod family;
 mod names;
 mod raw;
 mod service;
@@ -17,6 +18,7 @@ mod validate;
 use std::path::Path;
 
 pub use error::{Diagnostic, Invalid, LoadError};
+pub use family::{Address, Family};
 pub use names::{
     ArmMode, ForwardMethod, PollMode, Protocol, Scheduler, SchedulerFlag, Steering, UnknownName,
     UnknownPort, XdpAttachMode, ZeroCopy,

@@ -10,23 +10,25 @@
 //! buckets) falls back to the exact lookup.
 
 use crate::key::FlowKey;
-use crate::slab::{KEY_BYTES, NIL};
+use xvs_config::Address;
+
+use crate::slab::{key_bytes, Entry, NIL};
 use crate::state::Direction;
 use crate::table::{dir_of, slot_of, FlowId, FlowTable};
 
 /// Keys per internal pass; longer slices are processed in chunks.
 pub const BATCH: usize = 64;
 
-impl FlowTable {
+impl<A: Address> FlowTable<A> {
     /// Looks up every key of `keys` into the same position of `out`
     /// (`out.len() >= keys.len()`; extra positions are left alone).
-    pub fn lookup_batch(&mut self, keys: &[FlowKey], out: &mut [Option<(FlowId, Direction)>]) {
+    pub fn lookup_batch(&mut self, keys: &[FlowKey<A>], out: &mut [Option<(FlowId, Direction)>]) {
         for (keys, out) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
             self.lookup_chunk(keys, out);
         }
     }
 
-    fn lookup_chunk(&mut self, keys: &[FlowKey], out: &mut [Option<(FlowId, Direction)>]) {
+    fn lookup_chunk(&mut self, keys: &[FlowKey<A>], out: &mut [Option<(FlowId, Direction)>]) {
         let mut cand = [(0u64, NIL, false); BATCH];
         // Hashes first, so the probe loop is all memory access and more
         // probes fit in the CPU's window at once.
@@ -51,9 +53,9 @@ impl FlowTable {
         for &(_, v, _) in cand.iter().take(keys.len()) {
             if let Some(e) = self.slab.entries.get(slot_of(v) as usize) {
                 // The key's bytes may straddle two lines.
-                let start = (e as *const crate::slab::Entry).cast::<u8>();
+                let start = (e as *const Entry<A>).cast::<u8>();
                 prefetch(start);
-                prefetch(start.wrapping_add(KEY_BYTES - 1));
+                prefetch(start.wrapping_add(key_bytes::<A>() - 1));
             }
         }
         for ((key, &(_, v, more)), slot) in keys.iter().zip(&cand).zip(out.iter_mut()) {

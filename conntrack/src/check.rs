@@ -5,7 +5,7 @@ use crate::slab::{AGE, FLAG_AGED, NIL, WHEEL};
 use crate::state::{Direction, FlowState};
 use crate::table::{dir_of, slot_of, FlowTable, WHEEL_SLOTS};
 
-impl FlowTable {
+impl<A: xvs_config::Address> FlowTable<A> {
     /// Checks every structural invariant; returns the first violation.
     pub fn check_invariants(&self) -> Result<(), String> {
         let entries = &self.slab.entries;

@@ -8,22 +8,24 @@
 
 use std::net::Ipv4Addr;
 
+use xvs_config::Address;
+
 use crate::key::{Endpoint, L4Proto};
 use crate::slab::{Entry, FLAG_QUIESCED};
 use crate::state::FlowState;
 use crate::table::{FlowId, FlowRef, FlowTable, Observer};
 
 /// Which entries a dump or delete selects; `None` fields match anything.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Filter {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Filter<A: Address = Ipv4Addr> {
     /// VIP (original destination).
-    pub vip: Option<Ipv4Addr>,
+    pub vip: Option<A>,
     /// VIP port.
     pub vip_port: Option<u16>,
     /// Backend address (reply source).
-    pub backend: Option<Ipv4Addr>,
+    pub backend: Option<A>,
     /// Client address (original source).
-    pub client: Option<Ipv4Addr>,
+    pub client: Option<A>,
     /// State.
     pub state: Option<FlowState>,
     /// Protocol.
@@ -32,8 +34,24 @@ pub struct Filter {
     pub templates: bool,
 }
 
-impl Filter {
-    fn matches(&self, e: &Entry) -> bool {
+/// Matches every flow, no template (`A: Default` does not hold for
+/// addresses, so not derived).
+impl<A: Address> Default for Filter<A> {
+    fn default() -> Self {
+        Filter {
+            vip: None,
+            vip_port: None,
+            backend: None,
+            client: None,
+            state: None,
+            proto: None,
+            templates: false,
+        }
+    }
+}
+
+impl<A: Address> Filter<A> {
+    fn matches(&self, e: &Entry<A>) -> bool {
         e.is_live()
             && (self.templates || !e.is_template())
             && self.vip.is_none_or(|a| e.vip().addr == a)
@@ -47,15 +65,15 @@ impl Filter {
 
 /// A copy of one entry, for listings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FlowInfo {
+pub struct FlowInfo<A: Address = Ipv4Addr> {
     /// Client.
-    pub client: Endpoint,
+    pub client: Endpoint<A>,
     /// VIP.
-    pub vip: Endpoint,
+    pub vip: Endpoint<A>,
     /// Backend.
-    pub backend: Endpoint,
+    pub backend: Endpoint<A>,
     /// SNAT address and port (unspecified for templates).
-    pub snat: Endpoint,
+    pub snat: Endpoint<A>,
     /// Protocol.
     pub proto: L4Proto,
     /// State.
@@ -76,8 +94,8 @@ pub struct FlowInfo {
     pub quiesced: bool,
 }
 
-impl FlowInfo {
-    fn of(e: &Entry, now: u32) -> FlowInfo {
+impl<A: Address> FlowInfo<A> {
+    fn of(e: &Entry<A>, now: u32) -> FlowInfo<A> {
         FlowInfo {
             client: e.client(),
             vip: e.vip(),
@@ -96,16 +114,16 @@ impl FlowInfo {
     }
 }
 
-impl FlowTable {
+impl<A: Address> FlowTable<A> {
     /// Appends the entries matching `filter` among at most `budget` slots
     /// from `cursor`; returns where to continue, or `None` when done.
     pub fn dump(
         &self,
-        filter: &Filter,
+        filter: &Filter<A>,
         cursor: u32,
         budget: u32,
         now: u32,
-        out: &mut Vec<FlowInfo>,
+        out: &mut Vec<FlowInfo<A>>,
     ) -> Option<u32> {
         let entries = &self.slab.entries;
         let end = (cursor as usize)
@@ -125,10 +143,10 @@ impl FlowTable {
     /// templates included.
     pub fn delete_matching(
         &mut self,
-        filter: &Filter,
+        filter: &Filter<A>,
         cursor: u32,
         budget: u32,
-        obs: &mut impl Observer,
+        obs: &mut impl Observer<A>,
     ) -> (u32, Option<u32>) {
         let len = self.slab.entries.len();
         let end = (cursor as usize).saturating_add(budget as usize).min(len);
@@ -143,7 +161,7 @@ impl FlowTable {
     }
 
     /// Every live entry, for tests and small tables (not chunked).
-    pub fn iter(&self) -> impl Iterator<Item = FlowRef<'_>> {
+    pub fn iter(&self) -> impl Iterator<Item = FlowRef<'_, A>> {
         self.slab
             .entries
             .iter()

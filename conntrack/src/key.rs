@@ -8,6 +8,8 @@
 use std::fmt;
 use std::net::Ipv4Addr;
 
+use xvs_config::Address;
+
 /// Transport protocol of a tracked flow (IP protocol numbers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
@@ -46,16 +48,16 @@ impl L4Proto {
     }
 }
 
-/// An IPv4 address and a port (0 where the protocol has none).
+/// An address and a port (0 where the protocol has none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Endpoint {
+pub struct Endpoint<A: Address = Ipv4Addr> {
     /// Address.
-    pub addr: Ipv4Addr,
+    pub addr: A,
     /// Port.
     pub port: u16,
 }
 
-impl fmt::Display for Endpoint {
+impl<A: Address> fmt::Display for Endpoint<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.addr, self.port)
     }
@@ -63,11 +65,11 @@ impl fmt::Display for Endpoint {
 
 /// One direction of a flow: addresses, ports and protocol as on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct FlowKey {
+pub struct FlowKey<A: Address = Ipv4Addr> {
     /// Source address.
-    pub src: Ipv4Addr,
+    pub src: A,
     /// Destination address.
-    pub dst: Ipv4Addr,
+    pub dst: A,
     /// Source port (ICMP echo request: the identifier; reply: 0).
     pub src_port: u16,
     /// Destination port (ICMP echo request: 0; reply: the identifier).
@@ -76,9 +78,9 @@ pub struct FlowKey {
     pub proto: L4Proto,
 }
 
-impl FlowKey {
+impl<A: Address> FlowKey<A> {
     /// The key of packets from `src` to `dst`.
-    pub const fn between(src: Endpoint, dst: Endpoint, proto: L4Proto) -> FlowKey {
+    pub const fn between(src: Endpoint<A>, dst: Endpoint<A>, proto: L4Proto) -> FlowKey<A> {
         FlowKey {
             src: src.addr,
             dst: dst.addr,
@@ -89,7 +91,7 @@ impl FlowKey {
     }
 
     /// Source endpoint.
-    pub const fn source(&self) -> Endpoint {
+    pub const fn source(&self) -> Endpoint<A> {
         Endpoint {
             addr: self.src,
             port: self.src_port,
@@ -97,7 +99,7 @@ impl FlowKey {
     }
 
     /// Destination endpoint.
-    pub const fn destination(&self) -> Endpoint {
+    pub const fn destination(&self) -> Endpoint<A> {
         Endpoint {
             addr: self.dst,
             port: self.dst_port,
@@ -105,7 +107,7 @@ impl FlowKey {
     }
 
     /// The key of the opposite direction.
-    pub const fn reversed(self) -> FlowKey {
+    pub const fn reversed(self) -> FlowKey<A> {
         FlowKey {
             src: self.dst,
             dst: self.src,
@@ -116,7 +118,7 @@ impl FlowKey {
     }
 }
 
-impl fmt::Display for FlowKey {
+impl<A: Address> fmt::Display for FlowKey<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,

@@ -8,9 +8,8 @@
 //! age list iff it is a non-ESTABLISHED flow (not a template); `NIL` ends
 //! every list. Links are u32 slot numbers, so capacity < 2^31.
 
-use std::net::Ipv4Addr;
-
 use allocator_api2::vec::Vec;
+use xvs_config::Address;
 
 use crate::huge::HugePages;
 use crate::key::{Endpoint, FlowKey, L4Proto};
@@ -31,14 +30,15 @@ pub(crate) const FLAG_AGED: u8 = 0x04;
 /// Entry flag: live (not on the free list).
 pub(crate) const FLAG_LIVE: u8 = 0x80;
 
-/// One tracked flow or persistence template: 96 bytes. The fields a lookup
-/// compares (addresses, ports, protocol, flags) come first, within 29
-/// bytes, so verifying a key touches at most two cache lines.
+/// One tracked flow or persistence template: 96 bytes for IPv4. The fields
+/// a lookup compares (addresses, ports, protocol, flags) come first, within
+/// [`key_bytes`] (29 for IPv4), so verifying a key touches at most two
+/// cache lines.
 #[derive(Debug, Clone, Copy)]
 #[repr(C)]
-pub(crate) struct Entry {
+pub(crate) struct Entry<A: Address> {
     /// Client, VIP, backend and SNAT addresses.
-    pub(crate) addrs: [Ipv4Addr; 4],
+    pub(crate) addrs: [A; 4],
     /// Client, VIP, backend and SNAT ports.
     pub(crate) ports: [u16; 4],
     /// Wheel slot the entry is filed in.
@@ -68,16 +68,19 @@ pub(crate) struct Entry {
     pub(crate) client_mac: [u8; 6],
 }
 
-/// Bytes of an entry that key comparison reads, from its start.
-pub(crate) const KEY_BYTES: usize = 29;
+/// Bytes of an entry that key comparison reads, from its start: the four
+/// addresses, the four ports, the wheel slot, protocol, state and flags.
+pub(crate) const fn key_bytes<A: Address>() -> usize {
+    4 * A::LEN + 4 * 2 + 2 + 3
+}
 
 const CLIENT: usize = 0;
 const VIP: usize = 1;
 const BACKEND: usize = 2;
 const SNAT: usize = 3;
 
-impl Entry {
-    pub(crate) const FREE: Entry = Entry {
+impl<A: Address> Entry<A> {
+    pub(crate) const FREE: Entry<A> = Entry {
         bytes: [0; 2],
         packets: [0; 2],
         links: [[NIL; 2]; 2],
@@ -86,7 +89,7 @@ impl Entry {
         backend_id: 0,
         last_seen: 0,
         timeout: 0,
-        addrs: [Ipv4Addr::UNSPECIFIED; 4],
+        addrs: [A::UNSPECIFIED; 4],
         ports: [0; 4],
         wheel_slot: 0,
         proto: L4Proto::Tcp,
@@ -95,36 +98,36 @@ impl Entry {
         plan: 0,
     };
 
-    pub(crate) fn endpoint(&self, which: usize) -> Endpoint {
+    pub(crate) fn endpoint(&self, which: usize) -> Endpoint<A> {
         Endpoint {
             addr: self.addrs[which],
             port: self.ports[which],
         }
     }
 
-    pub(crate) fn set_endpoint(&mut self, which: usize, e: Endpoint) {
+    pub(crate) fn set_endpoint(&mut self, which: usize, e: Endpoint<A>) {
         self.addrs[which] = e.addr;
         self.ports[which] = e.port;
     }
 
-    pub(crate) fn client(&self) -> Endpoint {
+    pub(crate) fn client(&self) -> Endpoint<A> {
         self.endpoint(CLIENT)
     }
-    pub(crate) fn vip(&self) -> Endpoint {
+    pub(crate) fn vip(&self) -> Endpoint<A> {
         self.endpoint(VIP)
     }
-    pub(crate) fn backend(&self) -> Endpoint {
+    pub(crate) fn backend(&self) -> Endpoint<A> {
         self.endpoint(BACKEND)
     }
-    pub(crate) fn snat(&self) -> Endpoint {
+    pub(crate) fn snat(&self) -> Endpoint<A> {
         self.endpoint(SNAT)
     }
     pub(crate) fn set_ends(
         &mut self,
-        client: Endpoint,
-        vip: Endpoint,
-        backend: Endpoint,
-        snat: Endpoint,
+        client: Endpoint<A>,
+        vip: Endpoint<A>,
+        backend: Endpoint<A>,
+        snat: Endpoint<A>,
     ) {
         self.set_endpoint(CLIENT, client);
         self.set_endpoint(VIP, vip);
@@ -134,7 +137,7 @@ impl Entry {
 
     /// The key packets carry in `dir`: client → VIP, or backend → SNAT.
     #[inline]
-    pub(crate) fn key(&self, dir: Direction) -> FlowKey {
+    pub(crate) fn key(&self, dir: Direction) -> FlowKey<A> {
         match dir {
             Direction::Original => FlowKey::between(self.client(), self.vip(), self.proto),
             Direction::Reply => FlowKey::between(self.backend(), self.snat(), self.proto),
@@ -177,14 +180,14 @@ impl ListHead {
 }
 
 /// Entries and the free list.
-pub(crate) struct Slab {
-    pub(crate) entries: Vec<Entry, HugePages>,
+pub(crate) struct Slab<A: Address> {
+    pub(crate) entries: Vec<Entry<A>, HugePages>,
     free: u32,
     live: u32,
 }
 
-impl Slab {
-    pub(crate) fn new(capacity: u32) -> Slab {
+impl<A: Address> Slab<A> {
+    pub(crate) fn new(capacity: u32) -> Slab<A> {
         let mut entries = Vec::with_capacity_in(capacity as usize, HugePages);
         entries.extend((0..capacity).map(|i| {
             let mut e = Entry::FREE;
@@ -275,12 +278,13 @@ mod tests {
 
     #[test]
     fn an_entry_is_96_bytes() {
-        assert_eq!(std::mem::size_of::<Entry>(), 96);
+        assert_eq!(std::mem::size_of::<Entry<std::net::Ipv4Addr>>(), 96);
+        assert_eq!(key_bytes::<std::net::Ipv4Addr>(), 29);
     }
 
     #[test]
     fn alloc_until_full_then_release() {
-        let mut s = Slab::new(3);
+        let mut s = Slab::<std::net::Ipv4Addr>::new(3);
         let a: Vec<u32> = (0..3).map(|_| s.alloc().unwrap()).collect();
         assert_eq!(a, [0, 1, 2]);
         assert_eq!(s.alloc(), None);
@@ -292,7 +296,7 @@ mod tests {
 
     #[test]
     fn lists_keep_order_and_unlink_anywhere() {
-        let mut s = Slab::new(4);
+        let mut s = Slab::<std::net::Ipv4Addr>::new(4);
         let mut h = ListHead::EMPTY;
         for _ in 0..4 {
             let i = s.alloc().unwrap();

@@ -26,6 +26,10 @@ use std::hash::BuildHasher;
 use hashbrown::HashTable;
 
 use crate::huge::HugePages;
+use std::net::Ipv4Addr;
+
+use xvs_config::Address;
+
 use crate::key::{Endpoint, FlowKey, L4Proto};
 use crate::slab::{
     Entry, ListHead, Slab, AGE, FLAG_AGED, FLAG_QUIESCED, FLAG_TEMPLATE, NIL, WHEEL,
@@ -47,15 +51,15 @@ pub struct FlowId(pub(crate) u32);
 
 /// What a new flow is: its four ends and who scheduled it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NewFlow {
+pub struct NewFlow<A: Address = Ipv4Addr> {
     /// Client (original source).
-    pub client: Endpoint,
+    pub client: Endpoint<A>,
     /// VIP and port (original destination).
-    pub vip: Endpoint,
+    pub vip: Endpoint<A>,
     /// Backend (reply source).
-    pub backend: Endpoint,
+    pub backend: Endpoint<A>,
     /// SNAT address and port (reply destination).
-    pub snat: Endpoint,
+    pub snat: Endpoint<A>,
     /// Protocol.
     pub proto: L4Proto,
     /// Service id.
@@ -90,34 +94,34 @@ pub enum InsertError {
 /// Receives what the table does to connections, so schedulers keep
 /// per-backend counts and the data plane can emit flow events. Every
 /// method has a no-op default; `()` observes nothing.
-pub trait Observer {
+pub trait Observer<A: Address = Ipv4Addr> {
     /// A backend gained or lost active (ESTABLISHED) / inactive flows.
     fn conn_counts(&mut self, _service: u32, _backend_id: u32, _d_active: i32, _d_inactive: i32) {}
     /// An entry is about to leave the table.
-    fn removed(&mut self, _flow: FlowRef<'_>, _why: Removal) {}
+    fn removed(&mut self, _flow: FlowRef<'_, A>, _why: Removal) {}
 }
 
-impl Observer for () {}
+impl<A: Address> Observer<A> for () {}
 
 /// Read access to one live entry.
 #[derive(Debug, Clone, Copy)]
-pub struct FlowRef<'a>(pub(crate) &'a Entry);
+pub struct FlowRef<'a, A: Address = Ipv4Addr>(pub(crate) &'a Entry<A>);
 
-impl FlowRef<'_> {
+impl<A: Address> FlowRef<'_, A> {
     /// Client end.
-    pub fn client(&self) -> Endpoint {
+    pub fn client(&self) -> Endpoint<A> {
         self.0.client()
     }
     /// VIP end.
-    pub fn vip(&self) -> Endpoint {
+    pub fn vip(&self) -> Endpoint<A> {
         self.0.vip()
     }
     /// Backend end.
-    pub fn backend(&self) -> Endpoint {
+    pub fn backend(&self) -> Endpoint<A> {
         self.0.backend()
     }
     /// SNAT end.
-    pub fn snat(&self) -> Endpoint {
+    pub fn snat(&self) -> Endpoint<A> {
         self.0.snat()
     }
     /// Protocol.
@@ -169,7 +173,7 @@ impl FlowRef<'_> {
         self.0.flags & FLAG_QUIESCED != 0
     }
     /// The key of `dir`.
-    pub fn key(&self, dir: Direction) -> FlowKey {
+    pub fn key(&self, dir: Direction) -> FlowKey<A> {
         self.0.key(dir)
     }
 }
@@ -191,8 +195,8 @@ struct Sweep {
 }
 
 /// The flow table of one worker.
-pub struct FlowTable {
-    pub(crate) slab: Slab,
+pub struct FlowTable<A: Address = Ipv4Addr> {
+    pub(crate) slab: Slab<A>,
     pub(crate) index: HashTable<u32, HugePages>,
     hasher: foldhash::fast::RandomState,
     pub(crate) wheel: Box<[ListHead]>,
@@ -205,9 +209,9 @@ pub struct FlowTable {
     pub(crate) states: [u32; FlowState::COUNT],
 }
 
-impl FlowTable {
+impl<A: Address> FlowTable<A> {
     /// A table for `capacity` entries (flows and templates), at time `now`.
-    pub fn new(capacity: u32, timeouts: Timeouts, now: u32) -> FlowTable {
+    pub fn new(capacity: u32, timeouts: Timeouts, now: u32) -> FlowTable<A> {
         let capacity = capacity.min(MAX_CAPACITY);
         FlowTable {
             slab: Slab::new(capacity),
@@ -268,7 +272,7 @@ impl FlowTable {
             (keys * 8 / 7).next_power_of_two()
         };
         let index = buckets * (std::mem::size_of::<u32>() as u64 + 1) + 16;
-        capacity * std::mem::size_of::<Entry>() as u64
+        capacity * std::mem::size_of::<Entry<A>>() as u64
             + index
             + (WHEEL_SLOTS * std::mem::size_of::<ListHead>()) as u64
     }
@@ -276,7 +280,7 @@ impl FlowTable {
     /// Heap bytes the table holds (slab, index, wheel): its whole
     /// footprint, whatever the number of live entries.
     pub fn memory_bytes(&self) -> usize {
-        self.slab.entries.capacity() * std::mem::size_of::<Entry>()
+        self.slab.entries.capacity() * std::mem::size_of::<Entry<A>>()
             + self.index.allocation_size()
             + self.wheel.len() * std::mem::size_of::<ListHead>()
     }
@@ -298,13 +302,13 @@ impl FlowTable {
     }
 
     #[inline]
-    pub(crate) fn hash(&self, key: &FlowKey) -> u64 {
+    pub(crate) fn hash(&self, key: &FlowKey<A>) -> u64 {
         self.hasher.hash_one(key)
     }
 
     /// The flow a packet with `key` belongs to, and its direction.
     #[inline]
-    pub fn lookup(&mut self, key: &FlowKey) -> Option<(FlowId, Direction)> {
+    pub fn lookup(&mut self, key: &FlowKey<A>) -> Option<(FlowId, Direction)> {
         let hash = self.hash(key);
         let entries = &self.slab.entries;
         let hit = self.index.find(hash, |&v| {
@@ -325,7 +329,7 @@ impl FlowTable {
 
     /// Whether `id` is a live flow whose `dir` key is still `key` (a
     /// lookup result may be stale once the table has changed).
-    pub fn holds(&self, id: FlowId, dir: Direction, key: &FlowKey) -> bool {
+    pub fn holds(&self, id: FlowId, dir: Direction, key: &FlowKey<A>) -> bool {
         self.slab
             .entries
             .get(id.0 as usize)
@@ -333,7 +337,7 @@ impl FlowTable {
     }
 
     /// Read access to a live entry.
-    pub fn flow(&self, id: FlowId) -> FlowRef<'_> {
+    pub fn flow(&self, id: FlowId) -> FlowRef<'_, A> {
         FlowRef(&self.slab.entries[id.0 as usize])
     }
 
@@ -365,7 +369,7 @@ impl FlowTable {
         dir: Direction,
         pkt: Packet,
         now: u32,
-        obs: &mut impl Observer,
+        obs: &mut impl Observer<A>,
     ) -> FlowState {
         let e = &mut self.slab.entries[id.0 as usize];
         let d = dir as usize;
@@ -382,7 +386,13 @@ impl FlowTable {
 
     /// Moves an entry to a new state: gauges, active/inactive counts, age
     /// list, timeout, wheel.
-    fn change_state(&mut self, slot: u32, old: FlowState, new: FlowState, obs: &mut impl Observer) {
+    fn change_state(
+        &mut self,
+        slot: u32,
+        old: FlowState,
+        new: FlowState,
+        obs: &mut impl Observer<A>,
+    ) {
         self.states[old.index()] -= 1;
         self.states[new.index()] += 1;
         let timeout = new.timeout(&self.timeouts);
@@ -445,7 +455,7 @@ impl FlowTable {
 
     /// Allocates a slot, early-dropping the oldest non-ESTABLISHED entry
     /// if the table is full.
-    fn alloc(&mut self, obs: &mut impl Observer) -> Result<u32, InsertError> {
+    fn alloc(&mut self, obs: &mut impl Observer<A>) -> Result<u32, InsertError> {
         if let Some(slot) = self.slab.alloc() {
             return Ok(slot);
         }
@@ -463,10 +473,10 @@ impl FlowTable {
     /// refuses it ([`InsertError::Exists`]) if either key is tracked.
     pub fn insert(
         &mut self,
-        new: &NewFlow,
+        new: &NewFlow<A>,
         pkt: Packet,
         now: u32,
-        obs: &mut impl Observer,
+        obs: &mut impl Observer<A>,
     ) -> Result<FlowId, InsertError> {
         self.insert_flow(new, pkt, now, obs, true)
     }
@@ -477,27 +487,27 @@ impl FlowTable {
     /// probe for them again. Checked in debug builds.
     pub fn insert_new(
         &mut self,
-        new: &NewFlow,
+        new: &NewFlow<A>,
         pkt: Packet,
         now: u32,
-        obs: &mut impl Observer,
+        obs: &mut impl Observer<A>,
     ) -> Result<FlowId, InsertError> {
         self.insert_flow(new, pkt, now, obs, cfg!(debug_assertions))
     }
 
     fn insert_flow(
         &mut self,
-        new: &NewFlow,
+        new: &NewFlow<A>,
         pkt: Packet,
         now: u32,
-        obs: &mut impl Observer,
+        obs: &mut impl Observer<A>,
         check: bool,
     ) -> Result<FlowId, InsertError> {
         let orig = FlowKey::between(new.client, new.vip, new.proto);
         let reply = FlowKey::between(new.backend, new.snat, new.proto);
         let (h_orig, h_reply) = (self.hash(&orig), self.hash(&reply));
         let entries = &self.slab.entries;
-        let taken = |h: u64, k: &FlowKey| {
+        let taken = |h: u64, k: &FlowKey<A>| {
             self.index
                 .find(h, |&v| {
                     let e = &entries[(v & !DIR_BIT) as usize];
@@ -557,7 +567,7 @@ impl FlowTable {
     }
 
     /// Deletes a live entry on request.
-    pub fn remove(&mut self, id: FlowId, obs: &mut impl Observer) {
+    pub fn remove(&mut self, id: FlowId, obs: &mut impl Observer<A>) {
         if self
             .slab
             .entries
@@ -572,7 +582,7 @@ impl FlowTable {
     /// Ends a live flow for `why` (a reschedule, a removed backend, a
     /// reclaimed SNAT port), counted under that reason. `Expired`,
     /// `Deleted` and `EarlyDropped` are counted as such.
-    pub fn retire(&mut self, id: FlowId, why: Removal, obs: &mut impl Observer) {
+    pub fn retire(&mut self, id: FlowId, why: Removal, obs: &mut impl Observer<A>) {
         if !self
             .slab
             .entries
@@ -595,7 +605,7 @@ impl FlowTable {
 
     /// Takes a live entry out of every structure and frees its slot. The
     /// caller has counted the removal.
-    pub(crate) fn remove_slot(&mut self, slot: u32, why: Removal, obs: &mut impl Observer) {
+    pub(crate) fn remove_slot(&mut self, slot: u32, why: Removal, obs: &mut impl Observer<A>) {
         let e = self.slab.entries[slot as usize];
         obs.removed(FlowRef(&e), why);
         let state = e.state();
@@ -615,7 +625,7 @@ impl FlowTable {
 
     /// Advances the wheel to `now`, examining at most `budget` entries and
     /// seconds; expired entries leave the table (counted in `expire`).
-    pub fn advance(&mut self, now: u32, budget: u32, obs: &mut impl Observer) -> Advance {
+    pub fn advance(&mut self, now: u32, budget: u32, obs: &mut impl Observer<A>) -> Advance {
         let mut work = 0u32;
         let mut expired = 0u32;
         loop {
@@ -670,7 +680,7 @@ impl FlowTable {
     // ---- persistence templates ----
 
     /// The key of the template for clients of `client_net` on `vip`.
-    pub fn template_key(client_net: std::net::Ipv4Addr, vip: Endpoint, proto: L4Proto) -> FlowKey {
+    pub fn template_key(client_net: A, vip: Endpoint<A>, proto: L4Proto) -> FlowKey<A> {
         FlowKey::between(
             Endpoint {
                 addr: client_net,
@@ -681,7 +691,7 @@ impl FlowTable {
         )
     }
 
-    fn find_template(&self, hash: u64, key: &FlowKey) -> Option<u32> {
+    fn find_template(&self, hash: u64, key: &FlowKey<A>) -> Option<u32> {
         let entries = &self.slab.entries;
         self.index
             .find(hash, |&v| {
@@ -694,7 +704,7 @@ impl FlowTable {
     }
 
     /// The backend (id and end) a live, unexpired template assigns.
-    pub fn template_lookup(&mut self, key: &FlowKey, now: u32) -> Option<(u32, Endpoint)> {
+    pub fn template_lookup(&mut self, key: &FlowKey<A>, now: u32) -> Option<(u32, Endpoint<A>)> {
         let slot = self.find_template(self.hash(key), key)?;
         let e = &self.slab.entries[slot as usize];
         (e.deadline() > now).then(|| (e.backend_id, e.backend()))
@@ -705,13 +715,13 @@ impl FlowTable {
     #[allow(clippy::too_many_arguments)]
     pub fn template_set(
         &mut self,
-        key: &FlowKey,
+        key: &FlowKey<A>,
         service: u32,
         backend_id: u32,
-        backend: Endpoint,
+        backend: Endpoint<A>,
         timeout: u32,
         now: u32,
-        obs: &mut impl Observer,
+        obs: &mut impl Observer<A>,
     ) -> Result<(), InsertError> {
         let hash = self.hash(key);
         let slot = match self.find_template(hash, key) {
@@ -720,7 +730,7 @@ impl FlowTable {
                 let slot = self.alloc(obs)?;
                 let e = &mut self.slab.entries[slot as usize];
                 let zero = Endpoint {
-                    addr: std::net::Ipv4Addr::UNSPECIFIED,
+                    addr: A::UNSPECIFIED,
                     port: 0,
                 };
                 e.set_ends(key.source(), key.destination(), backend, zero);

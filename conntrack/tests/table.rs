@@ -489,7 +489,7 @@ fn a_million_flows_open_establish_close_expire() {
 #[test]
 fn memory_per_flow_is_at_most_128_bytes() {
     for capacity in [1_000_000u32, 10_000_000, 917_504, 917_505] {
-        let t = FlowTable::new(capacity, Timeouts::default(), 0);
+        let t: FlowTable = FlowTable::new(capacity, Timeouts::default(), 0);
         let per_flow = t.memory_bytes() as f64 / f64::from(capacity);
         println!("capacity {capacity}: {per_flow:.1} bytes per flow all-in");
         assert!(per_flow <= 128.0, "{per_flow} bytes per flow at {capacity}");
@@ -500,11 +500,61 @@ fn memory_per_flow_is_at_most_128_bytes() {
 #[test]
 fn footprint_before_building_is_the_built_tables() {
     for capacity in [1u32, 3, 4, 7, 100, 1_000, 65_536, 917_505, 1_000_000] {
-        let t = FlowTable::new(capacity, Timeouts::default(), 0);
+        let t: FlowTable = FlowTable::new(capacity, Timeouts::default(), 0);
         assert_eq!(
-            FlowTable::footprint(capacity),
+            <FlowTable>::footprint(capacity),
             t.memory_bytes() as u64,
             "capacity {capacity}"
         );
     }
+}
+
+/// The table is generic over the address family: an IPv6 flow is tracked,
+/// found both ways, listed and deleted by filter exactly as an IPv4 one.
+#[test]
+fn ipv6_flows_are_tracked_like_ipv4_ones() {
+    use std::net::Ipv6Addr;
+    use xvs_conntrack::Filter;
+    let v6 = |last: u16, port: u16| Endpoint {
+        addr: Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, 0, last),
+        port,
+    };
+    let mut t: FlowTable<Ipv6Addr> = FlowTable::new(16, Timeouts::default(), 0);
+    let f = NewFlow {
+        client: v6(0x10, 40_000),
+        vip: v6(0x1, 80),
+        backend: v6(0x20, 8080),
+        snat: v6(0xfe, 1024),
+        proto: L4Proto::Tcp,
+        service: 1,
+        backend_id: 0,
+        client_mac: [2, 0, 0, 0, 0, 1],
+        plan: 0,
+    };
+    let id = t.insert(&f, syn(), 0, &mut ()).unwrap();
+    let orig = FlowKey::between(f.client, f.vip, L4Proto::Tcp);
+    assert_eq!(t.lookup(&orig), Some((id, Direction::Original)));
+    assert_eq!(t.lookup(&orig.reversed()), None);
+    let reply = FlowKey::between(f.backend, f.snat, L4Proto::Tcp);
+    let mut out = [None; 2];
+    t.lookup_batch(&[reply, orig], &mut out);
+    assert_eq!(
+        out,
+        [
+            Some((id, Direction::Reply)),
+            Some((id, Direction::Original))
+        ]
+    );
+    assert_eq!(t.flow(id).backend(), f.backend);
+    let mut listed = Vec::new();
+    let by_vip = Filter {
+        vip: Some(f.vip.addr),
+        ..Filter::default()
+    };
+    assert_eq!(t.dump(&by_vip, 0, 16, 0, &mut listed), None);
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].client, f.client);
+    assert_eq!(t.delete_matching(&by_vip, 0, 16, &mut ()), (1, None));
+    assert!(t.is_empty());
+    t.check_invariants().unwrap();
 }

@@ -67,7 +67,7 @@ pub fn needed_memory(capacity: u32, workers: usize) -> u64 {
     let workers = workers.max(1) as u64;
     let share = (u64::from(capacity) / workers).max(1) as u32;
     let umem = u64::from(crate::xsk::FRAMES) * 4096;
-    workers * (xvs_conntrack::FlowTable::footprint(share) + umem)
+    workers * (<xvs_conntrack::FlowTable>::footprint(share) + umem)
 }
 
 /// The kernel's ephemeral port range.
