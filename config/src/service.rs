@@ -11,6 +11,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::net::Ipv4Addr;
 
+use crate::family::Address;
+
 use ipnet::Ipv4Net;
 
 use crate::names::{ForwardMethod, Protocol, Scheduler, SchedulerFlag};
@@ -32,17 +34,19 @@ pub const MAX_TIMEOUT_SECS: u32 = 2_147_483;
 
 /// What identifies a virtual service: IPVS's (protocol, address, port).
 /// Port 0 means every port and is allowed only on a persistent service.
+/// Generic over the address family (IPv4 by default; see
+/// [`crate::family`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ServiceKey {
+pub struct ServiceKey<A: Address = Ipv4Addr> {
     /// Virtual IP.
-    pub vip: Ipv4Addr,
+    pub vip: A,
     /// Transport protocol.
     pub protocol: Protocol,
     /// Virtual port (0 = all ports).
     pub port: u16,
 }
 
-impl fmt::Display for ServiceKey {
+impl<A: Address> fmt::Display for ServiceKey<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}:{}", self.protocol, self.vip, self.port)
     }
@@ -93,11 +97,12 @@ impl SchedulerFlags {
     }
 }
 
-/// One real server behind a virtual service.
+/// One real server behind a virtual service (of the service's address
+/// family).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Backend {
+pub struct Backend<A: Address = Ipv4Addr> {
     /// Real server address.
-    pub address: Ipv4Addr,
+    pub address: A,
     /// Real server port; 0 only on a port-0 service, where each flow keeps
     /// the port the client asked for.
     pub port: u16,

@@ -2,6 +2,10 @@
 //! (every ARP frame teaches its sender's), and the queue of addresses to
 //! ask for (a new backend, or a next hop a packet could not reach).
 //!
+//! The table and the queue are generic over the address family; how a
+//! request is asked is the family's (ARP for IPv4 here; IPv6's neighbour
+//! solicitation is another `impl Neighbours<Ipv6Addr>` block).
+//!
 //! Invariants: both are bounded ([`CAPACITY`] entries, [`QUEUE`]
 //! requests), so learning never allocates past them and nothing here
 //! allocates per packet; an address is queued at most once and never
@@ -13,6 +17,7 @@ use hashbrown::HashMap;
 use std::net::Ipv4Addr;
 
 use smoltcp::wire::EthernetAddress;
+use xvs_config::Address;
 
 use crate::wire::Arp;
 
@@ -23,18 +28,18 @@ pub const QUEUE: usize = 256;
 
 /// The neighbour table and the ARP requests to send.
 #[derive(Debug)]
-pub struct Neighbours {
-    table: HashMap<Ipv4Addr, [u8; 6]>,
-    queue: Vec<Ipv4Addr>,
+pub struct Neighbours<A: Address = Ipv4Addr> {
+    table: HashMap<A, [u8; 6]>,
+    queue: Vec<A>,
     /// Sender address of the requests.
-    source: Ipv4Addr,
+    source: A,
     /// Sender Ethernet address of the requests (the backend side's).
     mac: EthernetAddress,
 }
 
-impl Neighbours {
+impl<A: Address> Neighbours<A> {
     /// Empty, asking from `source` with `mac`.
-    pub fn new(source: Ipv4Addr, mac: EthernetAddress) -> Neighbours {
+    pub fn new(source: A, mac: EthernetAddress) -> Neighbours<A> {
         Neighbours {
             table: HashMap::new(),
             queue: Vec::with_capacity(QUEUE),
@@ -44,13 +49,13 @@ impl Neighbours {
     }
 
     /// Asks from `source` from now on.
-    pub fn set_source(&mut self, source: Ipv4Addr) {
+    pub fn set_source(&mut self, source: A) {
         self.source = source;
     }
 
     /// Records `addr` at `mac` (a known one is updated; a new one only
     /// while there is room).
-    pub fn learn(&mut self, addr: Ipv4Addr, mac: [u8; 6]) {
+    pub fn learn(&mut self, addr: A, mac: [u8; 6]) {
         if self.table.len() < CAPACITY || self.table.contains_key(&addr) {
             self.table.insert(addr, mac);
         }
@@ -58,12 +63,12 @@ impl Neighbours {
 
     /// The Ethernet address of `addr`, if known.
     #[inline]
-    pub fn get(&self, addr: Ipv4Addr) -> Option<[u8; 6]> {
+    pub fn get(&self, addr: A) -> Option<[u8; 6]> {
         self.table.get(&addr).copied()
     }
 
     /// Queues a request for `addr`, once, unless it is known.
-    pub fn resolve(&mut self, addr: Ipv4Addr) {
+    pub fn resolve(&mut self, addr: A) {
         if !self.table.contains_key(&addr)
             && !self.queue.contains(&addr)
             && self.queue.len() < QUEUE
@@ -73,10 +78,12 @@ impl Neighbours {
     }
 
     /// The next address to ask for.
-    pub fn next_request(&mut self) -> Option<Ipv4Addr> {
+    pub fn next_request(&mut self) -> Option<A> {
         self.queue.pop()
     }
+}
 
+impl Neighbours<Ipv4Addr> {
     /// Builds a request for `target` into `buf` (to send on the backend
     /// side); its length (60 with room for the padding), or `None` if
     /// `buf` cannot hold it.
@@ -117,5 +124,16 @@ mod tests {
         n.build_request(&mut buf, B);
         assert_eq!(&buf[28..32], &[0, 0, 0, 0], "a probe");
         assert_eq!(n.build_request(&mut [0u8; 41], B), None);
+    }
+
+    #[test]
+    fn the_table_holds_either_family() {
+        use std::net::Ipv6Addr;
+        let b: Ipv6Addr = "2001:2::10".parse().unwrap();
+        let mut n = Neighbours::new(Ipv6Addr::UNSPECIFIED, EthernetAddress([2, 0, 0, 0, 0, 2]));
+        n.resolve(b);
+        assert_eq!(n.next_request(), Some(b));
+        n.learn(b, [2, 0, 0, 0, 0, 3]);
+        assert_eq!(n.get(b), Some([2, 0, 0, 0, 0, 3]));
     }
 }

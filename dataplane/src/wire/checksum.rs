@@ -15,6 +15,8 @@
 
 use std::net::Ipv4Addr;
 
+use xvs_config::Address;
+
 /// Accumulated change of checksummed 16-bit words. The sum is kept in 64
 /// bits and folded once, when applied: no realistic number of changes can
 /// overflow it (2^47 words).
@@ -38,10 +40,22 @@ impl Delta {
         self.word(old as u16, new as u16);
     }
 
-    /// Records that an IPv4 address changed.
+    /// Records that an address of either family changed (its 16-bit
+    /// words, in network order: the addresses of both families sit at
+    /// even offsets in their headers and pseudo-headers).
     #[inline(always)]
-    pub fn addr(&mut self, old: Ipv4Addr, new: Ipv4Addr) {
-        self.dword(u32::from(old), u32::from(new));
+    pub fn addr<A: Address>(&mut self, old: A, new: A) {
+        let (old, new) = (old.octets(), new.octets());
+        for (o, n) in old
+            .as_ref()
+            .chunks_exact(2)
+            .zip(new.as_ref().chunks_exact(2))
+        {
+            self.word(
+                u16::from_be_bytes([o[0], o[1]]),
+                u16::from_be_bytes([n[0], n[1]]),
+            );
+        }
     }
 
     /// Adds another delta (changes that cover the same checksum).
@@ -93,10 +107,11 @@ pub(crate) fn get_addr(buf: &[u8], at: usize) -> Ipv4Addr {
     Ipv4Addr::new(buf[at], buf[at + 1], buf[at + 2], buf[at + 3])
 }
 
-/// Writes the IPv4 address at `at`. Callers have checked the length.
+/// Writes an address at `at`. Callers have checked the length.
 #[inline(always)]
-pub(crate) fn put_addr(buf: &mut [u8], at: usize, a: Ipv4Addr) {
-    buf[at..at + 4].copy_from_slice(&a.octets());
+pub(crate) fn put_addr<A: Address>(buf: &mut [u8], at: usize, a: A) {
+    let bytes = a.octets();
+    buf[at..at + bytes.as_ref().len()].copy_from_slice(bytes.as_ref());
 }
 
 /// Whether the TCP or UDP checksum of `ip` (a whole packet in `frame`)
@@ -155,6 +170,25 @@ mod tests {
         }
         let hc = get16(&buf, 10);
         put16(&mut buf, 10, d.apply(hc));
+        assert_eq!(checksum::data(&buf), 0xffff);
+    }
+
+    #[test]
+    fn an_address_of_either_family_matches_full_recomputation() {
+        use std::net::Ipv6Addr;
+        let mut buf: Vec<u8> = (0..48u8).map(|i| i.wrapping_mul(29)).collect();
+        fill(&mut buf, 2);
+        let mut d = Delta::ZERO;
+        let v4 = Ipv4Addr::new(198, 18, 0, 7);
+        d.addr(get_addr(&buf, 4), v4);
+        put_addr(&mut buf, 4, v4);
+        let v6: Ipv6Addr = "2001:2::42".parse().unwrap();
+        let mut old = [0u8; 16];
+        old.copy_from_slice(&buf[8..24]);
+        d.addr(Ipv6Addr::from(old), v6);
+        put_addr(&mut buf, 8, v6);
+        let hc = get16(&buf, 2);
+        put16(&mut buf, 2, d.apply(hc));
         assert_eq!(checksum::data(&buf), 0xffff);
     }
 
