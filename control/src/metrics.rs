@@ -113,142 +113,47 @@ pub fn render(
             s.protocol, s.vip, s.port
         )
     };
-    family(
-        &mut out,
-        "xvs_service_connections_total",
-        "counter",
-        "Connections scheduled to the service.",
-    );
-    for s in &l.services {
-        let _ = writeln!(
-            out,
-            "xvs_service_connections_total{{{}}} {}",
-            svc_label(s),
-            s.stats.conns
-        );
-    }
-    for (name, help, dir_in, dir_out) in [
+    let services: Vec<(String, &crate::view::Stats)> = l
+        .services
+        .iter()
+        .map(|s| (svc_label(s), &s.stats))
+        .collect();
+    let backends: Vec<(String, &crate::view::BackendView)> = l
+        .services
+        .iter()
+        .flat_map(|s| {
+            s.backends.iter().map(move |b| {
+                let label = format!("{},backend=\"{}:{}\"", svc_label(s), b.address, b.port);
+                (label, b)
+            })
+        })
+        .collect();
+    traffic(&mut out, "service", &services);
+    let backend_stats: Vec<(String, &crate::view::Stats)> = backends
+        .iter()
+        .map(|(l, b)| (l.clone(), &b.stats))
+        .collect();
+    traffic(&mut out, "backend", &backend_stats);
+    for (name, help, get) in [
         (
-            "xvs_service_packets_total",
-            "Packets of the service, by direction (in: client to backend).",
-            s_in_pkts as fn(&crate::view::Stats) -> u64,
-            s_out_pkts as fn(&crate::view::Stats) -> u64,
+            "xvs_backend_active_connections",
+            "ESTABLISHED flows of the backend (ipvsadm ActiveConn).",
+            (|b: &crate::view::BackendView| b.active) as fn(&_) -> u64,
         ),
         (
-            "xvs_service_bytes_total",
-            "Bytes of the service, by direction.",
-            s_in_bytes,
-            s_out_bytes,
-        ),
-    ] {
-        family(&mut out, name, "counter", help);
-        for s in &l.services {
-            let _ = writeln!(
-                out,
-                "{name}{{{},direction=\"in\"}} {}",
-                svc_label(s),
-                dir_in(&s.stats)
-            );
-            let _ = writeln!(
-                out,
-                "{name}{{{},direction=\"out\"}} {}",
-                svc_label(s),
-                dir_out(&s.stats)
-            );
-        }
-    }
-    let be_label = |s: &crate::view::ServiceView, b: &crate::view::BackendView| {
-        format!("{},backend=\"{}:{}\"", svc_label(s), b.address, b.port)
-    };
-    family(
-        &mut out,
-        "xvs_backend_connections_total",
-        "counter",
-        "Connections scheduled to the backend.",
-    );
-    for s in &l.services {
-        for b in &s.backends {
-            let _ = writeln!(
-                out,
-                "xvs_backend_connections_total{{{}}} {}",
-                be_label(s, b),
-                b.stats.conns
-            );
-        }
-    }
-    for (name, help, dir_in, dir_out) in [
-        (
-            "xvs_backend_packets_total",
-            "Packets of the backend, by direction.",
-            s_in_pkts as fn(&crate::view::Stats) -> u64,
-            s_out_pkts as fn(&crate::view::Stats) -> u64,
+            "xvs_backend_inactive_connections",
+            "Other flows of the backend (ipvsadm InActConn).",
+            |b| b.inactive,
         ),
         (
-            "xvs_backend_bytes_total",
-            "Bytes of the backend, by direction.",
-            s_in_bytes,
-            s_out_bytes,
+            "xvs_backend_weight",
+            "Weight of the backend (0: quiesced).",
+            |b| u64::from(b.weight),
         ),
     ] {
-        family(&mut out, name, "counter", help);
-        for s in &l.services {
-            for b in &s.backends {
-                let _ = writeln!(
-                    out,
-                    "{name}{{{},direction=\"in\"}} {}",
-                    be_label(s, b),
-                    dir_in(&b.stats)
-                );
-                let _ = writeln!(
-                    out,
-                    "{name}{{{},direction=\"out\"}} {}",
-                    be_label(s, b),
-                    dir_out(&b.stats)
-                );
-            }
-        }
-    }
-    family(
-        &mut out,
-        "xvs_backend_active_connections",
-        "gauge",
-        "ESTABLISHED flows of the backend (ipvsadm ActiveConn).",
-    );
-    for s in &l.services {
-        for b in &s.backends {
-            let _ = writeln!(
-                out,
-                "xvs_backend_active_connections{{{}}} {}",
-                be_label(s, b),
-                b.active
-            );
-        }
-    }
-    family(
-        &mut out,
-        "xvs_backend_inactive_connections",
-        "gauge",
-        "Other flows of the backend (ipvsadm InActConn).",
-    );
-    for s in &l.services {
-        for b in &s.backends {
-            let _ = writeln!(
-                out,
-                "xvs_backend_inactive_connections{{{}}} {}",
-                be_label(s, b),
-                b.inactive
-            );
-        }
-    }
-    family(
-        &mut out,
-        "xvs_backend_weight",
-        "gauge",
-        "Weight of the backend (0: quiesced).",
-    );
-    for s in &l.services {
-        for b in &s.backends {
-            let _ = writeln!(out, "xvs_backend_weight{{{}}} {}", be_label(s, b), b.weight);
+        family(&mut out, name, "gauge", help);
+        for (label, b) in &backends {
+            let _ = writeln!(out, "{name}{{{label}}} {}", get(b));
         }
     }
     family(
@@ -407,17 +312,38 @@ pub fn render_kube(k: &crate::kube::source::KubeStatus) -> String {
     out
 }
 
-fn s_in_pkts(s: &crate::view::Stats) -> u64 {
-    s.inpkts
-}
-fn s_out_pkts(s: &crate::view::Stats) -> u64 {
-    s.outpkts
-}
-fn s_in_bytes(s: &crate::view::Stats) -> u64 {
-    s.inbytes
-}
-fn s_out_bytes(s: &crate::view::Stats) -> u64 {
-    s.outbytes
+/// The connection, packet and byte families of services or backends
+/// (`what`), one sample per labelled row (and direction).
+fn traffic(out: &mut String, what: &str, rows: &[(String, &crate::view::Stats)]) {
+    let name = format!("xvs_{what}_connections_total");
+    family(
+        out,
+        &name,
+        "counter",
+        &format!("Connections scheduled to the {what}."),
+    );
+    for (label, st) in rows {
+        let _ = writeln!(out, "{name}{{{label}}} {}", st.conns);
+    }
+    for (unit, get) in [
+        (
+            "packets",
+            (|st: &crate::view::Stats| (st.inpkts, st.outpkts)) as fn(&_) -> (u64, u64),
+        ),
+        ("bytes", |st| (st.inbytes, st.outbytes)),
+    ] {
+        let name = format!("xvs_{what}_{unit}_total");
+        let help = format!(
+            "{} of the {what}, by direction (in: client to backend).",
+            if unit == "bytes" { "Bytes" } else { "Packets" }
+        );
+        family(out, &name, "counter", &help);
+        for (label, st) in rows {
+            let (i, o) = get(st);
+            let _ = writeln!(out, "{name}{{{label},direction=\"in\"}} {i}");
+            let _ = writeln!(out, "{name}{{{label},direction=\"out\"}} {o}");
+        }
+    }
 }
 
 #[cfg(test)]

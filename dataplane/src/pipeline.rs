@@ -42,7 +42,7 @@ use xvs_conntrack::{
 
 pub use crate::counters::Counters;
 use crate::events::{EventKind, FlowEvent, FlowEvents};
-use crate::forward::{NextHop, Plan};
+use crate::forward::{NextHop, Plan, Route};
 use crate::neighbours::Neighbours;
 use crate::sched::{pick_persistent, Request};
 use crate::services::{CompiledService, ServiceCounts, ServiceTable};
@@ -108,6 +108,26 @@ pub enum Lookup {
     /// This flow, in this direction (used only if the entry still holds
     /// the key: a frame of the same batch may have replaced it).
     Hit(FlowId, Direction),
+}
+
+/// The verdict on a frame rewritten for `side` (or why it could not be).
+fn sent(rewritten: Result<(), DropReason>, ip: &Ipv4, side: Side) -> Verdict {
+    match rewritten {
+        Ok(()) => Verdict::Forward {
+            len: ip.end(),
+            to: side,
+        },
+        Err(r) => Verdict::Drop(r),
+    }
+}
+
+/// A received frame: the side it came in on, its buffer (room beyond
+/// `len` for answers that grow), its length and the time.
+struct Rx<'a> {
+    ingress: Side,
+    buf: &'a mut [u8],
+    len: usize,
+    now: u32,
 }
 
 /// A frame classified ahead of processing, with its flow key (TCP and
@@ -396,7 +416,13 @@ impl Pipeline {
         looked: Lookup,
     ) -> Verdict {
         self.counters.rx += 1;
-        let verdict = self.verdict(ingress, buf, len.min(buf.len()), now, prepared, looked);
+        let rx = Rx {
+            ingress,
+            len: len.min(buf.len()),
+            buf,
+            now,
+        };
+        let verdict = self.verdict(rx, prepared, looked);
         match verdict {
             Verdict::Forward { .. } => self.counters.forwarded += 1,
             Verdict::Answer(_) => self.counters.answered += 1,
@@ -441,15 +467,13 @@ impl Pipeline {
         self.events = Some(events);
     }
 
-    fn verdict(
-        &mut self,
-        ingress: Side,
-        buf: &mut [u8],
-        len: usize,
-        now: u32,
-        prepared: &Prepared,
-        looked: Lookup,
-    ) -> Verdict {
+    fn verdict(&mut self, rx: Rx<'_>, prepared: &Prepared, looked: Lookup) -> Verdict {
+        let Rx {
+            ingress,
+            buf,
+            len,
+            now,
+        } = rx;
         let frame = match prepared.frame {
             Ok(f) => f,
             Err(r) => return Verdict::Drop(r),
@@ -637,27 +661,41 @@ impl Pipeline {
             t.packet(self.cfg.worker, f.backend_id(), d, u64::from(ip.total_len));
         }
         let route = Plan::from_tag(f.plan()).route(&f, dir);
-        let our_mac = match route.side {
+        let (ours, next) = match self.link(&route, true) {
+            Ok(macs) => macs,
+            Err(v) => return v,
+        };
+        sent(
+            nat::forward(buf, ip, &route.nat, ours, next),
+            ip,
+            route.side,
+        )
+    }
+
+    /// The Ethernet addresses of `route`: ours on its side, and its next
+    /// hop's (a request for it queued when unknown, if `resolve`).
+    fn link(
+        &mut self,
+        route: &Route,
+        resolve: bool,
+    ) -> Result<(EthernetAddress, EthernetAddress), Verdict> {
+        let ours = match route.side {
             Side::Client => self.cfg.mac,
             Side::Backend => self.cfg.backend_mac,
         };
-        let dst_mac = match route.next_hop {
+        let next = match route.next_hop {
             NextHop::Mac(mac) => mac,
             NextHop::Neighbour(addr) => match self.neighbours.get(addr) {
                 Some(mac) => mac,
                 None => {
-                    self.resolve(addr);
-                    return Verdict::Drop(DropReason::NextHopUnresolved);
+                    if resolve {
+                        self.resolve(addr);
+                    }
+                    return Err(Verdict::Drop(DropReason::NextHopUnresolved));
                 }
             },
         };
-        match nat::forward(buf, ip, &route.nat, our_mac, EthernetAddress(dst_mac)) {
-            Ok(()) => Verdict::Forward {
-                len: ip.end(),
-                to: route.side,
-            },
-            Err(r) => Verdict::Drop(r),
-        }
+        Ok((ours, EthernetAddress(next)))
     }
 
     /// A packet to a VIP that no flow knows: schedule and track it.
@@ -834,46 +872,22 @@ impl Pipeline {
             return Verdict::Drop(DropReason::IcmpErrorNoFlow);
         };
         let f = self.table.flow(id);
-        let (m, mac, side, our_mac) = match dir {
-            // From the backend side about what we sent the backend.
-            Direction::Reply => (
-                IcmpErrorNat {
-                    outer_src: f.vip().addr,
-                    outer_dst: f.client().addr,
-                    inner: Nat {
-                        src: f.client(),
-                        dst: f.vip(),
-                    },
-                },
-                Some(f.client_mac()),
-                Side::Client,
-                self.cfg.mac,
-            ),
-            // From the client side about what we sent the client.
-            Direction::Original => (
-                IcmpErrorNat {
-                    outer_src: f.snat().addr,
-                    outer_dst: f.backend().addr,
-                    inner: Nat {
-                        src: f.backend(),
-                        dst: f.snat(),
-                    },
-                },
-                self.neighbours.get(f.backend().addr),
-                Side::Backend,
-                self.cfg.backend_mac,
-            ),
-        };
-        let Some(mac) = mac else {
-            return Verdict::Drop(DropReason::NextHopUnresolved);
-        };
-        match icmp_error::forward(buf, ip, &m, our_mac, EthernetAddress(mac)) {
-            Ok(()) => Verdict::Forward {
-                len: ip.end(),
-                to: side,
+        // The error goes where the flow's packets in `dir` go (the flow's
+        // plan says where); the packet it quotes went the other way.
+        let route = Plan::from_tag(f.plan()).route(&f, dir);
+        let m = IcmpErrorNat {
+            outer_src: route.nat.src.addr,
+            outer_dst: route.nat.dst.addr,
+            inner: Nat {
+                src: route.nat.dst,
+                dst: route.nat.src,
             },
-            Err(r) => Verdict::Drop(r),
-        }
+        };
+        let (ours, next) = match self.link(&route, false) {
+            Ok(macs) => macs,
+            Err(v) => return v,
+        };
+        sent(icmp_error::forward(buf, ip, &m, ours, next), ip, route.side)
     }
 
     /// Deletes the flows matching `filter` among `budget` slots from

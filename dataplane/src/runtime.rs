@@ -162,27 +162,14 @@ impl DataplaneHandle {
     /// chunk so no worker pauses for long.
     pub fn dump(&self, filter: Filter) -> Vec<FlowInfo> {
         let mut out = Vec::new();
-        for w in &self.workers {
-            let mut cursor = Some(0);
-            while let Some(c) = cursor {
-                let (tx, rx) = bounded(1);
-                if !self.send_to(
-                    w,
-                    Control::Dump {
-                        filter,
-                        cursor: c,
-                        reply: tx,
-                    },
-                ) {
-                    break;
-                }
-                let Ok((flows, next)) = rx.recv_timeout(Duration::from_secs(5)) else {
-                    break;
-                };
-                out.extend(flows);
-                cursor = next;
-            }
-        }
+        self.walk(
+            |cursor, reply| Control::Dump {
+                filter,
+                cursor,
+                reply,
+            },
+            |flows| out.extend(flows),
+        );
         out
     }
 
@@ -190,28 +177,39 @@ impl DataplaneHandle {
     /// returns how many.
     pub fn delete(&self, filter: Filter) -> u64 {
         let mut total = 0;
+        self.walk(
+            |cursor, reply| Control::Delete {
+                filter,
+                cursor,
+                reply,
+            },
+            |n| total += u64::from(n),
+        );
+        total
+    }
+
+    /// Walks every worker's table in chunks: `ask` makes the request for
+    /// the chunk at a cursor, `take` receives each chunk's result; a
+    /// worker that does not answer within 5 s is left (its rest unseen).
+    fn walk<T>(
+        &self,
+        ask: impl Fn(u32, Sender<(T, Option<u32>)>) -> Control,
+        mut take: impl FnMut(T),
+    ) {
         for w in &self.workers {
             let mut cursor = Some(0);
             while let Some(c) = cursor {
                 let (tx, rx) = bounded(1);
-                if !self.send_to(
-                    w,
-                    Control::Delete {
-                        filter,
-                        cursor: c,
-                        reply: tx,
-                    },
-                ) {
+                if !self.send_to(w, ask(c, tx)) {
                     break;
                 }
-                let Ok((n, next)) = rx.recv_timeout(Duration::from_secs(5)) else {
+                let Ok((chunk, next)) = rx.recv_timeout(Duration::from_secs(5)) else {
                     break;
                 };
-                total += u64::from(n);
+                take(chunk);
                 cursor = next;
             }
         }
-        total
     }
 
     /// Deletes every flow and persistence template.

@@ -159,18 +159,9 @@ impl Steering {
 
     /// The SNAT port range (for shared addresses).
     pub fn set_snat_ports(&self, ports: xvs_config::PortRange) -> Result<(), SteerError> {
-        let key = 0u32;
         let value: [u16; 2] = [ports.first, ports.last];
-        // SAFETY: key and value point at initialised values of the map's
-        // key (u32) and value (two u16) sizes.
-        let ret = unsafe {
-            sys::bpf_map_update_elem(
-                self.ports_fd,
-                (&key as *const u32).cast(),
-                value.as_ptr().cast(),
-                0,
-            )
-        };
+        // SAFETY: the ports map's key is a u32 and its value two u16s.
+        let ret = unsafe { map_update(self.ports_fd, &0u32, &value) };
         if ret != 0 {
             return Err(bpf_err("set the SNAT port range", ret));
         }
@@ -179,17 +170,9 @@ impl Steering {
 
     fn set_address(&self, addr: Ipv4Addr, kind: u8) -> Result<(), SteerError> {
         let key = u32::from_ne_bytes(addr.octets());
-        let value = kind;
-        // SAFETY: key and value point at initialised values of the map's
-        // key (u32) and value (u8) sizes.
-        let ret = unsafe {
-            sys::bpf_map_update_elem(
-                self.owned_fd,
-                (&key as *const u32).cast(),
-                (&value as *const u8).cast(),
-                0,
-            )
-        };
+        // SAFETY: the owned map's key is a u32 (the address) and its value
+        // a u8 (the kind).
+        let ret = unsafe { map_update(self.owned_fd, &key, &kind) };
         if ret != 0 {
             return Err(bpf_err(format!("add {addr} to the steering map"), ret));
         }
@@ -253,16 +236,9 @@ impl Steering {
 
     /// Sends the owned traffic of RX `queue` to the AF_XDP socket `xsk_fd`.
     pub fn register_socket(&self, queue: u32, xsk_fd: i32) -> Result<(), SteerError> {
-        // SAFETY: key and value point at initialised u32s (the XSKMAP's
-        // key and value sizes).
-        let ret = unsafe {
-            sys::bpf_map_update_elem(
-                self.xsks_fd,
-                (&queue as *const u32).cast(),
-                (&xsk_fd as *const i32).cast(),
-                0,
-            )
-        };
+        // SAFETY: the XSKMAP's key is a u32 (the queue) and its value a
+        // 32-bit socket fd.
+        let ret = unsafe { map_update(self.xsks_fd, &queue, &xsk_fd) };
         if ret != 0 {
             return Err(bpf_err(
                 format!("register the socket of queue {queue}"),
@@ -288,4 +264,16 @@ impl Drop for Steering {
         // SAFETY: `obj` came from bpf_object__open_mem and is closed once.
         unsafe { sys::bpf_object__close(self.obj.as_ptr()) };
     }
+}
+
+/// Writes `key` → `value` into the BPF map `fd`; libbpf's return code.
+///
+/// # Safety
+///
+/// `K` and `V` have exactly the map's key and value sizes: the kernel
+/// reads that many bytes from each pointer.
+unsafe fn map_update<K: Copy, V: Copy>(fd: i32, key: &K, value: &V) -> i32 {
+    // SAFETY: both pointers come from references to initialised values,
+    // live for the call; their sizes are the map's (the caller's contract).
+    unsafe { sys::bpf_map_update_elem(fd, (key as *const K).cast(), (value as *const V).cast(), 0) }
 }

@@ -1567,93 +1567,98 @@ mod tests {
     #[test]
     fn value_errors() {
         let t = |a: &[&str]| err(a).1;
-        assert_eq!(
-            t(&["-A", "-t", "198.19.0.300:80"]),
-            "illegal virtual server address[:port] specified"
-        );
-        assert_eq!(
-            t(&["-A", "-t", "12345"]),
-            "illegal virtual server address[:port] specified"
-        );
-        assert_eq!(
-            t(&["-a", "-t", "198.19.0.1:80", "-r", "nowhere", "-m"]),
-            "illegal real server address[:port] specified"
-        );
-        assert_eq!(
-            t(&[
-                "-a",
-                "-t",
-                "198.19.0.1:80",
-                "-r",
-                "198.18.1.1",
-                "-w",
-                "65536"
-            ]),
-            "illegal weight specified"
-        );
-        assert_eq!(
-            t(&["-A", "-t", "198.19.0.1:80", "-p", "0"]),
-            "invalid timeout value `0' specified"
-        );
-        assert_eq!(
-            t(&["-A", "-t", "198.19.0.1:80", "-M", "bad.mask"]),
-            "illegal virtual server persistent mask specified"
-        );
-        assert_eq!(
-            t(&["-A", "-t", "198.19.0.1:80", "-b", "sh-port"]),
-            "incompatible scheduler flag `sh-port'"
-        );
-        assert_eq!(
-            t(&["-A", "-t", "198.19.0.1:80", "-s", "sh", "-b", "sh-portx"]),
-            "invalid scheduler flag `sh-portx'"
-        );
-        assert_eq!(
-            t(&["-A", "-t", "198.19.0.1"]),
-            "Zero port specified for non-persistent service"
-        );
-        assert_eq!(
-            t(&["-L", "-c", "--stats"]),
-            "options conflicts in the list command"
-        );
-        assert_eq!(
-            t(&["--set", "900", "120"]),
-            "--set option requires 3 timeout values"
-        );
-        assert_eq!(
-            t(&["--set", "900", "120", "x"]),
-            "invalid timeout value `x' specified"
-        );
-        assert_eq!(
-            t(&["-f", "0", "-A"]),
-            "Try `ipvsadm -h' or 'ipvsadm --help' for more information."
-        );
-        assert_eq!(t(&["-A", "-f", "0"]), "invalid fwmark value `0' specified");
-        assert_eq!(
-            t(&[
-                "-a",
-                "-t",
-                "198.19.0.1:80",
-                "-r",
-                "198.18.1.1",
-                "-m",
-                "--tun-type",
-                "gue"
-            ]),
-            "Tunnel options conflict with forward method"
-        );
-        assert_eq!(
-            t(&[
-                "-a",
-                "-t",
-                "198.19.0.1:80",
-                "-r",
-                "198.18.1.1",
-                "-i",
-                "--tun-port",
-                "1"
-            ]),
-            "Illegal 'tun-port' option with the 'ipip' tunnel type"
-        );
+        let cases: [(&[&str], &str); 16] = [
+            (
+                &["-A", "-t", "198.19.0.300:80"][..],
+                "illegal virtual server address[:port] specified",
+            ),
+            (
+                &["-A", "-t", "12345"][..],
+                "illegal virtual server address[:port] specified",
+            ),
+            (
+                &["-a", "-t", "198.19.0.1:80", "-r", "nowhere", "-m"][..],
+                "illegal real server address[:port] specified",
+            ),
+            (
+                &[
+                    "-a",
+                    "-t",
+                    "198.19.0.1:80",
+                    "-r",
+                    "198.18.1.1",
+                    "-w",
+                    "65536",
+                ][..],
+                "illegal weight specified",
+            ),
+            (
+                &["-A", "-t", "198.19.0.1:80", "-p", "0"][..],
+                "invalid timeout value `0' specified",
+            ),
+            (
+                &["-A", "-t", "198.19.0.1:80", "-M", "bad.mask"][..],
+                "illegal virtual server persistent mask specified",
+            ),
+            (
+                &["-A", "-t", "198.19.0.1:80", "-b", "sh-port"][..],
+                "incompatible scheduler flag `sh-port'",
+            ),
+            (
+                &["-A", "-t", "198.19.0.1:80", "-s", "sh", "-b", "sh-portx"][..],
+                "invalid scheduler flag `sh-portx'",
+            ),
+            (
+                &["-A", "-t", "198.19.0.1"][..],
+                "Zero port specified for non-persistent service",
+            ),
+            (
+                &["-L", "-c", "--stats"][..],
+                "options conflicts in the list command",
+            ),
+            (
+                &["--set", "900", "120"][..],
+                "--set option requires 3 timeout values",
+            ),
+            (
+                &["--set", "900", "120", "x"][..],
+                "invalid timeout value `x' specified",
+            ),
+            (
+                &["-f", "0", "-A"][..],
+                "Try `ipvsadm -h' or 'ipvsadm --help' for more information.",
+            ),
+            (&["-A", "-f", "0"][..], "invalid fwmark value `0' specified"),
+            (
+                &[
+                    "-a",
+                    "-t",
+                    "198.19.0.1:80",
+                    "-r",
+                    "198.18.1.1",
+                    "-m",
+                    "--tun-type",
+                    "gue",
+                ][..],
+                "Tunnel options conflict with forward method",
+            ),
+            (
+                &[
+                    "-a",
+                    "-t",
+                    "198.19.0.1:80",
+                    "-r",
+                    "198.18.1.1",
+                    "-i",
+                    "--tun-port",
+                    "1",
+                ][..],
+                "Illegal 'tun-port' option with the 'ipip' tunnel type",
+            ),
+        ];
+        for (args, message) in cases {
+            assert_eq!(t(args), message, "{args:?}");
+        }
         let c = cmd(&[
             "-A",
             "-t",

@@ -15,6 +15,10 @@
 //! - [`Plan::takes_snat`] says whether a new flow needs a SNAT endpoint
 //!   (its replies come back to the gateway at that endpoint).
 //!
+//! - An ICMP error about a flow travels the route of the direction it
+//!   goes in, and the packet it quotes is mapped the other way (so errors
+//!   follow whatever plan the flow has).
+//!
 //! A new forwarding mode (direct routing, IP-in-IP) is a new variant, a
 //! module beside [`full_nat`], and an arm in [`Plan::route`].
 
