@@ -1,6 +1,6 @@
 //! The reconciler: what the data plane should serve (the config file's
 //! services plus runtime edits) against what it has, sent as the
-//! difference only. It owns the running [`Dataplane`] on one thread;
+//! difference only. It owns the running data plane (a [`crate::plane::Plane`]) on one thread;
 //! everything else talks to it through [`EngineHandle`] (a job queue), so
 //! the data plane's handles never cross threads.
 //!
@@ -658,7 +658,7 @@ pub enum SpawnError {
 }
 
 /// Talks to the engine thread. Cloneable; the thread ends when every
-/// handle is gone or [`EngineHandle::shutdown`] is called.
+/// handle is gone.
 #[derive(Clone)]
 pub struct EngineHandle {
     jobs: crossbeam_channel::Sender<Job>,

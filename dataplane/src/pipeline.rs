@@ -8,9 +8,17 @@
 //! client port is reused or whose backend left ([`ConnRules`]) → on a
 //! miss in the original direction: service lookup, source ACL, the
 //! new-flow rule (TCP: SYN only, except under Maglev), the L4 checksum,
-//! persistence and scheduler, a SNAT port from this worker's slice,
-//! insert → full-NAT rewrite with incremental checksums, TTL, MACs. ICMP
-//! errors about a tracked flow are translated like it (RELATED).
+//! persistence and scheduler, a SNAT port from this worker's slice (when
+//! the backend's forwarding plan takes one), insert → the flow's plan
+//! ([`crate::forward`]) says what the packet becomes (full NAT: the
+//! rewrite with incremental checksums, TTL, MACs). ICMP errors about a
+//! tracked flow are translated like it (RELATED).
+//!
+//! The jobs beside the verdict live in their own modules: next hops and
+//! ARP requests in [`crate::neighbours`], SNAT endpoints in
+//! [`crate::snat`], flow events in [`crate::events`], counters in
+//! [`crate::counters`], forwarding in [`crate::forward`]; the pipeline
+//! keeps the owned-address set (a hash set of VIPs and SNAT addresses).
 //!
 //! The rules on a hit, as IPVS applies `net.ipv4.vs.*` (kube-proxy sets
 //! each to 1): a SYN on a flow in TIME_WAIT or CLOSE ends that flow and is

@@ -354,7 +354,7 @@ impl XskPort {
     /// Sets the length of a frame about to be transmitted.
     ///
     /// # Safety
-    /// As [`XskPort::frame_mut`].
+    /// As [`XskPort::with_frame`].
     pub unsafe fn set_len(&self, desc: &mut FrameDesc, len: usize) {
         // SAFETY: guaranteed by the caller.
         let mut data = unsafe { self.umem.data_mut(desc) };

@@ -9,7 +9,7 @@
 //!   `... N flow entries have been shown.` on stderr, as conntrack's.
 //!   `-o extended` prefixes `ipv4     2 `. States are IPVS's names (what
 //!   `ipvsadm -Lnc` shows), since xvs tracks IPVS's state machine.
-//!   [UNREPLIED]: no packet from the backend yet; [ASSURED]: TCP that
+//!   `[UNREPLIED]`: no packet from the backend yet; `[ASSURED]`: TCP that
 //!   reached ESTABLISHED, UDP with a packet after the first reply.
 //! - `-S`: conntrack's per-CPU line, one per worker, its fields first
 //!   (found, invalid, insert, insert_failed, drop, early_drop, error,

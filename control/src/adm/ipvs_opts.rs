@@ -16,7 +16,7 @@
 //! Then xvs's own limits: what ipvsadm accepts but xvs does not do
 //! (firewall marks, IPv6, SCTP, thresholds, sync daemons, direct routing
 //! and tunnels, ...) is refused after ipvsadm's checks, with why
-//! ([`Command::unsupported`]), so a command line is first judged as
+//! ([`unsupported`]), so a command line is first judged as
 //! ipvsadm would.
 //!
 //! Pure: names (`web.example.net`, `http`) resolve through [`Resolve`].

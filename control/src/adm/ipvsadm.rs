@@ -1,4 +1,4 @@
-//! Runs an ipvsadm command line ([`ipvs_opts::Command`]) against the
+//! Runs an ipvsadm command line ([`Command`]) against the
 //! admin API, with ipvsadm's outputs, messages and exit statuses:
 //! 255 when the table refuses (`Service already exists`, `No such
 //! service`, `Service not defined`, `Destination already exists`, `No
@@ -262,7 +262,7 @@ fn send_edit(to: &Endpoint, c: &Command, e: EditSpec, json: bool) -> Outcome {
     Ok(if json { answer } else { String::new() })
 }
 
-/// Runs `c`. `input` is `-R`'s standard input; `program` is argv[0]
+/// Runs `c`. `input` is `-R`'s standard input; `program` is `argv[0]`
 /// (for the messages that name it).
 pub fn run(
     to: &Endpoint,
