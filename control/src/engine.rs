@@ -172,6 +172,10 @@ pub struct Engine {
     reloads: u64,
     /// The Kubernetes source's services (those it owns).
     kube: BTreeMap<ServiceKey, Service>,
+    /// Everything the Kubernetes source last asked for, owned or not: a
+    /// key the file gives up on reload goes to Kubernetes then, without
+    /// waiting for its next update.
+    kube_wanted: BTreeMap<ServiceKey, Service>,
     /// Keys both sources want, kept by their first owner.
     conflicts: Vec<String>,
     /// Counters `-Z` zeroed (the listing counts from there).
@@ -196,6 +200,7 @@ impl Engine {
             last_error: None,
             reloads: 0,
             kube: BTreeMap::new(),
+            kube_wanted: BTreeMap::new(),
             conflicts: Vec::new(),
             zeroed: Default::default(),
             sent_at: None,
@@ -355,22 +360,44 @@ impl Engine {
         xvs_dataplane::host::check_snat(&new.snat.addresses, new.snat.ports).map_err(|e| {
             Refused::Invalid(format!("{}: {e}; nothing was applied", self.path.display()))
         })?;
-        // Keys the Kubernetes source owns stay its own (first owner kept).
+        // Keys the Kubernetes source owns stay its own (first owner kept);
+        // a key it wants that the file no longer has becomes its own.
         let mut desired = by_key(&new.services);
-        self.conflicts.clear();
+        let mut conflicts = Vec::new();
+        let mut kube = self.kube.clone();
         for (k, s) in &self.kube {
             if desired.contains_key(k) {
-                self.conflicts.push(format!(
+                conflicts.push(format!(
                     "{}: in the file and from Kubernetes; kept the Kubernetes one (first)",
                     key_name(k)
                 ));
             }
             desired.insert(*k, s.clone());
         }
-        for c in &self.conflicts {
+        for (k, s) in &self.kube_wanted {
+            if self.kube.contains_key(k) {
+                continue;
+            }
+            if desired.contains_key(k) {
+                conflicts.push(format!(
+                    "{}: from Kubernetes and already served (file or runtime edit); kept the first",
+                    key_name(k)
+                ));
+            } else {
+                let problems = self.problems(s);
+                if problems.is_empty() {
+                    desired.insert(*k, s.clone());
+                    kube.insert(*k, s.clone());
+                }
+                conflicts.extend(problems.into_iter().map(|p| format!("{p}; not applied")));
+            }
+        }
+        for c in &conflicts {
             tracing::warn!("{c}");
         }
         let a = self.reconcile(desired)?;
+        self.conflicts = conflicts;
+        self.kube = kube;
         if new.conntrack.timeouts != self.config.conntrack.timeouts {
             self.dp.set_timeouts(new.conntrack.timeouts);
         }
@@ -539,6 +566,7 @@ impl Engine {
     /// in it. A key the file (or a runtime edit) already serves stays
     /// theirs and is reported as a conflict.
     pub fn set_kube(&mut self, new: BTreeMap<ServiceKey, Service>) -> Result<Applied, Refused> {
+        self.kube_wanted = new.clone();
         let file: std::collections::BTreeSet<ServiceKey> =
             self.config.services.iter().map(|s| s.key).collect();
         let mut changes = Vec::new();
@@ -1240,6 +1268,60 @@ mod tests {
             e.conflicts()
         );
         assert!(e.conflicts()[0].ends_with("; not applied"));
+    }
+
+    #[test]
+    fn one_endpoint_change_from_kubernetes_sends_one_update() {
+        let f = File::new(&services(&[(80, 1)]));
+        let (mut e, log) = engine(&f);
+        e.set_kube(kube(&[8080, 8081, 8082])).unwrap();
+        taken(&log);
+        let mut set = kube(&[8080, 8081, 8082]);
+        set.get_mut(&key(8081))
+            .unwrap()
+            .backends
+            .push(backend(21, 1));
+        let a = e.set_kube(set).unwrap();
+        assert_eq!((a.added, a.changed, a.removed), (0, 1, 0));
+        assert_eq!(taken(&log), [Sent::Upsert(key(8081))]);
+        assert_eq!(e.applied()[&key(8081)].backends.len(), 2);
+        assert_eq!(e.applied()[&key(8080)].backends.len(), 1);
+    }
+
+    #[test]
+    fn kubernetes_losing_every_service_leaves_the_file_s() {
+        let f = File::new(&services(&[(80, 1), (81, 1)]));
+        let (mut e, log) = engine(&f);
+        e.set_kube(kube(&[80, 8080])).unwrap();
+        taken(&log);
+        e.set_kube(BTreeMap::new()).unwrap();
+        assert_eq!(taken(&log), [Sent::Remove(key(8080))]);
+        assert!(e.conflicts().is_empty());
+        let keys: Vec<ServiceKey> = e.applied().keys().copied().collect();
+        assert_eq!(keys, [key(80), key(81)]);
+        assert_eq!(
+            e.applied()[&key(80)].backends[0].address,
+            Ipv4Addr::new(198, 18, 1, 10),
+            "the file's 80 was kept throughout"
+        );
+    }
+
+    #[test]
+    fn a_reload_that_drops_a_clashing_service_hands_the_key_to_kubernetes() {
+        let f = File::new(&services(&[(80, 1), (81, 1)]));
+        let (mut e, log) = engine(&f);
+        e.set_kube(kube(&[81])).unwrap();
+        assert_eq!(e.conflicts().len(), 1);
+        taken(&log);
+        // The file gives 81 up: Kubernetes' 81 is served from now on.
+        f.write(&services(&[(80, 1)]));
+        e.reload().unwrap();
+        assert_eq!(taken(&log), [Sent::Upsert(key(81))]);
+        assert!(e.conflicts().is_empty(), "{:?}", e.conflicts());
+        assert_eq!(
+            e.applied()[&key(81)].backends[0].address,
+            Ipv4Addr::new(198, 18, 1, 20)
+        );
     }
 
     #[test]
