@@ -64,7 +64,7 @@ impl<A: Address> fmt::Display for Endpoint<A> {
 }
 
 /// One direction of a flow: addresses, ports and protocol as on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct FlowKey<A: Address = Ipv4Addr> {
     /// Source address.
     pub src: A,
@@ -76,6 +76,22 @@ pub struct FlowKey<A: Address = Ipv4Addr> {
     pub dst_port: u16,
     /// Protocol.
     pub proto: L4Proto,
+}
+
+/// As derived, field by field, but always inlined: a lookup starts with
+/// this hash, and once the key became generic the derived one was left
+/// out of line, which kept the CPU from overlapping consecutive lookups'
+/// cache misses (`conntrack` bench at 1M flows, alternate runs: lookup
+/// 131 → 282 ns out of line, 127-147 ns inlined).
+impl<A: Address> std::hash::Hash for FlowKey<A> {
+    #[inline(always)]
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.src.hash(state);
+        self.dst.hash(state);
+        self.src_port.hash(state);
+        self.dst_port.hash(state);
+        self.proto.hash(state);
+    }
 }
 
 impl<A: Address> FlowKey<A> {
