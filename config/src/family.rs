@@ -16,6 +16,8 @@ use std::fmt::{Debug, Display};
 use std::hash::Hash;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+
 /// Which family an address belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Family {
@@ -31,13 +33,32 @@ pub trait Address:
 {
     /// The address in network byte order.
     type Octets: AsRef<[u8]> + Copy;
+    /// A network of this family (source ranges).
+    type Net: Copy + Eq + Ord + Hash + Debug + Display + Send + Sync + 'static;
     /// Length of the address in bytes (the largest, for [`IpAddr`]).
     const LEN: usize;
     /// The unspecified address (`0.0.0.0`).
     const UNSPECIFIED: Self;
+    /// The all-ones address: the netmask that keeps every bit.
+    const ALL_ONES: Self;
 
     /// The address in network byte order.
     fn octets(&self) -> Self::Octets;
+    /// How many 16-bit words it has.
+    #[inline]
+    fn word_count(&self) -> u64 {
+        self.octets().as_ref().len() as u64 / 2
+    }
+    /// The sum of its 16-bit words in network order (what an Internet
+    /// checksum adds for it).
+    #[inline]
+    fn word_sum(&self) -> u64 {
+        self.octets()
+            .as_ref()
+            .chunks_exact(2)
+            .map(|w| u64::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum()
+    }
     /// Its family.
     fn family(&self) -> Family;
     /// As the standard enum.
@@ -46,12 +67,23 @@ pub trait Address:
 
 impl Address for Ipv4Addr {
     type Octets = [u8; 4];
+    type Net = Ipv4Net;
     const LEN: usize = 4;
     const UNSPECIFIED: Self = Ipv4Addr::UNSPECIFIED;
+    const ALL_ONES: Self = Ipv4Addr::BROADCAST;
 
-    #[inline]
+    #[inline(always)]
     fn octets(&self) -> [u8; 4] {
         Ipv4Addr::octets(self)
+    }
+    #[inline(always)]
+    fn word_count(&self) -> u64 {
+        2
+    }
+    #[inline(always)]
+    fn word_sum(&self) -> u64 {
+        let v = u32::from(*self);
+        u64::from(v >> 16) + u64::from(v & 0xffff)
     }
     fn family(&self) -> Family {
         Family::V4
@@ -63,8 +95,10 @@ impl Address for Ipv4Addr {
 
 impl Address for Ipv6Addr {
     type Octets = [u8; 16];
+    type Net = Ipv6Net;
     const LEN: usize = 16;
     const UNSPECIFIED: Self = Ipv6Addr::UNSPECIFIED;
+    const ALL_ONES: Self = Ipv6Addr::from_bits(u128::MAX);
 
     #[inline]
     fn octets(&self) -> [u8; 16] {
@@ -93,8 +127,10 @@ impl AsRef<[u8]> for Octets {
 
 impl Address for IpAddr {
     type Octets = Octets;
+    type Net = IpNet;
     const LEN: usize = 16;
     const UNSPECIFIED: Self = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+    const ALL_ONES: Self = IpAddr::V4(Ipv4Addr::BROADCAST);
 
     #[inline]
     fn octets(&self) -> Octets {
@@ -121,6 +157,20 @@ impl Address for IpAddr {
     }
 }
 
+/// An address and a port as ipvsadm and URLs write them: `198.18.0.1:80`,
+/// `[2001:2::1]:80`.
+#[derive(Debug, Clone, Copy)]
+pub struct HostPort<A>(pub A, pub u16);
+
+impl<A: Address> Display for HostPort<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.family() {
+            Family::V4 => write!(f, "{}:{}", self.0, self.1),
+            Family::V6 => write!(f, "[{}]:{}", self.0, self.1),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,5 +190,13 @@ mod tests {
         assert_eq!(round(IpAddr::V6(v6)).1.len(), 16);
         assert_eq!(<Ipv4Addr as Address>::LEN, 4);
         assert_eq!(<Ipv6Addr as Address>::UNSPECIFIED, Ipv6Addr::UNSPECIFIED);
+        assert_eq!(<Ipv6Addr as Address>::ALL_ONES.octets(), [0xff; 16]);
+        assert_eq!(<Ipv4Addr as Address>::ALL_ONES, Ipv4Addr::BROADCAST);
+        assert_eq!(HostPort(v4, 80).to_string(), "198.18.0.1:80");
+        assert_eq!(v4.word_sum(), 0xc612 + 0x0001);
+        assert_eq!(IpAddr::V4(v4).word_sum(), v4.word_sum());
+        assert_eq!((v4.word_count(), v6.word_count()), (2, 8));
+        assert_eq!(v6.word_sum(), 0x2001 + 0x0002 + 0x0001);
+        assert_eq!(HostPort(v6, 80).to_string(), "[2001:2::1]:80");
     }
 }

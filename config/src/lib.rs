@@ -18,7 +18,7 @@ mod validate;
 use std::path::Path;
 
 pub use error::{Diagnostic, Invalid, LoadError};
-pub use family::{Address, Family};
+pub use family::{Address, Family, HostPort};
 pub use names::{
     ArmMode, ForwardMethod, PollMode, Protocol, Scheduler, SchedulerFlag, Steering, UnknownName,
     UnknownPort, XdpAttachMode, ZeroCopy,

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::net::Ipv4Addr;
 
-use crate::family::Address;
+use crate::family::{Address, HostPort};
 
 use ipnet::Ipv4Net;
 
@@ -48,7 +48,7 @@ pub struct ServiceKey<A: Address = Ipv4Addr> {
 
 impl<A: Address> fmt::Display for ServiceKey<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}:{}", self.protocol, self.vip, self.port)
+        write!(f, "{} {}", self.protocol, HostPort(self.vip, self.port))
     }
 }
 
@@ -56,18 +56,18 @@ impl<A: Address> fmt::Display for ServiceKey<A> {
 /// ClientIP): clients whose address matches under `netmask` stick to one
 /// backend for `timeout_secs` after their last connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Persistence {
+pub struct Persistence<A: Address = Ipv4Addr> {
     /// Seconds a client's template outlives its last connection.
     pub timeout_secs: u32,
     /// Netmask applied to the client address (contiguous).
-    pub netmask: Ipv4Addr,
+    pub netmask: A,
 }
 
-impl Default for Persistence {
+impl<A: Address> Default for Persistence<A> {
     fn default() -> Self {
         Persistence {
             timeout_secs: DEFAULT_PERSISTENCE_TIMEOUT,
-            netmask: Ipv4Addr::BROADCAST,
+            netmask: A::ALL_ONES,
         }
     }
 }
@@ -113,11 +113,13 @@ pub struct Backend<A: Address = Ipv4Addr> {
     pub forward: ForwardMethod,
 }
 
-/// A virtual service and its backends.
+/// A virtual service and its backends, of one address family (IPv4 by
+/// default; kube-proxy's model: a dual-stack Service is one service per
+/// family).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Service {
+pub struct Service<A: Address = Ipv4Addr> {
     /// What identifies it.
-    pub key: ServiceKey,
+    pub key: ServiceKey<A>,
     /// Optional operator-facing name.
     pub name: Option<String>,
     /// Scheduling algorithm.
@@ -125,19 +127,19 @@ pub struct Service {
     /// Flags of the hashing schedulers.
     pub flags: SchedulerFlags,
     /// Client persistence, if any.
-    pub persistence: Option<Persistence>,
+    pub persistence: Option<Persistence<A>>,
     /// Clients allowed to use the service; empty = everyone.
-    pub source_ranges: Vec<Ipv4Net>,
+    pub source_ranges: Vec<A::Net>,
     /// Maglev table size if set explicitly (mh only); see
     /// [`Service::maglev_table_size`].
     pub maglev_table_size: Option<u32>,
     /// Real servers.
-    pub backends: Vec<Backend>,
+    pub backends: Vec<Backend<A>>,
 }
 
-impl Service {
+impl<A: Address> Service<A> {
     /// A service with the defaults (wlc, no persistence, no backends).
-    pub fn new(key: ServiceKey) -> Self {
+    pub fn new(key: ServiceKey<A>) -> Self {
         Service {
             key,
             name: None,
@@ -154,7 +156,11 @@ impl Service {
     pub fn maglev_table_size(&self) -> u32 {
         self.maglev_table_size.unwrap_or(DEFAULT_MAGLEV_TABLE_SIZE)
     }
+}
 
+/// The rules, as IPv4 states them (unicast, contiguous netmasks); IPv6's
+/// are another `impl` block.
+impl Service<Ipv4Addr> {
     /// Checks every rule of a valid service; returns each violation found,
     /// in field order (empty = valid). The one set of rules for every
     /// source (file, API, xvsadm, Kubernetes); [`Service::check_in`] adds
@@ -575,5 +581,30 @@ mod tests {
                 "backends[1].address: duplicate backend 198.18.1.1:8080 (first in backends[0])",
             ]
         );
+    }
+
+    #[test]
+    fn a_service_model_exists_for_either_family() {
+        use std::net::Ipv6Addr;
+        let vip: Ipv6Addr = "2001:2::1".parse().unwrap();
+        let mut s = Service::new(ServiceKey {
+            vip,
+            protocol: Protocol::Tcp,
+            port: 443,
+        });
+        s.persistence = Some(Persistence::default());
+        s.source_ranges = vec!["2001:2::/48".parse().unwrap()];
+        s.backends.push(Backend {
+            address: "2001:2::10".parse().unwrap(),
+            port: 8443,
+            weight: 1,
+            forward: ForwardMethod::Masq,
+        });
+        assert_eq!(
+            s.persistence.unwrap().netmask,
+            Ipv6Addr::from_bits(u128::MAX)
+        );
+        assert_eq!(s.key.to_string(), "tcp [2001:2::1]:443");
+        assert_eq!(s.maglev_table_size(), DEFAULT_MAGLEV_TABLE_SIZE);
     }
 }

@@ -8,7 +8,7 @@
 use std::fmt;
 use std::net::Ipv4Addr;
 
-use xvs_config::Address;
+use xvs_config::{Address, HostPort};
 
 /// Transport protocol of a tracked flow (IP protocol numbers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -59,7 +59,7 @@ pub struct Endpoint<A: Address = Ipv4Addr> {
 
 impl<A: Address> fmt::Display for Endpoint<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.addr, self.port)
+        write!(f, "{}", HostPort(self.addr, self.port))
     }
 }
 
@@ -138,12 +138,10 @@ impl<A: Address> fmt::Display for FlowKey<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} {}:{} -> {}:{}",
+            "{} {} -> {}",
             self.proto.name(),
-            self.src,
-            self.src_port,
-            self.dst,
-            self.dst_port
+            HostPort(self.src, self.src_port),
+            HostPort(self.dst, self.dst_port)
         )
     }
 }

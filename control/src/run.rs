@@ -12,7 +12,7 @@
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -71,31 +71,64 @@ fn notify(state: &[sd_notify::NotifyState<'_>]) {
     let _ = sd_notify::notify(false, state);
 }
 
-fn bind_unix(path: &Path) -> Result<UnixListener, String> {
+/// Why serving could not start (after the data plane did).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A file or directory the admin socket needs could not be made.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// Something other than a socket is where the admin socket goes.
+    #[error("{}: exists and is not a socket; refusing to replace it (admin.socket must name a socket path)", .0.display())]
+    NotASocket(PathBuf),
+    /// Another process answers on the admin socket.
+    #[error("{}: another process answers on this socket (is xvs already running?)", .0.display())]
+    InUse(PathBuf),
+    /// The admin API's TCP address cannot be bound.
+    #[error("{address}: {source}")]
+    Tcp {
+        /// The address.
+        address: std::net::SocketAddr,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// The Kubernetes client cannot be made.
+    #[error(transparent)]
+    Kube(#[from] crate::kube::source::ClientError),
+    /// The engine stopped answering.
+    #[error(transparent)]
+    Engine(#[from] crate::engine::CallError),
+}
+
+fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> StartError + '_ {
+    move |source| StartError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+fn bind_unix(path: &Path) -> Result<UnixListener, StartError> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(io_at(dir))?;
     }
     // A socket left by a previous run (nothing listens on it any more) is
     // replaced; anything else there is the operator's and is kept.
     use std::os::unix::fs::FileTypeExt;
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
-            return Err(format!(
-                "{}: exists and is not a socket; refusing to replace it (admin.socket must name a socket path)",
-                path.display()
-            ));
+            return Err(StartError::NotASocket(path.to_owned()));
         }
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            return Err(format!(
-                "{}: another process answers on this socket (is xvs already running?)",
-                path.display()
-            ));
+            return Err(StartError::InUse(path.to_owned()));
         }
         let _ = std::fs::remove_file(path);
     }
-    let l = UnixListener::bind(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let l = UnixListener::bind(path).map_err(io_at(path))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io_at(path))?;
     Ok(l)
 }
 
@@ -200,10 +233,7 @@ pub fn run(config: &Path) -> u8 {
             Some(status) => Some(start_kube(&cfg, status.clone(), shared.clone()).await?),
             None => None,
         };
-        let queues = engine
-            .call(|e| e.dataplane().events())
-            .await
-            .map_err(|e| e.to_string())?;
+        let queues = engine.call(|e| e.dataplane().events()).await?;
         let collector = tokio::spawn(shared.events.clone().run(queues));
         let unix = bind_unix(&cfg.admin.socket)?;
         let app = router(shared.clone());
@@ -219,7 +249,10 @@ pub fn run(config: &Path) -> u8 {
         if let (Some(t), Some(token)) = (&cfg.admin.tcp, token) {
             let tcp = TcpListener::bind(t.address)
                 .await
-                .map_err(|e| format!("{}: {e}", t.address))?;
+                .map_err(|source| StartError::Tcp {
+                    address: t.address,
+                    source,
+                })?;
             servers.push(tokio::spawn(crate::listener::serve(
                 crate::listener::Listener::Tcp(tcp),
                 with_token(app, token),
@@ -260,8 +293,7 @@ pub fn run(config: &Path) -> u8 {
         });
         let services = engine
             .call(|e| (e.applied().len(), e.dataplane().interface()))
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         println!(
             "ready: {} services on {}, {} worker(s), admin API on {}",
             services.0,
@@ -310,7 +342,7 @@ pub fn run(config: &Path) -> u8 {
             w.abort();
         }
         let _ = std::fs::remove_file(&cfg.admin.socket);
-        Ok::<(), String>(())
+        Ok::<(), StartError>(())
     });
     // Every handle is gone once the runtime is: the engine thread stops the
     // workers and detaches the programs.
@@ -336,7 +368,7 @@ async fn start_kube(
     cfg: &xvs_config::Config,
     status: Arc<crate::kube::source::KubeStatus>,
     shared: Arc<Shared>,
-) -> Result<Vec<tokio::task::JoinHandle<()>>, String> {
+) -> Result<Vec<tokio::task::JoinHandle<()>>, StartError> {
     let client = crate::kube::source::client(cfg.kubernetes.kubeconfig.as_deref()).await?;
     let (tx, mut rx) = tokio::sync::watch::channel(None);
     let name = cfg.kubernetes.service_proxy_name.clone();

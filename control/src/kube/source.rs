@@ -243,20 +243,54 @@ enum Either {
     Slice(Result<Event<EndpointSlice>, watcher::Error>),
 }
 
+/// Why no Kubernetes client could be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The kubeconfig file cannot be read or parsed.
+    #[error("{}: {source}", path.display())]
+    Kubeconfig {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What kube said.
+        source: kube::config::KubeconfigError,
+    },
+    /// The kubeconfig file does not give a usable configuration.
+    #[error("{}: {source}", path.display())]
+    Config {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What kube said.
+        source: kube::config::KubeconfigError,
+    },
+    /// Not running in a cluster (no service account), and no kubeconfig.
+    #[error("in-cluster configuration: {0}")]
+    InCluster(#[from] kube::config::InClusterError),
+    /// The client cannot be built from the configuration.
+    #[error("{0}")]
+    Client(#[from] kube::Error),
+}
+
 /// A client from a kubeconfig file, or the in-cluster configuration.
-pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, String> {
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, ClientError> {
     // TLS to the API server uses rustls with ring; installing the
     // process-wide provider a second time is harmless.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let config = match kubeconfig {
         Some(p) => {
-            let kc = kube::config::Kubeconfig::read_from(p)
-                .map_err(|e| format!("{}: {e}", p.display()))?;
+            let kc = kube::config::Kubeconfig::read_from(p).map_err(|source| {
+                ClientError::Kubeconfig {
+                    path: p.to_owned(),
+                    source,
+                }
+            })?;
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await
-                .map_err(|e| format!("{}: {e}", p.display()))?
+                .map_err(|source| ClientError::Config {
+                    path: p.to_owned(),
+                    source,
+                })?
         }
-        None => kube::Config::incluster().map_err(|e| format!("in-cluster configuration: {e}"))?,
+        None => kube::Config::incluster()?,
     };
-    Client::try_from(config).map_err(|e| e.to_string())
+    Ok(Client::try_from(config)?)
 }

@@ -20,7 +20,7 @@ use std::net::Ipv4Addr;
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
     EthernetAddress, Icmpv4Message, Icmpv4Packet, IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr,
-    TcpPacket, TcpSeqNumber,
+    TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
 };
 
 use super::arp::{Arp, ArpOp};
@@ -184,16 +184,26 @@ pub fn tcp_reset(buf: &mut [u8], ip: &Ipv4) -> Result<Option<usize>, DropReason>
         ip.src,
     );
     let t = &mut buf[ETH_HEADER_LEN + IP_HEADER_LEN..len];
-    t.fill(0); // window, checksum, urgent pointer, unset flags
-    let mut seg = TcpPacket::new_unchecked(t);
-    seg.set_src_port(dst_port);
-    seg.set_dst_port(src_port);
-    seg.set_seq_number(TcpSeqNumber(seq as i32));
-    seg.set_ack_number(TcpSeqNumber(ack as i32));
-    seg.set_header_len(TCP_HEADER_LEN as u8); // no options
-    seg.set_rst(true);
-    seg.set_ack(with_ack);
-    seg.fill_checksum(&IpAddress::Ipv4(ip.dst), &IpAddress::Ipv4(ip.src));
+    TcpRepr {
+        src_port: dst_port,
+        dst_port: src_port,
+        control: TcpControl::Rst,
+        seq_number: TcpSeqNumber(seq as i32),
+        ack_number: with_ack.then_some(TcpSeqNumber(ack as i32)),
+        window_len: 0,
+        window_scale: None,
+        max_seg_size: None,
+        sack_permitted: false,
+        sack_ranges: [None; 3],
+        timestamp: None,
+        payload: &[],
+    }
+    .emit(
+        &mut TcpPacket::new_unchecked(t),
+        &IpAddress::Ipv4(ip.dst),
+        &IpAddress::Ipv4(ip.src),
+        &ChecksumCapabilities::default(),
+    );
     Ok(Some(pad(buf, len)))
 }
 
@@ -247,6 +257,9 @@ fn icmp_error_answer(
         ip.dst,
         ip.src,
     );
+    // The quote is the received header as it was (options included, RFC
+    // 792), not one re-emitted from a representation: only the ICMP
+    // header is written here.
     let m = &mut buf[at..len];
     m[..ICMP_HEADER_LEN].fill(0); // checksum, unused
     let mut msg = Icmpv4Packet::new_unchecked(m);

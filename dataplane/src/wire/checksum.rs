@@ -42,20 +42,11 @@ impl Delta {
 
     /// Records that an address of either family changed (its 16-bit
     /// words, in network order: the addresses of both families sit at
-    /// even offsets in their headers and pseudo-headers).
+    /// even offsets in their headers and pseudo-headers). Σ(~w) over the
+    /// old address's n words is n·0xffff − Σw (each w ≤ 0xffff).
     #[inline(always)]
     pub fn addr<A: Address>(&mut self, old: A, new: A) {
-        let (old, new) = (old.octets(), new.octets());
-        for (o, n) in old
-            .as_ref()
-            .chunks_exact(2)
-            .zip(new.as_ref().chunks_exact(2))
-        {
-            self.word(
-                u16::from_be_bytes([o[0], o[1]]),
-                u16::from_be_bytes([n[0], n[1]]),
-            );
-        }
+        self.0 += old.word_count() * 0xffff - old.word_sum() + new.word_sum();
     }
 
     /// Adds another delta (changes that cover the same checksum).
