@@ -301,13 +301,13 @@ impl<A: Address> FlowTable<A> {
         self.stats.invalid += 1;
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn hash(&self, key: &FlowKey<A>) -> u64 {
         self.hasher.hash_one(key)
     }
 
     /// The flow a packet with `key` belongs to, and its direction.
-    #[inline]
+    #[inline(always)]
     pub fn lookup(&mut self, key: &FlowKey<A>) -> Option<(FlowId, Direction)> {
         let hash = self.hash(key);
         let entries = &self.slab.entries;
