@@ -15,7 +15,8 @@ use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use xvs_config::Address;
 use xvs_conntrack::{
     Direction, Endpoint, FlowKey, FlowTable, L4Proto, NewFlow, Packet, Timeouts, BATCH,
@@ -193,25 +194,7 @@ fn conntrack(c: &mut Criterion) {
         g.sample_size(20);
         g.measurement_time(Duration::from_secs(4));
 
-        let mut i = 0usize;
-        g.bench_function("lookup_hit", |b| {
-            b.iter(|| {
-                i = (i + 1) % keys.len();
-                black_box(t.lookup(black_box(&keys[i]))).unwrap()
-            })
-        });
-
-        let mut out = vec![None; BATCH];
-        let mut j = 0usize;
-        g.throughput(Throughput::Elements(BATCH as u64));
-        g.bench_function("lookup_hit_batch64", |b| {
-            b.iter(|| {
-                j = (j + BATCH) % (keys.len() - BATCH);
-                t.lookup_batch(black_box(&keys[j..j + BATCH]), &mut out);
-                assert!(out[BATCH - 1].is_some());
-            })
-        });
-        g.throughput(Throughput::Elements(1));
+        lookups(&mut g, &mut t, &keys);
 
         let mut next = size;
         g.bench_function("insert", |b| {
@@ -264,6 +247,35 @@ fn conntrack(c: &mut Criterion) {
     }
 }
 
+/// Lookups of `keys` (all tracked, in a random order) in `t`: one at a
+/// time, and in batches of [`BATCH`]; the group's throughput is left at one
+/// element.
+fn lookups<A: Address>(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    t: &mut FlowTable<A>,
+    keys: &[FlowKey<A>],
+) {
+    g.throughput(Throughput::Elements(1));
+    let mut i = 0usize;
+    g.bench_function("lookup_hit", |b| {
+        b.iter(|| {
+            i = (i + 1) % keys.len();
+            black_box(t.lookup(black_box(&keys[i]))).unwrap()
+        })
+    });
+    let mut out = vec![None; BATCH];
+    let mut j = 0usize;
+    g.throughput(Throughput::Elements(BATCH as u64));
+    g.bench_function("lookup_hit_batch64", |b| {
+        b.iter(|| {
+            j = (j + BATCH) % (keys.len() - BATCH);
+            t.lookup_batch(black_box(&keys[j..j + BATCH]), &mut out);
+            assert!(out[BATCH - 1].is_some());
+        })
+    });
+    g.throughput(Throughput::Elements(1));
+}
+
 /// A flow of [`flow`]'s numbering with its addresses mapped into family
 /// `A`.
 fn flow_in<A: Address>(n: u32, map: fn(Ipv4Addr) -> A) -> NewFlow<A> {
@@ -314,24 +326,7 @@ fn family(c: &mut Criterion) {
         let mut g = c.benchmark_group(format!("family/{name}"));
         g.sample_size(20);
         g.measurement_time(Duration::from_secs(4));
-        g.throughput(Throughput::Elements(1));
-        let mut i = 0usize;
-        g.bench_function("lookup_hit", |b| {
-            b.iter(|| {
-                i = (i + 1) % keys.len();
-                black_box(t.lookup(black_box(&keys[i]))).unwrap()
-            })
-        });
-        let mut out = vec![None; BATCH];
-        let mut j = 0usize;
-        g.throughput(Throughput::Elements(BATCH as u64));
-        g.bench_function("lookup_hit_batch64", |b| {
-            b.iter(|| {
-                j = (j + BATCH) % (keys.len() - BATCH);
-                t.lookup_batch(black_box(&keys[j..j + BATCH]), &mut out);
-                assert!(out[BATCH - 1].is_some());
-            })
-        });
+        lookups(&mut g, &mut t, &keys);
         g.finish();
     }
     one(c, "ipv4_generic", |a| a);
