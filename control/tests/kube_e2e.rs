@@ -18,7 +18,7 @@ use xvs_vm_tests::fakekube::{FakeKube, Kind};
 use xvs_vm_tests::netns::Netns;
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
-use xvs_vm_tests::topology::{backend_addr, Arms, Spec, Topology};
+use xvs_vm_tests::topology::{backend_addr, Spec, Topology};
 
 const XVS: &str = env!("CARGO_BIN_EXE_xvs");
 
@@ -102,12 +102,7 @@ fn services_from_the_api_server_serve_scale_and_go() {
     if !privileged("services_from_the_api_server_serve_scale_and_go") {
         return;
     }
-    let t = Topology::build(Spec {
-        arms: Arms::One,
-        backends: 3,
-        queues: 1,
-    })
-    .unwrap();
+    let t = Topology::build(Spec::one_arm(3)).unwrap();
     let _servers = t
         .echo_servers(testnet().to_str().unwrap(), "b", 8080, None)
         .unwrap();

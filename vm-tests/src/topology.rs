@@ -37,6 +37,17 @@ pub struct Spec {
     pub queues: u32,
 }
 
+impl Spec {
+    /// One arm, `backends` backends, one queue: what most tests build.
+    pub const fn one_arm(backends: usize) -> Spec {
+        Spec {
+            arms: Arms::One,
+            backends,
+            queues: 1,
+        }
+    }
+}
+
 /// A host: its namespace, interface and address.
 #[derive(Debug)]
 pub struct Host {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use xvs_vm_tests::daemon::{dir_of, Daemon};
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
-use xvs_vm_tests::topology::{backend_addr, Arms, Spec, Topology};
+use xvs_vm_tests::topology::{backend_addr, Spec, Topology};
 
 const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
 
@@ -91,12 +91,7 @@ fn hold80(t: &Topology) -> Spawned {
 }
 
 fn topology() -> Topology {
-    Topology::build(Spec {
-        arms: Arms::One,
-        backends: 3,
-        queues: 1,
-    })
-    .unwrap()
+    Topology::build(Spec::one_arm(3)).unwrap()
 }
 
 #[test]

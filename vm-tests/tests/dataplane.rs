@@ -113,12 +113,7 @@ struct Running {
 }
 
 fn start(scheduler: &str) -> Running {
-    let t = Topology::build(Spec {
-        arms: Arms::One,
-        backends: 3,
-        queues: 1,
-    })
-    .unwrap();
+    let t = Topology::build(Spec::one_arm(3)).unwrap();
     let servers = servers(&t);
     let (xvs, ready) = launch(&t, &config(&t, scheduler));
     assert!(ready.starts_with("ready: 2 services on g0"), "{ready}");
@@ -344,12 +339,7 @@ fn weight_zero_and_live_changes_never_disturb_established_connections() {
     if !privileged("weight_zero_and_live_changes_never_disturb_established_connections") {
         return;
     }
-    let t = Topology::build(Spec {
-        arms: Arms::One,
-        backends: 3,
-        queues: 1,
-    })
-    .unwrap();
+    let t = Topology::build(Spec::one_arm(3)).unwrap();
     let _servers = servers(&t);
     let dp = InProcess::start(&t, config(&t, "rr"));
 
@@ -602,12 +592,7 @@ fn steering_all_uses_the_default_program() {
     if !privileged("steering_all_uses_the_default_program") {
         return;
     }
-    let t = Topology::build(Spec {
-        arms: Arms::One,
-        backends: 3,
-        queues: 1,
-    })
-    .unwrap();
+    let t = Topology::build(Spec::one_arm(3)).unwrap();
     let _servers = servers(&t);
     // The client's next hop is the kernel's address, which xvs does not
     // answer ARP for in this mode: pin it.

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use xvs_vm_tests::daemon::{dir_of, Daemon};
 use xvs_vm_tests::privileged;
-use xvs_vm_tests::topology::{backend_addr, Arms, Spec, Topology};
+use xvs_vm_tests::topology::{backend_addr, Spec, Topology};
 
 const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
 
@@ -357,12 +357,7 @@ fn xvsadm_prints_what_ipvsadm_prints() {
     if !privileged("xvsadm_prints_what_ipvsadm_prints") {
         return;
     }
-    let t = Topology::build(Spec {
-        arms: Arms::One,
-        backends: 3,
-        queues: 1,
-    })
-    .unwrap();
+    let t = Topology::build(Spec::one_arm(3)).unwrap();
     let socket = dir_of(&t, "golden").join("xvs.sock");
     let (gw, _) = Daemon::start(&t, "golden", &bins(), &gateway_config(&t, &socket), &[]).unwrap();
     let ns = t.gateway.name().to_owned();
@@ -392,12 +387,7 @@ fn zero_counters_and_conntrack_with_real_flows() {
     if !privileged("zero_counters_and_conntrack_with_real_flows") {
         return;
     }
-    let t = Topology::build(Spec {
-        arms: Arms::One,
-        backends: 2,
-        queues: 1,
-    })
-    .unwrap();
+    let t = Topology::build(Spec::one_arm(2)).unwrap();
     let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
     let socket = dir_of(&t, "zero").join("xvs.sock");
     let mut cfg = gateway_config(&t, &socket);

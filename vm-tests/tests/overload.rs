@@ -12,7 +12,7 @@ use std::time::Duration;
 use xvs_vm_tests::daemon::{drops, field, Daemon};
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
-use xvs_vm_tests::topology::{backend_addr, Arms, Spec, Topology};
+use xvs_vm_tests::topology::{backend_addr, Spec, Topology};
 
 const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
 const VIP: &str = "198.19.0.1:80";
@@ -45,12 +45,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 /// A one-arm topology, three echo backends, `xvs run` on `config`.
 fn lab(snat: &str) -> (Topology, Vec<Spawned>, Daemon) {
-    let t = Topology::build(Spec {
-        arms: Arms::One,
-        backends: 3,
-        queues: 1,
-    })
-    .unwrap();
+    let t = Topology::build(Spec::one_arm(3)).unwrap();
     let servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
     let (gw, ready) = Daemon::start(&t, "flood", &bins(), &config(&t, snat), &[]).unwrap();
     assert!(ready.starts_with("ready:"), "{ready}");

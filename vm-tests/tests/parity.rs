@@ -20,7 +20,7 @@ use xvs_vm_tests::daemon::{dir_of, Daemon};
 use xvs_vm_tests::fakekube::{FakeKube, Kind};
 use xvs_vm_tests::netns::Netns;
 use xvs_vm_tests::privileged;
-use xvs_vm_tests::topology::{backend_addr, Arms, Spec, Topology};
+use xvs_vm_tests::topology::{backend_addr, Spec, Topology};
 
 const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
 
@@ -514,12 +514,7 @@ fn every_source_refuses_the_same_services_with_the_same_words() {
     if !privileged("every_source_refuses_the_same_services_with_the_same_words") {
         return;
     }
-    let t = Topology::build(Spec {
-        arms: Arms::One,
-        backends: 3,
-        queues: 1,
-    })
-    .unwrap();
+    let t = Topology::build(Spec::one_arm(3)).unwrap();
     let gw_ns = t.gateway.name().to_owned();
     let fake = std::thread::spawn(move || {
         Netns::existing(&gw_ns).enter_current_thread().unwrap();

@@ -475,12 +475,7 @@ fn a_udp_overload_is_accounted_for_to_the_datagram() {
     if !privileged("a_udp_overload_is_accounted_for_to_the_datagram") {
         return;
     }
-    let t = Topology::build(Spec {
-        arms: Arms::One,
-        backends: 3,
-        queues: 1,
-    })
-    .unwrap();
+    let t = Topology::build(Spec::one_arm(3)).unwrap();
     let udp = "[[services]]\nvip = \"198.19.0.1\"\nprotocol = \"udp\"\nport = 53\nscheduler = \"rr\"\nbackends = [{ address = \"198.18.1.10\", port = 5353 }]\n";
     let text = format!("{}\n{udp}", config(&t, ""));
     let (gw, _) = Daemon::start(&t, "real", &bins(), &text, &[]).unwrap();
@@ -548,12 +543,7 @@ fn the_nodes_own_address_as_snat_leaves_the_nodes_traffic_alone() {
     if !privileged("the_nodes_own_address_as_snat_leaves_the_nodes_traffic_alone") {
         return;
     }
-    let t = Topology::build(Spec {
-        arms: Arms::One,
-        backends: 3,
-        queues: 1,
-    })
-    .unwrap();
+    let t = Topology::build(Spec::one_arm(3)).unwrap();
     let _nginx: Vec<Nginx> = t
         .backends
         .iter()

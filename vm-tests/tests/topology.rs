@@ -121,12 +121,7 @@ fn one_arm_topology_carries_real_tcp() {
     if !privileged("one_arm_topology_carries_real_tcp") {
         return;
     }
-    let t = Topology::build(Spec {
-        arms: Arms::One,
-        backends: 2,
-        queues: 1,
-    })
-    .unwrap();
+    let t = Topology::build(Spec::one_arm(2)).unwrap();
     assert_eq!(t.gateway_backend_if, None);
     let _servers = servers(&t);
     for i in 0..2 {

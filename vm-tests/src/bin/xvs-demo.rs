@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use xvs_vm_tests::procs::Spawned;
-use xvs_vm_tests::topology::{backend_addr, Arms, Spec, Topology};
+use xvs_vm_tests::topology::{backend_addr, Spec, Topology};
 
 const VIP: &str = "198.19.0.1:80";
 
@@ -35,12 +35,7 @@ fn demo() -> Result<(), String> {
     }
     let xvs = sibling("xvs")?;
     let testnet = sibling("xvs-testnet")?;
-    let t = Topology::build(Spec {
-        arms: Arms::One,
-        backends: 3,
-        queues: 1,
-    })
-    .map_err(|e| e.to_string())?;
+    let t = Topology::build(Spec::one_arm(3)).map_err(|e| e.to_string())?;
     println!(
         "topology {}: client 198.18.0.2 -> gateway (xvs on {}) -> backends 198.18.1.10-12:8080",
         t.tag, t.gateway_client_if
