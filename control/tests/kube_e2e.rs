@@ -267,6 +267,42 @@ fn services_from_the_api_server_serve_scale_and_go() {
         .unwrap();
     let status: Value = serde_json::from_str(&status).unwrap();
     assert_eq!(status["kube_synced"], true);
+
+    // Back, and the file gives port 81 up: Kubernetes' port 81, refused
+    // while the file had it, is served from the reload on (the API server
+    // sends nothing new).
+    fake.apply(Kind::Service, service());
+    fake.apply(Kind::EndpointSlice, slice(&[0, 1]));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while backends(&to).map(|b| b.len()) != Some(2) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let conflicts = |to: &Endpoint| -> String {
+        let body = request(to, Method::GET, "/v1/status", None)
+            .unwrap()
+            .ok()
+            .unwrap();
+        serde_json::from_str::<Value>(&body).unwrap()["conflicts"].to_string()
+    };
+    assert!(conflicts(&to).contains("TCP 198.19.0.1:81"));
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let without = &text[..text.find("[[services]]").unwrap()];
+    std::fs::write(&cfg, without).unwrap();
+    request(&to, Method::POST, "/v1/reload", None)
+        .unwrap()
+        .ok()
+        .unwrap();
+    assert!(
+        !conflicts(&to).contains("198.19.0.1:81"),
+        "{}",
+        conflicts(&to)
+    );
+    let on81 = t.tcp_load(testnet().to_str().unwrap(), "198.19.0.1:81", 6, 5000);
+    assert!(
+        on81.starts_with("ok=6 failed=0 by=") && !on81.contains("b2"),
+        "port 81 should be Kubernetes' (b0, b1): {on81}"
+    );
+
     let (_, printed) = xvs.stop(libc::SIGTERM, Duration::from_secs(10));
     assert!(printed.contains("worker 0:"));
     drop(fake);
