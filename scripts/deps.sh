@@ -11,11 +11,12 @@ set -euo pipefail
 # nftables (the baselines of the end-to-end bench), systemd (systemd-analyze
 # verify of the unit file), curl (the admin API over its unix socket, and a
 # real HTTP client), nginx-light (real HTTP backends), wrk (a real load tool
-# that reuses client ports) and hping3 (an unbounded SYN flood).
+# that reuses client ports), hping3 (an unbounded SYN flood) and tcpdump (the
+# restart tests capture on the client's interface to prove no reset).
 packages=(
   clang llvm libelf-dev zlib1g-dev libpcap-dev libbpf-dev m4 pkg-config
   linux-libc-dev libc6-dev gcc g++ make iproute2 iputils-ping arping ethtool iptables nftables systemd curl
-  nginx-light wrk hping3
+  nginx-light wrk hping3 tcpdump
 )
 
 missing=()

@@ -154,7 +154,7 @@ pub fn generate(spec: &GenSpec, stop: &AtomicBool) -> Result<GenReport, String> 
     let mut ports = Vec::new();
     for &queue in &spec.queues {
         let port =
-            XskPort::open(&[spec.ifname.as_str()], queue, None, None).map_err(|e| e.to_string())?;
+            XskPort::open(&[spec.ifname.as_str()], queue, None).map_err(|e| e.to_string())?;
         if let Some(st) = &steering {
             st.register_socket(queue, port.fd(0))
                 .map_err(|e| e.to_string())?;
@@ -309,8 +309,8 @@ impl Sink {
         );
         let mut threads = Vec::new();
         for &queue in &spec.queues {
-            let port = XskPort::open(&[spec.ifname.as_str()], queue, None, None)
-                .map_err(|e| e.to_string())?;
+            let port =
+                XskPort::open(&[spec.ifname.as_str()], queue, None).map_err(|e| e.to_string())?;
             steering
                 .register_socket(queue, port.fd(0))
                 .map_err(|e| e.to_string())?;

@@ -42,7 +42,6 @@ pub fn forward(spec: &RawSpec, stop: &AtomicBool) -> Result<u64, String> {
         &[spec.client_if.as_str(), spec.backend_if.as_str()],
         0,
         None,
-        None,
     )
     .map_err(|e| e.to_string())?;
     steering

@@ -30,10 +30,10 @@ pub use service::{
     MAX_MAGLEV_TABLE_SIZE, MAX_TIMEOUT_SECS, MAX_WEIGHT,
 };
 pub use settings::{
-    Admin, AdminTcp, Config, ConnRules, Conntrack, Interfaces, Kubernetes, PortRange, Snat,
-    SnatPortSlice, Timeouts, Vips, DEFAULT_ADMIN_SOCKET, DEFAULT_CONFIG_PATH,
-    DEFAULT_CONNTRACK_CAPACITY, DEFAULT_SERVICE_PROXY_NAME, DEFAULT_SNAT_PORTS,
-    MAX_CONNTRACK_CAPACITY,
+    Admin, AdminTcp, Config, ConnRules, Conntrack, Interfaces, Kubernetes, PortRange, Restart,
+    Snat, SnatPortSlice, Timeouts, Vips, DEFAULT_ADMIN_SOCKET, DEFAULT_CONFIG_PATH,
+    DEFAULT_CONNTRACK_CAPACITY, DEFAULT_HOLD_MS, DEFAULT_SERVICE_PROXY_NAME, DEFAULT_SNAT_PORTS,
+    DEFAULT_STATE_DIR, MAX_CONNTRACK_CAPACITY, MAX_HOLD_MS,
 };
 pub use validate::{Host, Memory};
 

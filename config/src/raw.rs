@@ -31,6 +31,8 @@ pub(crate) struct RawFile {
     #[serde(default)]
     pub(crate) kubernetes: RawKubernetes,
     #[serde(default)]
+    pub(crate) restart: RawRestart,
+    #[serde(default)]
     pub(crate) services: Vec<Sp<RawService>>,
 }
 
@@ -105,6 +107,13 @@ pub(crate) struct RawKubernetes {
     pub(crate) enabled: Option<bool>,
     pub(crate) kubeconfig: Option<Sp<String>>,
     pub(crate) service_proxy_name: Option<Sp<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRestart {
+    pub(crate) hold: Option<Sp<String>>,
+    pub(crate) state_dir: Option<Sp<String>>,
 }
 
 #[derive(Debug, Deserialize)]

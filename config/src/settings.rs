@@ -18,6 +18,14 @@ use crate::service::Service;
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/xvs/xvs.toml";
 /// Default path of the admin API's unix socket.
 pub const DEFAULT_ADMIN_SOCKET: &str = "/run/xvs/xvs.sock";
+/// Default directory of the state that outlives a process (flow tables,
+/// the per-interface locks).
+pub const DEFAULT_STATE_DIR: &str = "/run/xvs";
+/// Default hold window (milliseconds): how long VIP packets are held
+/// (dropped, so TCP retransmits) while no worker serves.
+pub const DEFAULT_HOLD_MS: u32 = 5_000;
+/// Longest hold window accepted (milliseconds).
+pub const MAX_HOLD_MS: u32 = 300_000;
 /// Default `service.kubernetes.io/service-proxy-name` label value.
 pub const DEFAULT_SERVICE_PROXY_NAME: &str = "xvs";
 /// Default conntrack capacity (flows, all workers together).
@@ -46,6 +54,8 @@ pub struct Config {
     pub admin: Admin,
     /// Kubernetes source.
     pub kubernetes: Kubernetes,
+    /// What outlives the process: the hold window and the flow state.
+    pub restart: Restart,
     /// Services from the file.
     pub services: Vec<Service>,
 }
@@ -342,6 +352,27 @@ pub struct AdminTcp {
     pub address: SocketAddr,
     /// File holding the bearer token clients must present.
     pub token_file: PathBuf,
+}
+
+/// Restart survival (`[restart]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restart {
+    /// Milliseconds VIP packets are held while no worker serves (a crash,
+    /// a restart, an upgrade); 0 turns restart survival off: a stop
+    /// detaches at once and removes the flow state.
+    pub hold_ms: u32,
+    /// Directory of the flow state files and the per-interface locks
+    /// (tmpfs: it must not outlive a reboot). One per network namespace.
+    pub state_dir: PathBuf,
+}
+
+impl Default for Restart {
+    fn default() -> Self {
+        Restart {
+            hold_ms: DEFAULT_HOLD_MS,
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+        }
+    }
 }
 
 /// The Kubernetes source.

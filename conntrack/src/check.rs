@@ -28,8 +28,13 @@ impl<A: xvs_config::Address> FlowTable<A> {
             ));
         }
         let s = &self.stats;
-        let accounted =
-            s.insert - s.delete - s.expire - s.early_drop - s.reschedule - s.nodest - s.reclaim;
+        let accounted = s.insert + s.adopt
+            - s.delete
+            - s.expire
+            - s.early_drop
+            - s.reschedule
+            - s.nodest
+            - s.reclaim;
         if accounted != u64::from(self.slab.live()) {
             return Err(format!(
                 "counters say {accounted} entries, table has {}",

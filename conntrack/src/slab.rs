@@ -8,11 +8,10 @@
 //! age list iff it is a non-ESTABLISHED flow (not a template); `NIL` ends
 //! every list. Links are u32 slot numbers, so capacity < 2^31.
 
-use allocator_api2::vec::Vec;
 use xvs_config::Address;
 
-use crate::huge::HugePages;
 use crate::key::{Endpoint, FlowKey, L4Proto};
+use crate::region::Region;
 use crate::state::{Direction, FlowState};
 
 /// End of a list / no slot.
@@ -181,19 +180,24 @@ impl ListHead {
 
 /// Entries and the free list.
 pub(crate) struct Slab<A: Address> {
-    pub(crate) entries: Vec<Entry<A>, HugePages>,
-    free: u32,
-    live: u32,
+    pub(crate) entries: Region<Entry<A>>,
+    pub(crate) free: u32,
+    pub(crate) live: u32,
 }
 
 impl<A: Address> Slab<A> {
     pub(crate) fn new(capacity: u32) -> Slab<A> {
-        let mut entries = Vec::with_capacity_in(capacity as usize, HugePages);
-        entries.extend((0..capacity).map(|i| {
-            let mut e = Entry::FREE;
+        Slab::over(Region::anonymous(capacity as usize, Entry::FREE))
+    }
+
+    /// A slab of free entries over `entries` (whatever they held).
+    pub(crate) fn over(mut entries: Region<Entry<A>>) -> Slab<A> {
+        let capacity = entries.len() as u32;
+        for (i, e) in entries.iter_mut().enumerate() {
+            *e = Entry::FREE;
+            let i = i as u32;
             e.links[WHEEL][0] = if i + 1 < capacity { i + 1 } else { NIL };
-            e
-        }));
+        }
         Slab {
             entries,
             free: if capacity > 0 { 0 } else { NIL },

@@ -1,7 +1,7 @@
 //! Counters of a flow table: what `conntrack -S` shows, and more.
 //!
 //! Invariant (checked by the property tests): entries in the table =
-//! `insert - delete - expire - early_drop - reschedule - nodest - reclaim`;
+//! `insert + adopt - delete - expire - early_drop - reschedule - nodest - reclaim`;
 //! every refused new flow is in `drop` (table full) or `insert_failed` (a
 //! key already tracked).
 
@@ -16,6 +16,12 @@ crate::counter_table! {
         miss => "",
         /// Entries inserted (flows and persistence templates).
         insert => "",
+        /// Entries adopted from the state file an earlier process left
+        /// (a restart, a crash, an upgrade).
+        adopt => "",
+        /// Entries of that state file dropped instead: insane, duplicate,
+        /// or of a service or backend this process does not have.
+        adopt_dropped => "",
         /// Inserts refused because a key was already tracked.
         insert_failed => "",
         /// Packets the caller could not track (e.g. a TCP segment without SYN

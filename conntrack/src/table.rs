@@ -41,7 +41,7 @@ use crate::Timeouts;
 /// Wheel slots: one per second; a power of two above the longest default
 /// timeout (900 s), so most entries are swept once.
 pub(crate) const WHEEL_SLOTS: usize = 1024;
-const DIR_BIT: u32 = 1 << 31;
+pub(crate) const DIR_BIT: u32 = 1 << 31;
 /// Largest capacity (slot numbers and the direction bit share a u32).
 pub const MAX_CAPACITY: u32 = (1 << 31) - 1;
 
@@ -207,14 +207,22 @@ pub struct FlowTable<A: Address = Ipv4Addr> {
     pub(crate) timeouts: Timeouts,
     pub(crate) stats: Stats,
     pub(crate) states: [u32; FlowState::COUNT],
+    /// Entries read back from a state file wait for `adopt` (with the
+    /// number of insane slots already reset).
+    pub(crate) pending: Option<u32>,
 }
 
 impl<A: Address> FlowTable<A> {
     /// A table for `capacity` entries (flows and templates), at time `now`.
     pub fn new(capacity: u32, timeouts: Timeouts, now: u32) -> FlowTable<A> {
-        let capacity = capacity.min(MAX_CAPACITY);
+        FlowTable::with_slab(Slab::new(capacity.min(MAX_CAPACITY)), timeouts, now)
+    }
+
+    /// A table over `slab` (its entries all free, or pending adoption).
+    pub(crate) fn with_slab(slab: Slab<A>, timeouts: Timeouts, now: u32) -> FlowTable<A> {
+        let capacity = slab.capacity();
         FlowTable {
-            slab: Slab::new(capacity),
+            slab,
             index: HashTable::with_capacity_in(2 * capacity as usize, HugePages),
             hasher: foldhash::fast::RandomState::default(),
             wheel: vec![ListHead::EMPTY; WHEEL_SLOTS].into_boxed_slice(),
@@ -224,7 +232,37 @@ impl<A: Address> FlowTable<A> {
             timeouts,
             stats: Stats::default(),
             states: [0; FlowState::COUNT],
+            pending: None,
         }
+    }
+
+    /// Empties everything derived from the entries (index, lists,
+    /// gauges) and sets the wheel to `now`, for adoption to rebuild.
+    pub(crate) fn reset_derived(&mut self, now: u32) {
+        self.index.clear();
+        self.wheel.fill(ListHead::EMPTY);
+        self.sweep = None;
+        self.cursor = now;
+        self.age = ListHead::EMPTY;
+        self.states = [0; FlowState::COUNT];
+        self.slab.free = NIL;
+        self.slab.live = 0;
+    }
+
+    /// Files an adopted entry in the wheel.
+    pub(crate) fn file_adopted(&mut self, slot: u32) {
+        self.file(slot);
+    }
+
+    /// Whether `key` is indexed, as a template's key or a flow's.
+    pub(crate) fn indexed(&self, key: &FlowKey<A>, template: bool) -> bool {
+        let entries = &self.slab.entries;
+        self.index
+            .find(self.hash(key), |&v| {
+                let e = &entries[(v & !DIR_BIT) as usize];
+                e.is_template() == template && e.key(dir_of(v)) == *key
+            })
+            .is_some()
     }
 
     /// Entries the table holds.
@@ -280,7 +318,7 @@ impl<A: Address> FlowTable<A> {
     /// Heap bytes the table holds (slab, index, wheel): its whole
     /// footprint, whatever the number of live entries.
     pub fn memory_bytes(&self) -> usize {
-        self.slab.entries.capacity() * std::mem::size_of::<Entry<A>>()
+        self.slab.entries.len() * std::mem::size_of::<Entry<A>>()
             + self.index.allocation_size()
             + self.wheel.len() * std::mem::size_of::<ListHead>()
     }
@@ -415,7 +453,7 @@ impl<A: Address> FlowTable<A> {
         self.file(slot);
     }
 
-    fn age_add(&mut self, slot: u32) {
+    pub(crate) fn age_add(&mut self, slot: u32) {
         self.slab.push_back(AGE, &mut self.age, slot);
         self.slab.entries[slot as usize].flags |= FLAG_AGED;
     }
@@ -551,7 +589,7 @@ impl<A: Address> FlowTable<A> {
         Ok(FlowId(slot))
     }
 
-    fn index_insert(&mut self, hash: u64, value: u32) {
+    pub(crate) fn index_insert(&mut self, hash: u64, value: u32) {
         let (entries, hasher) = (&self.slab.entries, &self.hasher);
         self.index.insert_unique(hash, value, |&v| {
             hasher.hash_one(entries[(v & !DIR_BIT) as usize].key(dir_of(v)))

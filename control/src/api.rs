@@ -375,6 +375,34 @@ pub struct Status {
     /// is not here).
     #[serde(default)]
     pub steered: Vec<SteeredView>,
+    /// What this start took over from the instance before it.
+    #[serde(default)]
+    pub restart: RestartView,
+}
+
+/// What a start took over from the instance before it (`/v1/status`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestartView {
+    /// The hold window in force (milliseconds; 0: restart survival off).
+    pub hold_ms: u32,
+    /// Flows adopted from the state files.
+    pub adopted_flows: u64,
+    /// Persistence templates adopted.
+    pub adopted_templates: u64,
+    /// Entries of the state files dropped (insane, duplicate, or of a
+    /// service or backend no longer configured).
+    pub adopted_dropped: u64,
+    /// Workers that started empty, with why (`worker 0: capacity
+    /// changed (state file 1000, now 2000)`).
+    pub started_empty: Vec<String>,
+    /// The state files in use.
+    pub state_files: Vec<String>,
+    /// Ids of the earlier xvs programs this start replaced.
+    pub replaced_programs: Vec<u32>,
+    /// VIP packets those programs held (dropped) while no worker served.
+    pub held_packets: u64,
+    /// Ids of the steering programs attached now.
+    pub programs: Vec<u32>,
 }
 
 /// One address of the steering map.
@@ -405,6 +433,10 @@ async fn status(State(st): State<Arc<Shared>>) -> Result<Json<Status>, ApiError>
                 .into_iter()
                 .map(|(address, shared)| SteeredView { address, shared })
                 .collect(),
+            restart: crate::api::RestartView {
+                hold_ms: e.config().restart.hold_ms,
+                ..e.dataplane().restart()
+            },
         })
         .await
         .map_err(internal)?;

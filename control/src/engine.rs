@@ -344,6 +344,7 @@ impl Engine {
             ("[snat]", new.snat != self.config.snat),
             ("[admin]", new.admin != self.config.admin),
             ("[kubernetes]", new.kubernetes != self.config.kubernetes),
+            ("[restart]", new.restart != self.config.restart),
             (
                 "[conntrack] capacity",
                 new.conntrack.capacity != self.config.conntrack.capacity,

@@ -17,6 +17,7 @@ pub mod listener;
 pub mod machine;
 pub mod metrics;
 pub mod plane;
+pub mod restart;
 pub mod run;
 pub mod stats;
 pub mod view;

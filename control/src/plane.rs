@@ -65,9 +65,34 @@ pub trait Plane {
     fn snapshots(&self) -> Vec<Snapshot>;
     /// Stops the workers; their last snapshots.
     fn stop(self: Box<Self>) -> Vec<Snapshot>;
+    /// What the start took over from an earlier instance (none by
+    /// default: a plane without a predecessor).
+    fn restart(&self) -> crate::api::RestartView {
+        crate::api::RestartView::default()
+    }
 }
 
 impl Plane for Dataplane {
+    fn restart(&self) -> crate::api::RestartView {
+        let mut v = crate::api::RestartView::default();
+        for r in self.restored() {
+            v.adopted_flows += u64::from(r.adopted.flows);
+            v.adopted_templates += u64::from(r.adopted.templates);
+            v.adopted_dropped += u64::from(r.adopted.dropped);
+            if let Some(f) = &r.file {
+                v.state_files.push(f.display().to_string());
+            }
+            if let Some(why) = &r.fresh {
+                v.started_empty.push(format!("worker {}: {why}", r.worker));
+            }
+        }
+        for t in self.takeovers() {
+            v.replaced_programs.extend(t.previous);
+            v.held_packets += t.held;
+        }
+        v.programs = self.program_ids().into_iter().flatten().collect();
+        v
+    }
     fn upsert_service(&mut self, svc: &Service) -> Result<(), PlaneError> {
         Ok(Dataplane::upsert_service(self, svc)?)
     }

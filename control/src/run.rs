@@ -157,6 +157,20 @@ pub fn run(config: &Path) -> u8 {
         },
         None => None,
     };
+    // One instance per interface; the guard ends the hold window if this
+    // process stops (or dies) and no successor comes.
+    let left = crate::restart::Leftovers::of(&cfg);
+    let names: Vec<&str> = left.interfaces.iter().map(String::as_str).collect();
+    let _lock = match crate::restart::InstanceLock::acquire(&left.state_dir, &names, "run") {
+        Ok(l) => l,
+        Err(e) => {
+            error!("{e}");
+            return EXIT_START;
+        }
+    };
+    if let Err(e) = crate::restart::spawn_guard(&cfg) {
+        warn!("cannot start the guard ({e}): if xvs stops, `xvs release` removes what it leaves");
+    }
     // The control plane keeps off the workers' cores: its threads (and
     // the engine's) run on the others, when there are others.
     let control_cores: Vec<core_affinity::CoreId> = core_affinity::get_core_ids()
@@ -200,11 +214,10 @@ pub fn run(config: &Path) -> u8 {
     let path = config.to_owned();
     let start_cfg = cfg.clone();
     let spawned = EngineHandle::spawn(move || {
-        // The worker clock: seconds since start, the one place that reads
-        // the wall clock for the data plane.
-        #[allow(clippy::disallowed_types)]
-        let start = std::time::Instant::now();
-        let clock = move || start.elapsed().as_secs() as u32;
+        // The worker clock: seconds of CLOCK_MONOTONIC, the one place
+        // that reads time for the data plane. The same in every process
+        // of a boot, so the deadlines of adopted flows carry over.
+        let clock = || (xvs_dataplane::steer::monotonic_ns() / 1_000_000_000) as u32;
         let dp = Dataplane::start(&start_cfg, clock)
             .map_err(|e| format!("cannot start the data plane: {e}"))?;
         Ok(Engine::new(Box::new(dp), &path, start_cfg))
@@ -294,6 +307,23 @@ pub fn run(config: &Path) -> u8 {
         let services = engine
             .call(|e| (e.applied().len(), e.dataplane().interface()))
             .await?;
+        let restart = engine.call(|e| e.dataplane().restart()).await?;
+        if !restart.replaced_programs.is_empty() {
+            info!(
+                programs = ?restart.replaced_programs, held_packets = restart.held_packets,
+                "took over the steering program of an earlier xvs"
+            );
+        }
+        if restart.adopted_flows + restart.adopted_templates + restart.adopted_dropped > 0 {
+            info!(
+                flows = restart.adopted_flows, templates = restart.adopted_templates,
+                dropped = restart.adopted_dropped, files = restart.state_files.len(),
+                "adopted the flow state an earlier xvs left"
+            );
+        }
+        for why in &restart.started_empty {
+            warn!("flow state started empty: {why}");
+        }
         println!(
             "ready: {} services on {}, {} worker(s), admin API on {}",
             services.0,

@@ -14,7 +14,16 @@
  * port. The kernel keeps the rest (its ARP, ping, listening and ephemeral
  * ports). ARP replies to 0.0.0.0 answer xvs's ARP probes (how it resolves
  * next hops from a shared address without taking the kernel's replies)
- * and go to xvs.
+ * and go to xvs. With SETTINGS_ALL (`steering = "all"`) every packet is
+ * xvs's, the kernel gets only what no socket takes.
+ *
+ * The hold window: each worker refreshes its queue's liveness mark in
+ * `alive` (CLOCK_MONOTONIC ns, the clock bpf_ktime_get_ns reads) on every
+ * turn of its loop. When a queue has no socket (no process, or one still
+ * starting), packets xvs owns are dropped while the mark is younger than
+ * the hold window, so TCP retransmits instead of the kernel answering with
+ * RSTs, and passed to the kernel after it, as if xvs were gone; `held`
+ * counts the drops. Traffic xvs does not own is never held.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -26,6 +35,7 @@
 #define OWN_XVS 1
 #define OWN_SHARED 2
 #define ARP_REPLY 2
+#define SETTINGS_ALL 1
 
 struct {
 	__uint(type, BPF_MAP_TYPE_XSKMAP);
@@ -42,18 +52,42 @@ struct {
 	__type(value, __u8);
 } owned SEC(".maps");
 
-/* The SNAT port range, host byte order, inclusive. */
-struct port_range {
+/* The SNAT port range (host byte order, inclusive) and SETTINGS_*. */
+struct settings {
 	__u16 first;
 	__u16 last;
+	__u32 flags;
 };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct port_range);
-} snat_ports SEC(".maps");
+	__type(value, struct settings);
+} settings SEC(".maps");
+
+/* One cache line per queue, written by that queue's worker alone. */
+struct liveness {
+	__u64 mark_ns;
+	__u64 hold_ns;
+	__u64 pad[6];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 256);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct liveness);
+} alive SEC(".maps");
+
+/* Packets xvs owns dropped in the hold window. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} held SEC(".maps");
 
 /* Ethernet/IPv4 ARP payload. */
 struct arp_ipv4 {
@@ -71,7 +105,7 @@ struct arp_ipv4 {
 static __always_inline int in_snat_range(__be16 port)
 {
 	__u32 zero = 0;
-	struct port_range *r = bpf_map_lookup_elem(&snat_ports, &zero);
+	struct settings *r = bpf_map_lookup_elem(&settings, &zero);
 	__u16 p = bpf_ntohs(port);
 
 	return r && p >= r->first && p <= r->last;
@@ -111,6 +145,40 @@ static __always_inline int for_xvs(struct iphdr *ip, void *end)
 	return 0;
 }
 
+/* To the queue's socket; without one, a packet xvs owns is held (dropped)
+ * while the queue's liveness mark is within the hold window. */
+static __always_inline int to_xvs(struct xdp_md *ctx, int owned_by_xvs)
+{
+	__u32 q = ctx->rx_queue_index;
+	__u64 fallback = XDP_PASS;
+	long ret;
+
+	if (owned_by_xvs) {
+		struct liveness *l = bpf_map_lookup_elem(&alive, &q);
+
+		if (l && l->hold_ns && bpf_ktime_get_ns() - l->mark_ns <= l->hold_ns)
+			fallback = XDP_DROP;
+	}
+	ret = bpf_redirect_map(&xsks, q, fallback);
+	if (ret == XDP_DROP) {
+		__u32 zero = 0;
+		__u64 *n = bpf_map_lookup_elem(&held, &zero);
+
+		if (n)
+			*n += 1;
+	}
+	return ret;
+}
+
+/* Whether every packet goes to xvs (`steering = "all"`). */
+static __always_inline int steer_all(void)
+{
+	__u32 zero = 0;
+	struct settings *s = bpf_map_lookup_elem(&settings, &zero);
+
+	return s && (s->flags & SETTINGS_ALL);
+}
+
 SEC("xdp")
 int xvs_steer(struct xdp_md *ctx)
 {
@@ -120,17 +188,17 @@ int xvs_steer(struct xdp_md *ctx)
 	__u8 *kind;
 
 	if ((void *)(eth + 1) > end)
-		return XDP_PASS;
+		return steer_all() ? to_xvs(ctx, 0) : XDP_PASS;
 	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = (void *)(eth + 1);
 		__u32 dst;
 
 		if ((void *)(ip + 1) > end)
-			return XDP_PASS;
+			return steer_all() ? to_xvs(ctx, 0) : XDP_PASS;
 		dst = ip->daddr;
 		kind = bpf_map_lookup_elem(&owned, &dst);
 		if (!kind)
-			return XDP_PASS;
+			return steer_all() ? to_xvs(ctx, 0) : XDP_PASS;
 		if (*kind == OWN_SHARED && !for_xvs(ip, end))
 			return XDP_PASS;
 	} else if (eth->h_proto == bpf_htons(ETH_P_ARP)) {
@@ -138,17 +206,17 @@ int xvs_steer(struct xdp_md *ctx)
 		__u32 tpa;
 
 		if ((void *)(arp + 1) > end)
-			return XDP_PASS;
+			return steer_all() ? to_xvs(ctx, 0) : XDP_PASS;
 		tpa = arp->tpa;
 		if (tpa == 0 && arp->op == bpf_htons(ARP_REPLY))
-			return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+			return to_xvs(ctx, 0);
 		kind = bpf_map_lookup_elem(&owned, &tpa);
 		if (!kind || *kind == OWN_SHARED)
-			return XDP_PASS;
+			return steer_all() ? to_xvs(ctx, 0) : XDP_PASS;
 	} else {
-		return XDP_PASS;
+		return steer_all() ? to_xvs(ctx, 0) : XDP_PASS;
 	}
-	return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+	return to_xvs(ctx, 1);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

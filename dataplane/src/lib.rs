@@ -17,6 +17,7 @@ pub mod runtime;
 pub mod sched;
 pub mod services;
 pub mod snat;
+pub mod state;
 pub mod steer;
 pub mod traffic;
 pub mod wire;

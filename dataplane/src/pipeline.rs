@@ -219,10 +219,17 @@ pub struct Pipeline {
 impl Pipeline {
     /// A pipeline with no service yet, at time `now`.
     pub fn new(cfg: PipelineConfig, now: u32) -> Pipeline {
+        let table = FlowTable::new(cfg.capacity, cfg.timeouts, now);
+        Pipeline::with_table(cfg, table)
+    }
+
+    /// A pipeline over `table` (one read back from a state file: call
+    /// [`Pipeline::adopt`] once the services are in).
+    pub fn with_table(cfg: PipelineConfig, table: FlowTable) -> Pipeline {
         let mut owned = HashSet::new();
         owned.extend(cfg.snat_addrs.iter().copied());
         Pipeline {
-            table: FlowTable::new(cfg.capacity, cfg.timeouts, now),
+            table,
             services: ServiceTable::default(),
             owned,
             // ARP requests come from the first SNAT address (see
@@ -240,6 +247,32 @@ impl Pipeline {
             events: None,
             cfg,
         }
+    }
+
+    /// Adopts the flows of a table read back from a state file, resolving
+    /// each one's service by its VIP, protocol and port and its backend by
+    /// address and port (the ids this process gave them), and counting
+    /// their connections; flows whose service or backend is gone are
+    /// dropped, counted. Nothing to do for a table not read back.
+    pub fn adopt(&mut self, now: u32) -> xvs_conntrack::Adopted {
+        let services = &self.services;
+        let resolve = |f: xvs_conntrack::FlowRef<'_>| {
+            let vip = f.vip();
+            let slot = services.find(vip.addr, f.proto(), vip.port)?;
+            let b = f.backend();
+            let backend = slot.svc.backend(b).or_else(|| {
+                slot.svc
+                    .backends
+                    .iter()
+                    .find(|x| x.endpoint.addr == b.addr && x.endpoint.port == 0)
+            })?;
+            Some((slot.svc.id, backend.id))
+        };
+        let mut counts = ServiceCounts {
+            table: &self.services,
+            worker: self.cfg.worker,
+        };
+        self.table.adopt(now, resolve, &mut counts)
     }
 
     /// The SNAT port a classified frame is addressed to, if it is a reply

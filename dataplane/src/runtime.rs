@@ -27,7 +27,6 @@ use crate::services::CompiledService;
 use crate::steer::{SteerError, Steering};
 use crate::worker::{Control, Handoff, Peers, Snapshot, Worker, WorkerLinks, HANDOFF_RING};
 use crate::xsk::{XskError, XskPort};
-use xsk_rs::config::XdpFlags;
 use xvs_conntrack::{Filter, FlowInfo};
 
 /// Capacity of each worker's control channel.
@@ -236,8 +235,13 @@ impl DataplaneHandle {
 /// A running data plane.
 pub struct Dataplane {
     handle: DataplaneHandle,
-    /// One per interface; emptied (detaching) at stop.
+    /// One per interface; emptied at stop (detaching unless the hold
+    /// window keeps the program).
     steerings: Vec<Steering>,
+    /// What attaching found on each interface.
+    takeovers: Vec<crate::steer::Takeover>,
+    /// What each worker made of its flow state file.
+    restored: Vec<crate::state::Restored>,
     ifname: String,
     /// The services the workers have, by key (an update keeps its
     /// service's id, and its counts when the backends are the same).
@@ -306,14 +310,8 @@ impl Dataplane {
         }
         let mac = interface_mac(ifnames[0])?;
         let backend_mac = interface_mac(ifnames[ifnames.len() - 1])?;
-        // `steering = "all"`: libxdp's default program instead of ours,
-        // attached with the sockets; everything goes to xvs.
+        // `steering = "all"`: the program hands every packet to xvs.
         let all = i.steering == SteeringMode::All;
-        let default_program = all.then(|| match i.xdp_mode {
-            xvs_config::XdpAttachMode::Native => XdpFlags::XDP_FLAGS_DRV_MODE,
-            xvs_config::XdpAttachMode::Generic => XdpFlags::XDP_FLAGS_SKB_MODE,
-            xvs_config::XdpAttachMode::Auto => XdpFlags::empty(),
-        });
         // SNAT addresses that are the host's own: their ports are checked
         // against the kernel's, and the steering program takes only the
         // SNAT ports' packets to them.
@@ -337,42 +335,60 @@ impl Dataplane {
         // Every large allocation (the flow tables) before anything is
         // attached: a capacity the host cannot hold stops here, leaving
         // nothing on an interface.
-        let mut pipelines: Vec<Pipeline> = (0..workers)
-            .map(|w| {
-                let mut pipeline = Pipeline::new(
-                    PipelineConfig {
-                        worker: w,
-                        mac,
-                        backend_mac,
-                        snat_addrs: cfg.snat.addresses.clone(),
-                        snat_ports: cfg.snat.worker_ports[w],
-                        capacity: (cfg.conntrack.capacity / workers as u32).max(1),
-                        timeouts: cfg.conntrack.timeouts,
-                        rules: cfg.conntrack.rules,
-                        unknown_port: cfg.vips.unknown_port,
-                    },
-                    clock(),
-                );
-                for a in &owned {
-                    pipeline.own(*a);
-                }
-                pipeline.share_with_host(&shared);
-                for s in &services {
-                    pipeline.upsert_service(s.clone());
-                }
-                pipeline
-            })
-            .collect();
-        let steerings: Vec<Steering> = if all {
-            Vec::new()
-        } else {
-            ifnames
-                .iter()
-                .map(|n| Steering::attach(n, i.xdp_mode))
-                .collect::<Result<_, _>>()?
-        };
+        let mut pipelines: Vec<Pipeline> = Vec::with_capacity(workers);
+        let mut restored = Vec::with_capacity(workers);
+        if cfg.restart.hold_ms == 0 {
+            crate::state::remove_files(&cfg.restart.state_dir, &i.client);
+        }
+        for w in 0..workers {
+            let now = clock();
+            let capacity = (cfg.conntrack.capacity / workers as u32).max(1);
+            let (table, mut r) = crate::state::open_table(cfg, w, capacity, now).map_err(|e| {
+                StartError::Unsupported(format!(
+                    "cannot open the flow state in {}: {e}",
+                    cfg.restart.state_dir.display()
+                ))
+            })?;
+            let mut pipeline = Pipeline::with_table(
+                PipelineConfig {
+                    worker: w,
+                    mac,
+                    backend_mac,
+                    snat_addrs: cfg.snat.addresses.clone(),
+                    snat_ports: cfg.snat.worker_ports[w],
+                    capacity,
+                    timeouts: cfg.conntrack.timeouts,
+                    rules: cfg.conntrack.rules,
+                    unknown_port: cfg.vips.unknown_port,
+                },
+                table,
+            );
+            for a in &owned {
+                pipeline.own(*a);
+            }
+            pipeline.share_with_host(&shared);
+            for s in &services {
+                pipeline.upsert_service(s.clone());
+            }
+            r.adopted = pipeline.adopt(now);
+            restored.push(r);
+            pipelines.push(pipeline);
+        }
+        // The program is filled before it is attached, and its queues
+        // held until their workers serve: a program left by an earlier
+        // xvs is replaced in one step, with no moment where VIP packets
+        // reach the kernel.
+        let hold_ns = u64::from(cfg.restart.hold_ms) * 1_000_000;
+        let mut steerings: Vec<Steering> = ifnames
+            .iter()
+            .map(|n| Steering::load(n))
+            .collect::<Result<_, _>>()?;
         for st in &steerings {
-            st.set_snat_ports(cfg.snat.ports)?;
+            if all {
+                st.steer_all(cfg.snat.ports)?;
+            } else {
+                st.set_snat_ports(cfg.snat.ports)?;
+            }
             for a in &owned {
                 if shared.contains(a) {
                     st.share_address(*a)?;
@@ -380,6 +396,13 @@ impl Dataplane {
                     st.add_address(*a)?;
                 }
             }
+            for &q in &i.queues {
+                st.hold(q, hold_ns)?;
+            }
+        }
+        let mut takeovers = Vec::new();
+        for st in &mut steerings {
+            takeovers.push(st.attach_mode(i.xdp_mode)?);
         }
         let zero_copy = match i.zero_copy {
             ZeroCopy::Auto => None,
@@ -397,10 +420,12 @@ impl Dataplane {
         let mut handles = Vec::new();
         let mut events = Vec::new();
         for (w, (&queue, &core)) in i.queues.iter().zip(&i.cores).enumerate() {
-            let port = XskPort::open(&ifnames, queue, zero_copy, default_program)?;
+            let port = XskPort::open(&ifnames, queue, zero_copy)?;
             let fds = port.fds();
+            let mut liveness = crate::steer::Liveness::default();
             for (k, st) in steerings.iter().enumerate() {
                 st.register_socket(queue, port.fd(k))?;
+                liveness.join(st.liveness(queue));
             }
             // In worker order (the vector holds one per queue).
             let mut pipeline = pipelines.remove(0);
@@ -426,6 +451,7 @@ impl Dataplane {
                     wake: wake.clone(),
                     peers: peers.clone(),
                     live: live.clone(),
+                    liveness,
                 },
             );
             let clock = clock.clone();
@@ -454,8 +480,17 @@ impl Dataplane {
                 fds,
             });
         }
+        // From here on the program outlives the process: the hold window
+        // covers a stop, a crash or an upgrade.
+        if hold_ns > 0 {
+            for st in &mut steerings {
+                st.keep_attached();
+            }
+        }
         Ok(Dataplane {
             handle: DataplaneHandle { workers: handles },
+            takeovers,
+            restored,
             steerings,
             ifname: match &ifnames[..] {
                 [one] => (*one).to_owned(),
@@ -545,6 +580,22 @@ impl Dataplane {
     /// The handle for updates and snapshots.
     pub fn handle(&self) -> &DataplaneHandle {
         &self.handle
+    }
+
+    /// What attaching the steering program found on each interface (an
+    /// earlier xvs's program replaced, and what it held).
+    pub fn takeovers(&self) -> &[crate::steer::Takeover] {
+        &self.takeovers
+    }
+
+    /// What each worker made of its flow state file at start.
+    pub fn restored(&self) -> &[crate::state::Restored] {
+        &self.restored
+    }
+
+    /// The ids of the attached steering programs, one per interface.
+    pub fn program_ids(&self) -> Vec<Option<u32>> {
+        self.steerings.iter().map(Steering::program_id).collect()
     }
 
     /// The interface it serves (two-arm: both, with their roles).

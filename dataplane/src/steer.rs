@@ -1,17 +1,22 @@
 //! The XDP steering program (`bpf/steer.bpf.c`, compiled by build.rs and
-//! embedded): loading it, attaching it to an interface, and updating its
-//! maps — the addresses xvs owns (alone, or shared with the host), the
-//! SNAT port range, and the AF_XDP socket of each queue.
+//! embedded): loading it, attaching it to an interface (taking over from
+//! an earlier xvs), and updating its maps — the addresses xvs owns (alone,
+//! or shared with the host), the SNAT port range, the AF_XDP socket of each
+//! queue and each queue's liveness mark for the hold window.
 //!
-//! Invariant: a [`Steering`] owns its attachment. Dropping it detaches the
-//! program from the interface and frees the BPF object, on every exit path
-//! that unwinds (normal return, error, panic), so no stale program is left
-//! on an interface. Attaching refuses to replace a program someone else
-//! attached.
+//! Invariants: a [`Steering`] owns its attachment. Dropping it detaches
+//! the program (only if it is still the one attached) on every exit path
+//! that unwinds, unless [`Steering::keep_attached`] said the hold window
+//! takes over. Attaching never replaces a program xvs did not attach
+//! (recognised by its name, `xvs_steer`): the error names the program and
+//! the command that removes it. Replacing xvs's own program is atomic
+//! (`XDP_FLAGS_REPLACE`) when the attach mode stays the same.
 
 use std::ffi::CString;
 use std::net::Ipv4Addr;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use libxdp_sys as sys;
 use xvs_config::XdpAttachMode;
@@ -19,13 +24,22 @@ use xvs_config::XdpAttachMode;
 /// The compiled steering program.
 static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/steer.bpf.o"));
 
+/// The program's name: how a program left by an earlier xvs is known.
+pub const PROGRAM_NAME: &str = "xvs_steer";
+
 const XDP_FLAGS_UPDATE_IF_NOEXIST: u32 = 1 << 0;
+const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+const XDP_FLAGS_HW_MODE: u32 = 1 << 3;
+const XDP_FLAGS_REPLACE: u32 = 1 << 4;
 /// `owned` value: every packet to the address is xvs's.
 const OWN_XVS: u8 = 1;
 /// `owned` value: the host's address too; xvs gets only its SNAT ports.
 const OWN_SHARED: u8 = 2;
-const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
-const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+/// `settings` flag: every packet goes to xvs.
+const SETTINGS_ALL: u32 = 1;
+/// Entries of the `alive` map (one per queue), as the program declares.
+const ALIVE_SLOTS: usize = 256;
 
 /// Why the steering program could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +55,24 @@ pub enum SteerError {
         /// The error libbpf returned.
         source: std::io::Error,
     },
+    /// Another program is attached to the interface.
+    #[error(
+        "{ifname} already has XDP program \"{name}\" (id {id}, {mode} mode), which is not xvs's; \
+         xvs does not replace it. Remove it with `ip link set dev {ifname} {off} off` \
+         (see `ip -d link show dev {ifname}`), then start xvs again"
+    )]
+    Foreign {
+        /// The interface.
+        ifname: String,
+        /// The program's name.
+        name: String,
+        /// The program's id.
+        id: u32,
+        /// Where it runs: "native", "generic" or "offloaded".
+        mode: &'static str,
+        /// The `ip link` keyword that removes it.
+        off: &'static str,
+    },
 }
 
 fn bpf_err(what: impl Into<String>, ret: i32) -> SteerError {
@@ -50,28 +82,328 @@ fn bpf_err(what: impl Into<String>, ret: i32) -> SteerError {
     }
 }
 
-/// The steering program attached to one interface.
-#[derive(Debug)]
+/// What attaching found on the interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Takeover {
+    /// The id of the xvs program replaced, if one was attached.
+    pub previous: Option<u32>,
+    /// Packets that program held (dropped in its hold window).
+    pub held: u64,
+}
+
+/// The program attached to an interface: id, name and mode flag.
+#[derive(Debug, Clone)]
+pub struct Attached {
+    /// Program id.
+    pub id: u32,
+    /// Program name (truncated to 15 bytes by the kernel).
+    pub name: String,
+    mode: u32,
+}
+
+impl Attached {
+    /// Whether xvs attached it.
+    pub fn is_xvs(&self) -> bool {
+        self.name == PROGRAM_NAME
+    }
+
+    fn mode_name(&self) -> (&'static str, &'static str) {
+        match self.mode {
+            XDP_FLAGS_DRV_MODE => ("native", "xdpdrv"),
+            XDP_FLAGS_SKB_MODE => ("generic", "xdpgeneric"),
+            _ => ("offloaded", "xdpoffload"),
+        }
+    }
+}
+
+fn ifindex_of(ifname: &str) -> Result<i32, SteerError> {
+    let cname = CString::new(ifname).map_err(|_| SteerError::NoInterface(ifname.to_owned()))?;
+    // SAFETY: `cname` is a valid NUL-terminated string.
+    let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+    if ifindex == 0 {
+        return Err(SteerError::NoInterface(ifname.to_owned()));
+    }
+    Ok(ifindex as i32)
+}
+
+/// An owned file descriptor from libbpf (closed on drop).
+struct Fd(i32);
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor was returned to us and is closed once.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+/// The program attached to `ifname` in any mode, if any.
+pub fn attached(ifname: &str) -> Result<Option<Attached>, SteerError> {
+    attached_at(ifname, ifindex_of(ifname)?)
+}
+
+fn attached_at(ifname: &str, ifindex: i32) -> Result<Option<Attached>, SteerError> {
+    // SAFETY: bpf_xdp_query_opts is plain old data; zero is valid.
+    let mut q: sys::bpf_xdp_query_opts = unsafe { std::mem::zeroed() };
+    q.sz = std::mem::size_of::<sys::bpf_xdp_query_opts>();
+    // SAFETY: `q` is a valid, sized options struct for the call.
+    let ret = unsafe { sys::bpf_xdp_query(ifindex, 0, &mut q) };
+    if ret != 0 {
+        return Err(bpf_err(format!("ask which program {ifname} runs"), ret));
+    }
+    let (id, mode) = if q.drv_prog_id != 0 {
+        (q.drv_prog_id, XDP_FLAGS_DRV_MODE)
+    } else if q.skb_prog_id != 0 {
+        (q.skb_prog_id, XDP_FLAGS_SKB_MODE)
+    } else if q.hw_prog_id != 0 {
+        (q.hw_prog_id, XDP_FLAGS_HW_MODE)
+    } else {
+        return Ok(None);
+    };
+    let fd = prog_fd_by_id(id)?;
+    // SAFETY: bpf_prog_info is plain old data; zero is valid (and asks
+    // for no arrays).
+    let mut info: sys::bpf_prog_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<sys::bpf_prog_info>() as u32;
+    // SAFETY: `info` is writable for `len` bytes.
+    let ret = unsafe { sys::bpf_prog_get_info_by_fd(fd.0, &mut info, &mut len) };
+    if ret != 0 {
+        return Err(bpf_err(format!("read program {id} on {ifname}"), ret));
+    }
+    let name: Vec<u8> = info
+        .name
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    Ok(Some(Attached {
+        id,
+        name: String::from_utf8_lossy(&name).into_owned(),
+        mode,
+    }))
+}
+
+fn prog_fd_by_id(id: u32) -> Result<Fd, SteerError> {
+    // SAFETY: plain syscall wrapper.
+    let fd = unsafe { sys::bpf_prog_get_fd_by_id(id) };
+    if fd < 0 {
+        return Err(bpf_err(format!("open program {id}"), fd));
+    }
+    Ok(Fd(fd))
+}
+
+/// Packets the program `id` held, summed over CPUs (its `held` map); 0 if
+/// it has none.
+fn held_by(id: u32) -> u64 {
+    let Ok(fd) = prog_fd_by_id(id) else {
+        return 0;
+    };
+    let mut ids = [0u32; 16];
+    // SAFETY: plain old data; zero is valid.
+    let mut info: sys::bpf_prog_info = unsafe { std::mem::zeroed() };
+    info.nr_map_ids = ids.len() as u32;
+    info.map_ids = ids.as_mut_ptr() as u64;
+    let mut len = std::mem::size_of::<sys::bpf_prog_info>() as u32;
+    // SAFETY: `info` is writable for `len` bytes and `map_ids` points at
+    // `nr_map_ids` writable u32s, live for the call.
+    if unsafe { sys::bpf_prog_get_info_by_fd(fd.0, &mut info, &mut len) } != 0 {
+        return 0;
+    }
+    let n = (info.nr_map_ids as usize).min(ids.len());
+    for &map_id in &ids[..n] {
+        // SAFETY: plain syscall wrapper.
+        let raw = unsafe { sys::bpf_map_get_fd_by_id(map_id) };
+        if raw < 0 {
+            continue;
+        }
+        let map = Fd(raw);
+        // SAFETY: plain old data; zero is valid.
+        let mut mi: sys::bpf_map_info = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<sys::bpf_map_info>() as u32;
+        // SAFETY: `mi` is writable for `len` bytes.
+        if unsafe { sys::bpf_map_get_info_by_fd(map.0, &mut mi, &mut len) } != 0 {
+            continue;
+        }
+        let name: Vec<u8> = mi
+            .name
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
+        if name != b"held" || mi.value_size != 8 {
+            continue;
+        }
+        // SAFETY: sysconf has no memory preconditions.
+        let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.max(1) as usize;
+        let mut values = vec![0u64; cpus.max(1024)];
+        let key = 0u32;
+        // SAFETY: a per-CPU map's lookup writes one 8-byte value per
+        // possible CPU; `values` holds more than the kernel's maximum the
+        // machine can have configured here.
+        let ret = unsafe {
+            sys::bpf_map_lookup_elem(
+                map.0,
+                (&key as *const u32).cast(),
+                values.as_mut_ptr().cast(),
+            )
+        };
+        if ret == 0 {
+            return values.iter().sum();
+        }
+    }
+    0
+}
+
+/// Detaches `ifname`'s program if it is xvs's and still program `id`
+/// (when given): how a stopped xvs's hold window ends. Returns the id
+/// detached.
+pub fn release(ifname: &str, id: Option<u32>) -> Result<Option<u32>, SteerError> {
+    let ifindex = ifindex_of(ifname)?;
+    let Some(a) = attached_at(ifname, ifindex)? else {
+        return Ok(None);
+    };
+    if !a.is_xvs() || id.is_some_and(|id| id != a.id) {
+        return Ok(None);
+    }
+    let fd = prog_fd_by_id(a.id)?;
+    let opts = attach_opts(fd.0);
+    // SAFETY: plain syscall wrapper with a valid options struct; REPLACE
+    // makes the kernel detach only if `fd`'s program is still attached.
+    let ret = unsafe { sys::bpf_xdp_detach(ifindex, a.mode | XDP_FLAGS_REPLACE, &opts) };
+    if ret != 0 && ret != -libc::EEXIST {
+        return Err(bpf_err(
+            format!("detach program {} from {ifname}", a.id),
+            ret,
+        ));
+    }
+    Ok((ret == 0).then_some(a.id))
+}
+
+/// Attach options naming the program expected on the interface. Their
+/// size ends at the last field: libbpf refuses options whose bytes past it
+/// are not zero, and the padding of a Rust value is not guaranteed to be.
+fn attach_opts(old_prog_fd: i32) -> sys::bpf_xdp_attach_opts {
+    sys::bpf_xdp_attach_opts {
+        sz: std::mem::offset_of!(sys::bpf_xdp_attach_opts, old_prog_fd)
+            + std::mem::size_of::<i32>(),
+        old_prog_fd,
+    }
+}
+
+/// The mapped `alive` map of one program: one cache line per queue.
+struct AliveMap {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is shared memory the kernel keeps valid until
+// munmap; every access is an atomic store/load of an aligned u64.
+unsafe impl Send for AliveMap {}
+// SAFETY: as above.
+unsafe impl Sync for AliveMap {}
+
+impl AliveMap {
+    fn slot(&self, queue: u32) -> Option<&[AtomicU64; 2]> {
+        let q = queue as usize;
+        if q >= ALIVE_SLOTS {
+            return None;
+        }
+        // SAFETY: the mapping holds ALIVE_SLOTS values of 64 bytes each,
+        // page-aligned, so slot `q` (two leading u64s) is in bounds and
+        // 8-byte aligned; AtomicU64 has u64's layout.
+        Some(unsafe { &*self.base.as_ptr().add(q * 64).cast::<[AtomicU64; 2]>() })
+    }
+}
+
+impl Drop for AliveMap {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `Steering::load`.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+/// A worker's liveness mark on every interface's program: refreshed on
+/// each turn of its loop, read by the program to decide whether a packet
+/// for a queue without a socket is held.
+#[derive(Clone, Default)]
+pub struct Liveness {
+    maps: Vec<(Arc<AliveMap>, u32)>,
+}
+
+impl std::fmt::Debug for Liveness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Liveness")
+            .field("maps", &self.maps.len())
+            .finish()
+    }
+}
+
+impl Liveness {
+    /// Adds `other`'s marks (the same queue on another interface).
+    pub fn join(&mut self, other: Liveness) {
+        self.maps.extend(other.maps);
+    }
+
+    /// Marks the queue alive at `now_ns` (CLOCK_MONOTONIC).
+    #[inline]
+    pub fn mark(&self, now_ns: u64) {
+        for (map, q) in &self.maps {
+            if let Some(slot) = map.slot(*q) {
+                slot[0].store(now_ns, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Nanoseconds on CLOCK_MONOTONIC: the clock `bpf_ktime_get_ns` reads.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The steering program, loaded for one interface and (once
+/// [`Steering::attach`] succeeded) attached to it.
 pub struct Steering {
     obj: NonNull<sys::bpf_object>,
     ifindex: i32,
     ifname: String,
+    /// The attach mode flag; 0 while not attached.
     flags: u32,
+    /// Leave the program attached when dropped (the hold window).
+    keep: bool,
+    prog_fd: i32,
     owned_fd: i32,
     xsks_fd: i32,
-    ports_fd: i32,
+    settings_fd: i32,
+    alive: Arc<AliveMap>,
+}
+
+impl std::fmt::Debug for Steering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Steering")
+            .field("ifname", &self.ifname)
+            .field("flags", &self.flags)
+            .finish()
+    }
 }
 
 impl Steering {
-    /// Loads the program and attaches it to `ifname` in `mode` (auto:
-    /// native, else generic).
+    /// Loads the program for `ifname` and attaches it in `mode` (auto:
+    /// native, else generic), taking over from an earlier xvs.
     pub fn attach(ifname: &str, mode: XdpAttachMode) -> Result<Steering, SteerError> {
-        let cname = CString::new(ifname).map_err(|_| SteerError::NoInterface(ifname.to_owned()))?;
-        // SAFETY: `cname` is a valid NUL-terminated string.
-        let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
-        if ifindex == 0 {
-            return Err(SteerError::NoInterface(ifname.to_owned()));
-        }
+        let mut s = Steering::load(ifname)?;
+        s.attach_mode(mode)?;
+        Ok(s)
+    }
+
+    /// Loads the program for `ifname` without attaching it, so its maps
+    /// can be filled first.
+    pub fn load(ifname: &str) -> Result<Steering, SteerError> {
+        let ifindex = ifindex_of(ifname)?;
         // SAFETY: OBJECT is a valid ELF image for the whole call (it is
         // static); libbpf copies what it keeps; null options are allowed.
         let obj = unsafe {
@@ -79,65 +411,202 @@ impl Steering {
         };
         let obj =
             NonNull::new(obj).ok_or_else(|| bpf_err("open the steering program", -libc::EINVAL))?;
-        let mut s = Steering {
-            obj,
-            ifindex: ifindex as i32,
-            ifname: ifname.to_owned(),
-            flags: 0,
-            owned_fd: -1,
-            xsks_fd: -1,
-            ports_fd: -1,
+        let close = |obj: NonNull<sys::bpf_object>| {
+            // SAFETY: `obj` came from bpf_object__open_mem; closed once,
+            // on the error paths before a Steering owns it.
+            unsafe { sys::bpf_object__close(obj.as_ptr()) }
         };
-        // SAFETY: `obj` was returned by bpf_object__open_mem and is not
-        // closed until `s` drops.
-        let ret = unsafe { sys::bpf_object__load(s.obj.as_ptr()) };
+        // SAFETY: `obj` was returned by bpf_object__open_mem.
+        let ret = unsafe { sys::bpf_object__load(obj.as_ptr()) };
         if ret != 0 {
+            close(obj);
             return Err(bpf_err(
                 "load the steering program (is the process privileged?)",
                 ret,
             ));
         }
-        s.owned_fd = s.map_fd("owned")?;
-        s.xsks_fd = s.map_fd("xsks")?;
-        s.ports_fd = s.map_fd("snat_ports")?;
-        let name =
-            CString::new("xvs_steer").map_err(|_| bpf_err("name the program", -libc::EINVAL))?;
-        // SAFETY: valid object and NUL-terminated name.
-        let prog = unsafe { sys::bpf_object__find_program_by_name(s.obj.as_ptr(), name.as_ptr()) };
-        if prog.is_null() {
-            return Err(bpf_err("find program xvs_steer", -libc::ENOENT));
-        }
-        // SAFETY: `prog` belongs to the loaded object.
-        let prog_fd = unsafe { sys::bpf_program__fd(prog) };
+        let fds = (|| {
+            let map = |name: &str| map_fd(obj, name);
+            let name = CString::new(PROGRAM_NAME)
+                .map_err(|_| bpf_err("name the program", -libc::EINVAL))?;
+            // SAFETY: valid object and NUL-terminated name.
+            let prog =
+                unsafe { sys::bpf_object__find_program_by_name(obj.as_ptr(), name.as_ptr()) };
+            if prog.is_null() {
+                return Err(bpf_err("find program xvs_steer", -libc::ENOENT));
+            }
+            // SAFETY: `prog` belongs to the loaded object.
+            let prog_fd = unsafe { sys::bpf_program__fd(prog) };
+            let alive_fd = map("alive")?;
+            let len = ALIVE_SLOTS * 64;
+            // SAFETY: maps a BPF_F_MMAPABLE array of exactly `len`
+            // bytes, shared; checked below.
+            let base = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    alive_fd,
+                    0,
+                )
+            };
+            if base == libc::MAP_FAILED {
+                return Err(SteerError::Bpf {
+                    what: "map the liveness marks".into(),
+                    source: std::io::Error::last_os_error(),
+                });
+            }
+            let alive = AliveMap {
+                base: NonNull::new(base.cast()).ok_or_else(|| bpf_err("map", -libc::EINVAL))?,
+                len,
+            };
+            Ok((
+                prog_fd,
+                map("owned")?,
+                map("xsks")?,
+                map("settings")?,
+                alive,
+            ))
+        })();
+        let (prog_fd, owned_fd, xsks_fd, settings_fd, alive) = match fds {
+            Ok(f) => f,
+            Err(e) => {
+                close(obj);
+                return Err(e);
+            }
+        };
+        Ok(Steering {
+            obj,
+            ifindex,
+            ifname: ifname.to_owned(),
+            flags: 0,
+            keep: false,
+            prog_fd,
+            owned_fd,
+            xsks_fd,
+            settings_fd,
+            alive: Arc::new(alive),
+        })
+    }
+
+    /// Attaches the loaded program in `mode`. A program left by an
+    /// earlier xvs is replaced (atomically when it runs in the same
+    /// mode); any other program is an error that says how to remove it.
+    pub fn attach_mode(&mut self, mode: XdpAttachMode) -> Result<Takeover, SteerError> {
         let modes: &[u32] = match mode {
             XdpAttachMode::Native => &[XDP_FLAGS_DRV_MODE],
             XdpAttachMode::Generic => &[XDP_FLAGS_SKB_MODE],
             XdpAttachMode::Auto => &[XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE],
         };
+        let mut takeover = Takeover::default();
+        if let Some(old) = attached_at(&self.ifname, self.ifindex)? {
+            if !old.is_xvs() {
+                let (mode, off) = old.mode_name();
+                return Err(SteerError::Foreign {
+                    ifname: self.ifname.clone(),
+                    name: old.name,
+                    id: old.id,
+                    mode,
+                    off,
+                });
+            }
+            takeover = Takeover {
+                previous: Some(old.id),
+                held: held_by(old.id),
+            };
+            let old_fd = prog_fd_by_id(old.id)?;
+            let opts = attach_opts(old_fd.0);
+            if modes.contains(&old.mode) {
+                // SAFETY: plain syscall wrapper with valid options: the
+                // kernel swaps the programs only if `old` is still there.
+                let ret = unsafe {
+                    sys::bpf_xdp_attach(
+                        self.ifindex,
+                        self.prog_fd,
+                        old.mode | XDP_FLAGS_REPLACE,
+                        &opts,
+                    )
+                };
+                if ret != 0 {
+                    return Err(bpf_err(
+                        format!("replace program {} on {}", old.id, self.ifname),
+                        ret,
+                    ));
+                }
+                self.flags = old.mode;
+                return Ok(takeover);
+            }
+            // Another mode than asked for: off, then on in the new mode.
+            // SAFETY: as above; detaches only `old`.
+            let ret =
+                unsafe { sys::bpf_xdp_detach(self.ifindex, old.mode | XDP_FLAGS_REPLACE, &opts) };
+            if ret != 0 && ret != -libc::EEXIST {
+                return Err(bpf_err(
+                    format!("detach program {} from {}", old.id, self.ifname),
+                    ret,
+                ));
+            }
+        }
         let mut last = 0;
         for &m in modes {
             let flags = m | XDP_FLAGS_UPDATE_IF_NOEXIST;
             // SAFETY: plain syscall wrapper; null options are allowed.
-            last = unsafe { sys::bpf_xdp_attach(s.ifindex, prog_fd, flags, std::ptr::null()) };
+            last =
+                unsafe { sys::bpf_xdp_attach(self.ifindex, self.prog_fd, flags, std::ptr::null()) };
             if last == 0 {
-                s.flags = m;
-                return Ok(s);
+                self.flags = m;
+                return Ok(takeover);
             }
         }
         Err(bpf_err(
-            format!("attach the steering program to {ifname} ({mode} mode)"),
+            format!(
+                "attach the steering program to {} ({mode} mode)",
+                self.ifname
+            ),
             last,
         ))
     }
 
-    fn map_fd(&self, name: &str) -> Result<i32, SteerError> {
-        let cname = CString::new(name).map_err(|_| bpf_err("name a map", -libc::EINVAL))?;
-        // SAFETY: valid loaded object and NUL-terminated name.
-        let fd = unsafe { sys::bpf_object__find_map_fd_by_name(self.obj.as_ptr(), cname.as_ptr()) };
-        if fd < 0 {
-            return Err(bpf_err(format!("find map {name}"), fd));
+    /// Leaves the program attached when this handle drops: the hold
+    /// window, then whoever releases it ([`release`]), take over.
+    pub fn keep_attached(&mut self) {
+        self.keep = true;
+    }
+
+    /// The id of the loaded program.
+    pub fn program_id(&self) -> Option<u32> {
+        // SAFETY: plain old data; zero is valid.
+        let mut info: sys::bpf_prog_info = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<sys::bpf_prog_info>() as u32;
+        // SAFETY: `info` is writable for `len` bytes.
+        let ret = unsafe { sys::bpf_prog_get_info_by_fd(self.prog_fd, &mut info, &mut len) };
+        (ret == 0).then_some(info.id)
+    }
+
+    /// Sets queue `queue`'s hold window to `hold_ns` and marks it alive
+    /// now: until a worker serves it, packets for it are held.
+    pub fn hold(&self, queue: u32, hold_ns: u64) -> Result<(), SteerError> {
+        let slot = self
+            .alive
+            .slot(queue)
+            .ok_or_else(|| bpf_err(format!("hold queue {queue}"), -libc::EINVAL))?;
+        slot[1].store(hold_ns, Ordering::Relaxed);
+        slot[0].store(monotonic_ns(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The liveness mark of `queue`, for its worker.
+    pub fn liveness(&self, queue: u32) -> Liveness {
+        Liveness {
+            maps: vec![(self.alive.clone(), queue)],
         }
-        Ok(fd)
+    }
+
+    /// Hands every packet to xvs (`steering = "all"`), not only what it
+    /// owns.
+    pub fn steer_all(&self, ports: xvs_config::PortRange) -> Result<(), SteerError> {
+        self.write_settings(ports, SETTINGS_ALL)
     }
 
     /// Whether the program runs in the driver (else generic mode).
@@ -159,11 +628,27 @@ impl Steering {
 
     /// The SNAT port range (for shared addresses).
     pub fn set_snat_ports(&self, ports: xvs_config::PortRange) -> Result<(), SteerError> {
-        let value: [u16; 2] = [ports.first, ports.last];
-        // SAFETY: the ports map's key is a u32 and its value two u16s.
-        let ret = unsafe { map_update(self.ports_fd, &0u32, &value) };
+        self.write_settings(ports, 0)
+    }
+
+    fn write_settings(&self, ports: xvs_config::PortRange, flags: u32) -> Result<(), SteerError> {
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        struct Settings {
+            first: u16,
+            last: u16,
+            flags: u32,
+        }
+        let value = Settings {
+            first: ports.first,
+            last: ports.last,
+            flags,
+        };
+        // SAFETY: the settings map's key is a u32 and its value the
+        // 8-byte `struct settings` Settings mirrors.
+        let ret = unsafe { map_update(self.settings_fd, &0u32, &value) };
         if ret != 0 {
-            return Err(bpf_err("set the SNAT port range", ret));
+            return Err(bpf_err("write the steering settings", ret));
         }
         Ok(())
     }
@@ -251,10 +736,13 @@ impl Steering {
 
 impl Drop for Steering {
     fn drop(&mut self) {
-        if self.flags != 0 {
-            // SAFETY: plain syscall wrapper; detaches what we attached.
-            let ret = unsafe { sys::bpf_xdp_detach(self.ifindex, self.flags, std::ptr::null()) };
-            if ret != 0 {
+        if self.flags != 0 && !self.keep {
+            let opts = attach_opts(self.prog_fd);
+            // SAFETY: plain syscall wrapper; REPLACE detaches only our
+            // program (a successor's stays).
+            let ret =
+                unsafe { sys::bpf_xdp_detach(self.ifindex, self.flags | XDP_FLAGS_REPLACE, &opts) };
+            if ret != 0 && ret != -libc::EEXIST {
                 tracing::error!(
                     interface = %self.ifname,
                     "cannot detach the steering program: error {ret}"
@@ -264,6 +752,16 @@ impl Drop for Steering {
         // SAFETY: `obj` came from bpf_object__open_mem and is closed once.
         unsafe { sys::bpf_object__close(self.obj.as_ptr()) };
     }
+}
+
+fn map_fd(obj: NonNull<sys::bpf_object>, name: &str) -> Result<i32, SteerError> {
+    let cname = CString::new(name).map_err(|_| bpf_err("name a map", -libc::EINVAL))?;
+    // SAFETY: valid loaded object and NUL-terminated name.
+    let fd = unsafe { sys::bpf_object__find_map_fd_by_name(obj.as_ptr(), cname.as_ptr()) };
+    if fd < 0 {
+        return Err(bpf_err(format!("find map {name}"), fd));
+    }
+    Ok(fd)
 }
 
 /// Writes `key` → `value` into the BPF map `fd`; libbpf's return code.

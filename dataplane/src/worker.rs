@@ -151,6 +151,9 @@ pub struct WorkerLinks {
     pub peers: Option<Peers>,
     /// Published counters.
     pub live: Arc<LiveCounters>,
+    /// The queue's liveness mark in the steering program (empty when
+    /// there is no program, as in tests on a loopback port).
+    pub liveness: crate::steer::Liveness,
 }
 
 /// Frames waiting for one side's TX ring, in order, with whether each is
@@ -224,6 +227,7 @@ pub struct Worker<P: PacketIo = XskPort> {
     pub poll: PollMode,
     peers: Option<Peers>,
     live: Arc<LiveCounters>,
+    liveness: crate::steer::Liveness,
     last_now: u32,
     keep: Vec<usize>,
     preps: Vec<Prepared>,
@@ -255,6 +259,7 @@ impl<P: PacketIo> Worker<P> {
             poll,
             peers: links.peers,
             live: links.live,
+            liveness: links.liveness,
             last_now: 0,
             keep: Vec::with_capacity(BATCH),
             preps: Vec::with_capacity(BATCH),
@@ -344,6 +349,9 @@ impl<P: PacketIo> Worker<P> {
     /// Runs until stopped; returns the final snapshot.
     pub fn run(mut self, clock: impl Fn() -> u32) -> Snapshot {
         loop {
+            // The steering program holds this queue's packets while the
+            // mark is recent and no socket takes them (see steer.rs).
+            self.liveness.mark(crate::steer::monotonic_ns());
             match self.step(clock()) {
                 Step::Stopped => break,
                 Step::Idle { sleep: true } => self.sleep(),

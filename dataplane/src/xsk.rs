@@ -131,15 +131,12 @@ impl std::fmt::Debug for XskPort {
 impl XskPort {
     /// Opens one socket per interface of `ifnames` on `queue`, sharing
     /// one UMEM: zero-copy if `zero_copy` is `Some(true)`, copy if
-    /// `Some(false)`, zero-copy else copy if `None`. With `default_program`
-    /// unset no XDP program is loaded (the steering program is ours); set,
-    /// libxdp attaches its default program, which sends every packet of
-    /// the queue to the socket, and removes it with the last socket.
+    /// `Some(false)`, zero-copy else copy if `None`. No XDP program is
+    /// loaded: the steering program is xvs's own.
     pub fn open(
         ifnames: &[&str],
         queue: u32,
         zero_copy: Option<bool>,
-        default_program: Option<XdpFlags>,
     ) -> Result<XskPort, XskError> {
         let err = |what: String| XskError {
             ifname: ifnames.join(","),
@@ -153,7 +150,7 @@ impl XskPort {
         };
         let mut last = String::new();
         for &zc in attempts {
-            match Self::open_mode(ifnames, queue, zc, default_program) {
+            match Self::open_mode(ifnames, queue, zc) {
                 Ok(p) => return Ok(p),
                 Err(e) => last = e,
             }
@@ -161,12 +158,7 @@ impl XskPort {
         Err(err(last))
     }
 
-    fn open_mode(
-        ifnames: &[&str],
-        queue: u32,
-        zero_copy: bool,
-        default_program: Option<XdpFlags>,
-    ) -> Result<XskPort, String> {
+    fn open_mode(ifnames: &[&str], queue: u32, zero_copy: bool) -> Result<XskPort, String> {
         let ring = QueueSize::new(RING).map_err(|e| e.to_string())?;
         let umem_cfg = UmemConfig::builder()
             .fill_queue_size(ring)
@@ -180,13 +172,10 @@ impl XskPort {
         } else {
             BindFlags::XDP_COPY
         };
-        let (libxdp, xdp) = match default_program {
-            Some(flags) => (LibxdpFlags::empty(), flags),
-            None => (
-                LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD,
-                XdpFlags::empty(),
-            ),
-        };
+        let (libxdp, xdp) = (
+            LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD,
+            XdpFlags::empty(),
+        );
         let cfg = SocketConfig::builder()
             .rx_queue_size(ring)
             .tx_queue_size(ring)

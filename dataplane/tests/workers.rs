@@ -115,6 +115,7 @@ impl Gateway {
                     wake: Arc::new(EventFd::new().unwrap()),
                     peers: Some(peers.clone()),
                     live: Arc::new(LiveCounters::default()),
+                    liveness: Default::default(),
                 },
             );
             g.workers.push(worker);

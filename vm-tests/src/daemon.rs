@@ -71,7 +71,8 @@ pub fn dir_of(t: &Topology, kind: &str) -> PathBuf {
 impl Daemon {
     /// Writes `config` (without an `[admin]` socket: one is added, unless
     /// `config` has an `[admin]` table, which must then name
-    /// [`dir_of`]`/xvs.sock`) and starts `bins/xvs run` on it in the
+    /// [`dir_of`]`/xvs.sock`; without a `[restart]` table, one with a
+    /// state directory in that folder) and starts `bins/xvs run` on it in the
     /// gateway namespace with `env`; waits for its ready line, which is
     /// returned.
     pub fn start(
@@ -85,11 +86,19 @@ impl Daemon {
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let socket = dir.join("xvs.sock");
         let cfg = dir.join("xvs.toml");
-        let text = if config.contains("[admin]") {
+        let mut text = if config.contains("[admin]") {
             config.to_owned()
         } else {
             format!("{config}\n[admin]\nsocket = \"{}\"\n", socket.display())
         };
+        // The flow state and locks of a test's own (interface names repeat
+        // across the tests' namespaces).
+        if !text.contains("[restart]") {
+            text.push_str(&format!(
+                "\n[restart]\nstate_dir = \"{}\"\n",
+                dir.join("state").display()
+            ));
+        }
         std::fs::write(&cfg, text).map_err(|e| e.to_string())?;
         let mut cmd = t.gateway.command(&bins.join("xvs").display().to_string());
         cmd.args(["run", "--config"]).arg(&cfg);

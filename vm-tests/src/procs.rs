@@ -100,12 +100,21 @@ impl Spawned {
         self.child.id()
     }
 
-    /// Sends `signal` to the process (ours, by its PID), waits for it to
-    /// exit (at most `within`, then kills it), and returns its exit status
+    /// Waits for the process to exit by itself (at most `within`, then
+    /// kills it); its exit status and what it printed after the ready
+    /// line.
+    pub fn wait(self, within: Duration) -> (Option<ExitStatus>, String) {
+        self.stop(0, within)
+    }
+
+    /// Sends `signal` to the process (ours, by its PID; 0 sends none),
+    /// waits for it to exit (at most `within`, then kills it), and returns its exit status
     /// and what it printed after the ready line.
     pub fn stop(mut self, signal: i32, within: Duration) -> (Option<ExitStatus>, String) {
-        // SAFETY: signals only the child this guard started.
-        unsafe { libc::kill(self.child.id() as i32, signal) };
+        if signal != 0 {
+            // SAFETY: signals only the child this guard started.
+            unsafe { libc::kill(self.child.id() as i32, signal) };
+        }
         let step = Duration::from_millis(20);
         let mut waited = Duration::ZERO;
         let status = loop {

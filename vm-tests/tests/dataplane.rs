@@ -273,6 +273,14 @@ impl InProcess {
             xvs_vm_tests::netns::Netns::existing(&gw)
                 .enter_current_thread()
                 .unwrap();
+            // No guard runs in-process: restart survival off (a stop
+            // detaches, as the assertions on `ip link` expect).
+            let cfg_text = format!(
+                "{cfg_text}\n[restart]\nhold = \"0s\"\nstate_dir = \"{}\"\n",
+                std::env::temp_dir()
+                    .join(format!("xvs-inproc-{gw}"))
+                    .display()
+            );
             let cfg = xvs_config::parse_str("test.toml", &cfg_text).unwrap();
             let start = std::time::Instant::now();
             let mut dp = xvs_dataplane::runtime::Dataplane::start(&cfg, move || {

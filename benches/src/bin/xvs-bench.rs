@@ -148,13 +148,21 @@ fn changed(svc: &Svc) -> Svc {
     new
 }
 
+/// Where the measured data plane keeps its flow state (in shared memory,
+/// as in production); removed after the xvs rows.
+fn bench_state_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("xvs-bench-state-{}", std::process::id()))
+}
+
 fn xvs_header() -> String {
     let snat: Vec<String> = SNAT_ADDRS.iter().map(|a| format!("\"{a}\"")).collect();
     format!(
         "[interfaces]\nmode = \"two-arm\"\nclient = \"gc\"\nbackend = \"gb\"\nqueues = [0]\ncores = [{FWD_CPU}]\n\
          poll = \"busy\"\nzero_copy = \"off\"\n\n[snat]\naddresses = [{}]\nports = \"1024-65535\"\n\n\
-         [conntrack]\ncapacity = 2000000\n\n[conntrack.timeouts]\nudp = {UDP_TIMEOUT}\n\n",
-        snat.join(", ")
+         [conntrack]\ncapacity = 2000000\n\n[conntrack.timeouts]\nudp = {UDP_TIMEOUT}\n\n\
+         [restart]\nstate_dir = \"{}\"\n\n",
+        snat.join(", "),
+        bench_state_dir().display()
     )
 }
 
@@ -175,9 +183,10 @@ fn run_xvs(
             }
             let start = Instant::now();
             let cfg = xvs_config::parse_str("bench.toml", &text).map_err(|e| e.to_string())?;
-            let clock_start = Instant::now();
-            let d = Dataplane::start(&cfg, move || clock_start.elapsed().as_secs() as u32)
-                .map_err(|e| e.to_string())?;
+            let d = Dataplane::start(&cfg, || {
+                (xvs_dataplane::steer::monotonic_ns() / 1_000_000_000) as u32
+            })
+            .map_err(|e| e.to_string())?;
             let took = start.elapsed().as_secs_f64();
             *dp = Some(d);
             Ok(took)
@@ -220,6 +229,8 @@ fn run_xvs(
             });
         }
     }
+    drop(runner);
+    let _ = std::fs::remove_dir_all(bench_state_dir());
     Ok(())
 }
 

@@ -142,6 +142,7 @@ impl Checker<'_> {
         };
         let admin = self.admin(raw.admin);
         let kubernetes = self.kubernetes(raw.kubernetes);
+        let restart = self.restart(raw.restart);
         let snat_addrs: Vec<Ipv4Addr> = snat
             .as_ref()
             .map(|s| s.0.addresses.clone())
@@ -154,6 +155,7 @@ impl Checker<'_> {
             vips,
             admin: admin?,
             kubernetes: kubernetes?,
+            restart: restart?,
             services: services?.into_iter().map(|(s, _)| s).collect(),
         })
     }

@@ -8,10 +8,13 @@ use std::path::PathBuf;
 
 use super::{every, Checker, MAX_CORE, MAX_IFNAME, MAX_QUEUE};
 use crate::names::{ArmMode, PollMode, Steering, XdpAttachMode, ZeroCopy};
-use crate::raw::{RawAdmin, RawConntrack, RawInterfaces, RawKubernetes, RawSnat, RawTimeouts, Sp};
+use crate::raw::{
+    RawAdmin, RawConntrack, RawInterfaces, RawKubernetes, RawRestart, RawSnat, RawTimeouts, Sp,
+};
 use crate::settings::{
-    Admin, AdminTcp, ConnRules, Conntrack, Interfaces, Kubernetes, PortRange, Snat, Timeouts,
-    DEFAULT_ADMIN_SOCKET, DEFAULT_SERVICE_PROXY_NAME, DEFAULT_SNAT_PORTS, MAX_CONNTRACK_CAPACITY,
+    Admin, AdminTcp, ConnRules, Conntrack, Interfaces, Kubernetes, PortRange, Restart, Snat,
+    Timeouts, DEFAULT_ADMIN_SOCKET, DEFAULT_HOLD_MS, DEFAULT_SERVICE_PROXY_NAME,
+    DEFAULT_SNAT_PORTS, DEFAULT_STATE_DIR, MAX_CONNTRACK_CAPACITY, MAX_HOLD_MS,
 };
 
 impl Checker<'_> {
@@ -407,6 +410,35 @@ impl Checker<'_> {
         })
     }
 
+    pub(super) fn restart(&mut self, raw: RawRestart) -> Option<Restart> {
+        let hold_ms = match &raw.hold {
+            None => Some(DEFAULT_HOLD_MS),
+            Some(h) => match parse_duration_ms(h.get_ref()) {
+                Some(ms) if ms <= u64::from(MAX_HOLD_MS) => Some(ms as u32),
+                _ => {
+                    self.report(
+                        &h.span(),
+                        "restart.hold",
+                        format!(
+                            "\"{}\" is not a duration of 0 to {}s (e.g. \"5s\", \"1500ms\"; \"0s\" turns restart survival off)",
+                            h.get_ref(),
+                            MAX_HOLD_MS / 1000
+                        ),
+                    );
+                    None
+                }
+            },
+        };
+        let state_dir = match &raw.state_dir {
+            None => Some(PathBuf::from(DEFAULT_STATE_DIR)),
+            Some(d) => self.absolute_path(d, "restart.state_dir"),
+        };
+        Some(Restart {
+            hold_ms: hold_ms?,
+            state_dir: state_dir?,
+        })
+    }
+
     pub(super) fn kubernetes(&mut self, raw: RawKubernetes) -> Option<Kubernetes> {
         let kubeconfig = match &raw.kubeconfig {
             None => Some(None),
@@ -462,4 +494,36 @@ fn is_label_value(s: &str) -> bool {
         && s.ends_with(alnum)
         && s.chars()
             .all(|c| alnum(c) || c == '-' || c == '_' || c == '.')
+}
+
+/// Milliseconds of a duration written as systemd writes `RestartSec=`: a
+/// number with a unit, `ms` or `s` ("5s", "1500ms", "0.5s"); `None` when
+/// it is not one.
+fn parse_duration_ms(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let (number, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1000.0)
+    } else {
+        return None;
+    };
+    let value: f64 = number.trim().parse().ok()?;
+    (value.is_finite() && value >= 0.0).then(|| (value * scale).round() as u64)
+}
+
+#[cfg(test)]
+mod duration_tests {
+    use super::parse_duration_ms;
+
+    #[test]
+    fn durations_take_a_unit() {
+        assert_eq!(parse_duration_ms("5s"), Some(5000));
+        assert_eq!(parse_duration_ms("1500ms"), Some(1500));
+        assert_eq!(parse_duration_ms("0.5s"), Some(500));
+        assert_eq!(parse_duration_ms("0s"), Some(0));
+        assert_eq!(parse_duration_ms("5"), None);
+        assert_eq!(parse_duration_ms("-1s"), None);
+        assert_eq!(parse_duration_ms("fast"), None);
+    }
 }

@@ -36,6 +36,28 @@ enum Command {
         #[arg(long, short, value_name = "FILE", default_value = xvs_config::DEFAULT_CONFIG_PATH)]
         config: PathBuf,
     },
+    /// Remove what a stopped xvs left for a successor: detach its XDP
+    /// program from the interfaces of the config and delete the flow
+    /// state files. Refused while an instance runs on them.
+    Release {
+        /// Config file.
+        #[arg(long, short, value_name = "FILE", default_value = xvs_config::DEFAULT_CONFIG_PATH)]
+        config: PathBuf,
+    },
+    /// (Started by `xvs run`.) Wait for the instance `pid` to exit and
+    /// release what it left when no successor started within the hold
+    /// window.
+    #[command(hide = true)]
+    Guard {
+        #[arg(long)]
+        pid: u32,
+        #[arg(long)]
+        hold_ms: u64,
+        #[arg(long)]
+        state_dir: PathBuf,
+        #[arg(long = "interface", required = true)]
+        interfaces: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -50,5 +72,43 @@ fn main() -> ExitCode {
             ExitCode::from(status)
         }
         Command::Run { config } => ExitCode::from(xvs_control::run::run(&config)),
+        Command::Release { config } => {
+            let cfg = match xvs_config::load(&config) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
+            };
+            match xvs_control::restart::Leftovers::of(&cfg).release() {
+                Ok(lines) if lines.is_empty() => {
+                    println!("nothing to release");
+                    ExitCode::SUCCESS
+                }
+                Ok(lines) => {
+                    for l in lines {
+                        println!("{l}");
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Guard {
+            pid,
+            hold_ms,
+            state_dir,
+            interfaces,
+        } => ExitCode::from(xvs_control::restart::guard(
+            pid,
+            std::time::Duration::from_millis(hold_ms),
+            &xvs_control::restart::Leftovers {
+                state_dir,
+                interfaces,
+            },
+        )),
     }
 }

@@ -13,6 +13,12 @@
 //!   them (it waits for the server to close, so it never holds the port
 //!   in TIME_WAIT); prints the body of each answer, or `ERR`.
 //!
+//! - `streams`: N long-lived connections at once, each sending numbered
+//!   messages without pause and checking every echoed byte, for a fixed
+//!   time; prints one `conn PORT NAME` line per connection once all are up,
+//!   then `ok=N failed=M rounds=R max_stall_ms=S` (the longest wait for an
+//!   echo: how long a gateway restart stopped the stream).
+//!
 //! Every operation has a timeout; loads are bounded in count and time.
 
 use std::collections::BTreeMap;
@@ -81,6 +87,25 @@ enum Cmd {
         /// Time between messages, in milliseconds.
         #[arg(long, default_value_t = 50)]
         interval_ms: u64,
+    },
+    /// Long-lived connections, each exchanging numbered messages
+    /// continuously and checking the byte stream.
+    Streams {
+        /// Address to connect to.
+        #[arg(long)]
+        connect: SocketAddr,
+        /// Number of connections.
+        #[arg(long, default_value_t = 50)]
+        connections: u32,
+        /// How long every connection exchanges data, in seconds.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Time between messages, in milliseconds.
+        #[arg(long, default_value_t = 20)]
+        interval_ms: u64,
+        /// Longest wait for one echo, in milliseconds.
+        #[arg(long, default_value_t = 30_000)]
+        timeout_ms: u64,
     },
     /// Sends UDP datagrams of `size` bytes to `to` as fast as it can for
     /// `seconds` (one socket, one source port: one flow); prints
@@ -182,6 +207,19 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Sink { listen, seconds } => sink(listen, seconds),
+        Cmd::Streams {
+            connect,
+            connections,
+            seconds,
+            interval_ms,
+            timeout_ms,
+        } => streams(
+            connect,
+            connections,
+            Duration::from_secs(seconds),
+            Duration::from_millis(interval_ms),
+            Duration::from_millis(timeout_ms),
+        ),
         Cmd::Hold {
             connect,
             seconds,
@@ -429,6 +467,100 @@ fn hold(to: SocketAddr, seconds: u64, interval: Duration) -> Result<u64, String>
         std::thread::sleep(interval);
     }
     Ok(rounds)
+}
+
+/// One stream: connects, reports its local port and backend through
+/// `up`, then exchanges messages until `until`; the rounds and the longest
+/// wait for an echo.
+#[allow(clippy::disallowed_types)] // a stream measures real time
+fn stream(
+    to: SocketAddr,
+    until: std::time::Instant,
+    interval: Duration,
+    timeout: Duration,
+    up: std::sync::mpsc::Sender<String>,
+) -> Result<(u64, Duration), String> {
+    let conn = TcpStream::connect_timeout(&to, Duration::from_secs(5))
+        .map_err(|e| format!("connect: {e}"))?;
+    conn.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    conn.set_nodelay(true).map_err(|e| e.to_string())?;
+    let port = conn.local_addr().map_err(|e| e.to_string())?.port();
+    let mut reader = BufReader::new(conn.try_clone().map_err(|e| e.to_string())?);
+    let mut name = String::new();
+    reader
+        .read_line(&mut name)
+        .map_err(|e| format!("{port}: banner: {e}"))?;
+    let _ = up.send(format!("conn {port} {}", name.trim()));
+    let mut w = &conn;
+    let (mut rounds, mut stall) = (0u64, Duration::ZERO);
+    while std::time::Instant::now() < until {
+        let msg = payload_of(rounds as u32, 64);
+        let sent = std::time::Instant::now();
+        w.write_all(&msg)
+            .map_err(|e| format!("{port}: round {rounds}: write: {e}"))?;
+        let mut got = [0u8; 64];
+        reader
+            .read_exact(&mut got)
+            .map_err(|e| format!("{port}: round {rounds}: read: {e}"))?;
+        if got[..] != msg[..] {
+            return Err(format!("{port}: round {rounds}: echo differs"));
+        }
+        stall = stall.max(sent.elapsed());
+        rounds += 1;
+        std::thread::sleep(interval);
+    }
+    Ok((rounds, stall))
+}
+
+#[allow(clippy::disallowed_types)] // a stream measures real time
+fn streams(
+    to: SocketAddr,
+    connections: u32,
+    time: Duration,
+    interval: Duration,
+    timeout: Duration,
+) -> ExitCode {
+    let until = std::time::Instant::now() + time;
+    let (up_tx, up_rx) = std::sync::mpsc::channel();
+    let handles: Vec<_> = (0..connections)
+        .map(|_| {
+            let up = up_tx.clone();
+            std::thread::spawn(move || stream(to, until, interval, timeout, up))
+        })
+        .collect();
+    drop(up_tx);
+    // Every connection's line once all are up (or failed to come up).
+    let mut lines: Vec<String> = up_rx.iter().take(connections as usize).collect();
+    lines.sort();
+    for l in &lines {
+        println!("{l}");
+    }
+    let _ = std::io::stdout().flush();
+    let (mut ok, mut failed, mut rounds, mut stall) = (0u32, 0u32, 0u64, Duration::ZERO);
+    for h in handles {
+        match h.join() {
+            Ok(Ok((r, s))) => {
+                ok += 1;
+                rounds += r;
+                stall = stall.max(s);
+            }
+            Ok(Err(e)) => {
+                failed += 1;
+                println!("failed {e}");
+            }
+            Err(_) => failed += 1,
+        }
+    }
+    println!(
+        "ok={ok} failed={failed} rounds={rounds} max_stall_ms={}",
+        stall.as_millis()
+    );
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }
 
 fn report(ok: u32, failed: u32, by: &BTreeMap<String, u32>) -> ExitCode {

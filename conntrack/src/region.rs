@@ -1,0 +1,162 @@
+//! The memory a flow table's entries live in: an anonymous block in
+//! transparent huge pages (a table that ends with its process), or a file
+//! mapped shared (a table that outlives it: the file holds a header page,
+//! then the entries, and a later process maps the same bytes).
+//!
+//! Invariants: a [`Region`] is `len` values of `T` at a fixed address for
+//! its whole life (it never grows or moves); a file region's values start
+//! one header page ([`HEADER`] bytes) into the file, which is exactly
+//! `HEADER + len * size_of::<T>()` bytes long. Values of a file region are
+//! whatever the file holds: the caller validates what it reads before it
+//! treats them as `T` (see `slab::sanitise`), and `T` must be plain old
+//! data but for that validation.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::ptr::NonNull;
+
+use allocator_api2::vec::Vec;
+
+use crate::huge::HugePages;
+
+/// Bytes before the first value of a file region.
+pub(crate) const HEADER: usize = 4096;
+
+enum Owner<T> {
+    /// The anonymous block (its buffer never moves).
+    Anon(#[allow(dead_code)] Vec<T, HugePages>),
+    /// The file mapping: base address and length, and the file.
+    File {
+        base: NonNull<u8>,
+        len: usize,
+        _file: File,
+    },
+}
+
+/// `len` values at a fixed address.
+pub(crate) struct Region<T> {
+    ptr: NonNull<T>,
+    len: usize,
+    owner: Owner<T>,
+}
+
+// SAFETY: a Region owns its memory exclusively (the file mapping is shared
+// with other processes only across a restart, never with a live one: the
+// instance lock), so it moves between threads like a Vec.
+unsafe impl<T: Send> Send for Region<T> {}
+
+impl<T: Copy> Region<T> {
+    /// `len` copies of `fill` in huge-page-advised anonymous memory.
+    pub(crate) fn anonymous(len: usize, fill: T) -> Region<T> {
+        let mut v = Vec::with_capacity_in(len, HugePages);
+        v.resize(len, fill);
+        Region {
+            ptr: NonNull::new(v.as_mut_ptr()).unwrap_or(NonNull::dangling()),
+            len,
+            owner: Owner::Anon(v),
+        }
+    }
+
+    /// Maps `path` (created, or resized and zeroed when its length is not
+    /// the one `len` values take) shared. Returns the region and the
+    /// length the file had (its bytes are kept when it is this one).
+    pub(crate) fn file(path: &Path, len: usize) -> std::io::Result<(Region<T>, u64)> {
+        let bytes = HEADER + len * std::mem::size_of::<T>();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)?;
+        let had = file.metadata()?.len();
+        if had != bytes as u64 {
+            file.set_len(0)?;
+            file.set_len(bytes as u64)?;
+        }
+        // SAFETY: a shared mapping of the whole file, at an address the
+        // kernel picks; no existing memory is affected.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: advice on the mapping just made (huge pages where the
+        // filesystem offers them: tmpfs mounted with huge=).
+        unsafe { libc::madvise(base, bytes, libc::MADV_HUGEPAGE) };
+        let base = NonNull::new(base.cast::<u8>()).ok_or(std::io::ErrorKind::InvalidData)?;
+        // SAFETY: HEADER is within the mapping and page-aligned, so the
+        // values start aligned for any T of alignment up to a page.
+        let ptr = unsafe { NonNull::new_unchecked(base.as_ptr().add(HEADER).cast::<T>()) };
+        Ok((
+            Region {
+                ptr,
+                len,
+                owner: Owner::File {
+                    base,
+                    len: bytes,
+                    _file: file,
+                },
+            },
+            had,
+        ))
+    }
+
+    /// The header page of a file region.
+    pub(crate) fn header(&mut self) -> Option<&mut [u8; HEADER]> {
+        match &mut self.owner {
+            Owner::Anon(_) => None,
+            // SAFETY: the mapping starts with HEADER bytes, exclusively
+            // ours through `&mut self`.
+            Owner::File { base, .. } => Some(unsafe { &mut *base.as_ptr().cast::<[u8; HEADER]>() }),
+        }
+    }
+
+    /// The raw address of value `i` (for validation before it is read
+    /// as a `T`).
+    pub(crate) fn raw(&mut self, i: usize) -> *mut T {
+        assert!(i < self.len);
+        // SAFETY: in bounds, checked above.
+        unsafe { self.ptr.as_ptr().add(i) }
+    }
+}
+
+impl<T> std::ops::Deref for Region<T> {
+    type Target = [T];
+
+    #[inline(always)]
+    fn deref(&self) -> &[T] {
+        // SAFETY: `len` initialised values at `ptr`, alive as long as
+        // `self` (the invariant; file values are validated at adoption).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T> std::ops::DerefMut for Region<T> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as in Deref, and exclusive through `&mut self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T> Drop for Region<T> {
+    fn drop(&mut self) {
+        if let Owner::File { base, len, .. } = &self.owner {
+            // SAFETY: unmaps exactly the mapping made in `file`; the
+            // bytes stay in the file.
+            unsafe { libc::munmap(base.as_ptr().cast(), *len) };
+        }
+    }
+}

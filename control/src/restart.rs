@@ -1,0 +1,263 @@
+//! What outlives an `xvs run` process: the per-interface lock, the guard
+//! that ends the hold window when no successor comes, and releasing what a
+//! stopped instance left (the steering program and the flow state files).
+//!
+//! Invariants: one `xvs run` at a time per interface and state directory
+//! (an exclusive `flock` on `<state_dir>/<ifname>.lock`, held for the
+//! process's life and dropped by the kernel when it dies, however it
+//! dies). The guard is a separate process started before the data plane
+//! opens anything, so it holds no socket or program of it; it waits for
+//! the instance to exit, then for the hold window, and releases only when
+//! it can take every lock itself, that is when no successor runs. A
+//! successor that starts while a guard releases waits for the lock rather
+//! than failing.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long a start waits for a lock a releasing guard holds: tries, a
+/// pause apart (3 s).
+const LOCK_TRIES: u32 = 150;
+const LOCK_PAUSE: Duration = Duration::from_millis(20);
+
+/// The locks of one instance's interfaces.
+#[derive(Debug)]
+pub struct InstanceLock {
+    _files: Vec<File>,
+}
+
+/// Path of `ifname`'s lock in `state_dir`.
+pub fn lock_path(state_dir: &Path, ifname: &str) -> PathBuf {
+    state_dir.join(format!("{ifname}.lock"))
+}
+
+/// Path of worker `worker`'s flow state file for `client` (the client
+/// interface names the instance).
+pub fn state_path(state_dir: &Path, client: &str, worker: usize) -> PathBuf {
+    state_dir.join(format!("{client}.w{worker}.flows"))
+}
+
+fn try_lock(path: &Path) -> std::io::Result<Option<File>> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(path)?;
+    // SAFETY: flock on a descriptor we own; no memory is involved.
+    let ret = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if ret == 0 {
+        return Ok(Some(file));
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(None)
+    } else {
+        Err(err)
+    }
+}
+
+fn holder(path: &Path) -> String {
+    let mut text = String::new();
+    let _ = File::open(path).and_then(|mut f| f.read_to_string(&mut text));
+    text.trim().to_owned()
+}
+
+impl InstanceLock {
+    /// Takes the lock of every interface in `ifnames` (waiting a little
+    /// for a guard that is releasing), writing `role` and this pid into
+    /// each; an error says who holds it.
+    pub fn acquire(state_dir: &Path, ifnames: &[&str], role: &str) -> Result<InstanceLock, String> {
+        std::fs::create_dir_all(state_dir)
+            .map_err(|e| format!("cannot create {}: {e}", state_dir.display()))?;
+        let mut names: Vec<&str> = ifnames.to_vec();
+        names.sort_unstable();
+        names.dedup();
+        let mut files = Vec::new();
+        for name in names {
+            let path = lock_path(state_dir, name);
+            let mut tries = 0;
+            let file = loop {
+                match try_lock(&path) {
+                    Ok(Some(f)) => break f,
+                    Ok(None) => {
+                        let who = holder(&path);
+                        tries += 1;
+                        if !who.starts_with("guard") || tries > LOCK_TRIES {
+                            return Err(format!(
+                                "another xvs already runs on interface {name} ({who}; lock {}): \
+                                 stop it first (`systemctl stop xvs`, or kill that pid), or give \
+                                 this instance other interfaces or another restart.state_dir",
+                                path.display()
+                            ));
+                        }
+                        std::thread::sleep(LOCK_PAUSE);
+                    }
+                    Err(e) => return Err(format!("cannot lock {}: {e}", path.display())),
+                }
+            };
+            let mut f = &file;
+            let _ = f.set_len(0);
+            let _ = f.rewind();
+            let _ = writeln!(f, "{role} pid {}", std::process::id());
+            files.push(file);
+        }
+        Ok(InstanceLock { _files: files })
+    }
+}
+
+/// Everything an instance leaves for its successor.
+#[derive(Debug, Clone)]
+pub struct Leftovers {
+    /// State directory.
+    pub state_dir: PathBuf,
+    /// Interfaces with a steering program (client first).
+    pub interfaces: Vec<String>,
+}
+
+impl Leftovers {
+    /// From a configuration.
+    pub fn of(cfg: &xvs_config::Config) -> Leftovers {
+        let i = &cfg.interfaces;
+        let mut interfaces = vec![i.client.clone()];
+        if let (xvs_config::ArmMode::TwoArm, Some(b)) = (i.mode, &i.backend) {
+            interfaces.push(b.clone());
+        }
+        Leftovers {
+            state_dir: cfg.restart.state_dir.clone(),
+            interfaces,
+        }
+    }
+
+    /// Detaches xvs's programs and removes the flow state files; a line
+    /// per thing removed. Refuses while an instance runs.
+    pub fn release(&self) -> Result<Vec<String>, String> {
+        let names: Vec<&str> = self.interfaces.iter().map(String::as_str).collect();
+        let _lock = InstanceLock::acquire(&self.state_dir, &names, "release")?;
+        Ok(self.release_locked())
+    }
+
+    fn release_locked(&self) -> Vec<String> {
+        let mut done = Vec::new();
+        for ifname in &self.interfaces {
+            match xvs_dataplane::steer::release(ifname, None) {
+                Ok(Some(id)) => done.push(format!("detached program {id} from {ifname}")),
+                Ok(None) => {}
+                Err(e) => done.push(format!("{ifname}: {e}")),
+            }
+        }
+        if let Some(client) = self.interfaces.first() {
+            let prefix = format!("{client}.w");
+            if let Ok(dir) = std::fs::read_dir(&self.state_dir) {
+                for entry in dir.flatten() {
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    if name.starts_with(&prefix)
+                        && name.ends_with(".flows")
+                        && std::fs::remove_file(entry.path()).is_ok()
+                    {
+                        done.push(format!("removed {}", entry.path().display()));
+                    }
+                }
+            }
+        }
+        done
+    }
+}
+
+/// Starts the guard of this process: `xvs guard` re-executed from this
+/// binary, in its own session (a signal to the instance's process group
+/// does not reach it), with no descriptor of ours but stderr when that is
+/// not a pipe a test reads to its end.
+pub fn spawn_guard(cfg: &xvs_config::Config) -> std::io::Result<u32> {
+    use std::os::unix::process::CommandExt;
+    let left = Leftovers::of(cfg);
+    let mut cmd = std::process::Command::new("/proc/self/exe");
+    cmd.arg("guard")
+        .arg("--pid")
+        .arg(std::process::id().to_string())
+        .arg("--hold-ms")
+        .arg(cfg.restart.hold_ms.to_string())
+        .arg("--state-dir")
+        .arg(&left.state_dir);
+    for i in &left.interfaces {
+        cmd.arg("--interface").arg(i);
+    }
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null());
+    if stderr_is_pipe() {
+        cmd.stderr(std::process::Stdio::null());
+    }
+    // SAFETY: setsid is async-signal-safe and touches no memory of ours.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    Ok(cmd.spawn()?.id())
+}
+
+fn stderr_is_pipe() -> bool {
+    // SAFETY: fstat writes only into `st`.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; fd 2 may be closed, which fstat reports.
+    let ret = unsafe { libc::fstat(2, &mut st) };
+    ret == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFIFO
+}
+
+/// The guard's work (`xvs guard`): waits for `pid` to exit, then for the
+/// hold window, then releases unless a successor holds the lock.
+pub fn guard(pid: u32, hold: Duration, left: &Leftovers) -> u8 {
+    wait_exit(pid);
+    std::thread::sleep(hold);
+    let names: Vec<&str> = left.interfaces.iter().map(String::as_str).collect();
+    let mut locks = Vec::new();
+    for name in names {
+        match try_lock(&lock_path(&left.state_dir, name)) {
+            Ok(Some(f)) => {
+                let mut w = &f;
+                let _ = w.set_len(0);
+                let _ = writeln!(w, "guard pid {}", std::process::id());
+                locks.push(f);
+            }
+            // A successor runs (or another guard releases): its business.
+            Ok(None) | Err(_) => return 0,
+        }
+    }
+    for line in left.release_locked() {
+        eprintln!("xvs guard: no restart within the hold window: {line}");
+    }
+    0
+}
+
+/// Blocks until process `pid` has exited (a pidfd poll; a pid that is
+/// already gone returns at once).
+fn wait_exit(pid: u32) {
+    // SAFETY: pidfd_open takes a pid and flags; no memory.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) } as i32;
+    if fd < 0 {
+        return;
+    }
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, -1) };
+        if n > 0
+            || (n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted)
+        {
+            break;
+        }
+    }
+    // SAFETY: closes the pidfd opened above, once.
+    unsafe { libc::close(fd) };
+}
