@@ -36,6 +36,26 @@ impl Drop for ScratchDir {
     }
 }
 
+/// The hold window of the tests' daemons unless a test sets its own.
+pub const TEST_HOLD: &str = "300ms";
+
+/// Waits (at most 5 s) until no XDP program is attached to `ifname` in
+/// `ns`: how long after a stop the guard takes to release it at the end of
+/// the hold window. Whether it got there.
+pub fn detached(ns: &crate::netns::Netns, ifname: &str) -> bool {
+    for _ in 0..250 {
+        let link = ns
+            .ip(&["-d", "link", "show", ifname])
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        if !link.contains("prog/xdp") {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
 /// A running `xvs run`.
 #[derive(Debug)]
 pub struct Daemon {
@@ -68,7 +88,34 @@ pub fn dir_of(t: &Topology, kind: &str) -> PathBuf {
     std::env::temp_dir().join(format!("xvs-{kind}-{}", t.tag))
 }
 
+/// `config` with what [`Daemon::start`] adds: the admin socket when it
+/// has no `[admin]` table, and, when it has no `[restart]` table, a state
+/// directory in the daemon's folder (interface names repeat across the
+/// tests' namespaces) and a short hold window ([`TEST_HOLD`]), so that the
+/// guard has released everything soon after a stop.
+fn complete(config: &str, socket: &Path, dir: &Path) -> String {
+    let mut text = if config.contains("[admin]") {
+        config.to_owned()
+    } else {
+        format!("{config}\n[admin]\nsocket = \"{}\"\n", socket.display())
+    };
+    if !text.contains("[restart]") {
+        text.push_str(&format!(
+            "\n[restart]\nhold = \"{TEST_HOLD}\"\nstate_dir = \"{}\"\n",
+            dir.join("state").display()
+        ));
+    }
+    text
+}
+
 impl Daemon {
+    /// Rewrites its config file with `config`, completed as at start (for
+    /// a reload).
+    pub fn rewrite(&self, config: &str) {
+        let text = complete(config, &self.socket, &self.dir);
+        std::fs::write(&self.cfg, text).unwrap_or_else(|e| panic!("{}: {e}", self.cfg.display()));
+    }
+
     /// Writes `config` (without an `[admin]` socket: one is added, unless
     /// `config` has an `[admin]` table, which must then name
     /// [`dir_of`]`/xvs.sock`; without a `[restart]` table, one with a
@@ -86,19 +133,7 @@ impl Daemon {
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let socket = dir.join("xvs.sock");
         let cfg = dir.join("xvs.toml");
-        let mut text = if config.contains("[admin]") {
-            config.to_owned()
-        } else {
-            format!("{config}\n[admin]\nsocket = \"{}\"\n", socket.display())
-        };
-        // The flow state and locks of a test's own (interface names repeat
-        // across the tests' namespaces).
-        if !text.contains("[restart]") {
-            text.push_str(&format!(
-                "\n[restart]\nstate_dir = \"{}\"\n",
-                dir.join("state").display()
-            ));
-        }
+        let text = complete(config, &socket, &dir);
         std::fs::write(&cfg, text).map_err(|e| e.to_string())?;
         let mut cmd = t.gateway.command(&bins.join("xvs").display().to_string());
         cmd.args(["run", "--config"]).arg(&cfg);

@@ -331,7 +331,7 @@ fn reload_applies_one_changed_service_and_refuses_a_bad_file() {
     let conns80 = stats80(&gw);
 
     // Only port 81 changes: b0 leaves it.
-    std::fs::write(&gw.cfg, config(&t, &gw.socket, &[0, 1, 1])).unwrap();
+    gw.rewrite(&config(&t, &gw.socket, &[0, 1, 1]));
     let out = gw.adm_ok(&["--reload"]);
     assert_eq!(out, "applied: 0 added, 1 changed, 0 removed, 1 unchanged\n");
     assert_eq!(load(&t, 81, 30), "ok=30 failed=0 by=b1:15,b2:15");
@@ -350,11 +350,7 @@ fn reload_applies_one_changed_service_and_refuses_a_bad_file() {
     // A bad file: refused with its position, the state stays.
     let listing = gw.adm_ok(&["-Ln"]);
     let good = std::fs::read_to_string(&gw.cfg).unwrap();
-    std::fs::write(
-        &gw.cfg,
-        good.replace("scheduler = \"rr\"", "scheduler = \"rrr\""),
-    )
-    .unwrap();
+    gw.rewrite(&good.replace("scheduler = \"rr\"", "scheduler = \"rrr\""));
     let (status, _, err) = gw.adm(&["--reload"]);
     assert_eq!(status, 255);
     assert!(
@@ -368,7 +364,7 @@ fn reload_applies_one_changed_service_and_refuses_a_bad_file() {
     assert_eq!(load(&t, 81, 30), "ok=30 failed=0 by=b1:15,b2:15");
 
     // SIGHUP does the same as --reload: the fixed file applies.
-    std::fs::write(&gw.cfg, config(&t, &gw.socket, &[1, 1, 1])).unwrap();
+    gw.rewrite(&config(&t, &gw.socket, &[1, 1, 1]));
     let pid = gw.pid();
     // SAFETY: signals only the xvs process this test started.
     unsafe { libc::kill(pid as i32, libc::SIGHUP) };
@@ -503,11 +499,7 @@ fn every_removal_releases_the_vip_it_owned() {
     // A reload whose file has no service on it releases it.
     let text = std::fs::read_to_string(&gw.cfg).unwrap();
     let head = text.split("[[services]]").next().unwrap().to_owned();
-    std::fs::write(
-        &gw.cfg,
-        format!("{head}[[services]]\nvip = \"198.19.0.8\"\nport = 80\nscheduler = \"rr\"\nbackends = [{{ address = \"{}\", port = 8080 }}]\n", backend_addr(1)),
-    )
-    .unwrap();
+    gw.rewrite(&format!("{head}[[services]]\nvip = \"198.19.0.8\"\nport = 80\nscheduler = \"rr\"\nbackends = [{{ address = \"{}\", port = 8080 }}]\n", backend_addr(1)));
     gw.adm_ok(&["--reload"]);
     assert_eq!(gw.steered(), ["198.18.1.2", "198.19.0.8"]);
     assert_eq!(
@@ -550,21 +542,17 @@ fn what_is_not_the_daemons_is_left_alone() {
     let gw = start(&t, &[1, 1, 1]);
     // [admin] changes take a restart.
     let text = std::fs::read_to_string(&gw.cfg).unwrap();
-    std::fs::write(
-        &gw.cfg,
-        text.replace(
-            "[admin]\n",
-            "[admin]\ntcp = \"127.0.0.1:19181\"\ntoken_file = \"/nonexistent\"\n",
-        ),
-    )
-    .unwrap();
+    gw.rewrite(&text.replace(
+        "[admin]\n",
+        "[admin]\ntcp = \"127.0.0.1:19181\"\ntoken_file = \"/nonexistent\"\n",
+    ));
     let (status, _, err) = gw.adm(&["--reload"]);
     assert_eq!(status, 255);
     assert!(
         err.contains("[admin] changed: it takes effect on restart only"),
         "{err}"
     );
-    std::fs::write(&gw.cfg, text).unwrap();
+    gw.rewrite(&text);
     // A field the API does not know.
     let out = Command::new("curl")
         .args(["-s", "-w", "\n%{http_code}", "--unix-socket"])

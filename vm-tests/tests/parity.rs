@@ -556,7 +556,7 @@ fn every_source_refuses_the_same_services_with_the_same_words() {
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        std::fs::write(&gw.cfg, &text).unwrap();
+        gw.rewrite(&text);
         let (status, _, reload_err) = gw.adm(&["--reload"]);
         if c.expect.is_empty() {
             assert!(out.status.success(), "{ctx}: check-config: {err}");
@@ -565,7 +565,7 @@ fn every_source_refuses_the_same_services_with_the_same_words() {
                 table(&gw).to_string().contains(&c.svc.key.vip.to_string()),
                 "{ctx}"
             );
-            std::fs::write(&gw.cfg, &good).unwrap();
+            gw.rewrite(&good);
             gw.adm_ok(&["--reload"]);
         } else {
             assert!(
@@ -580,7 +580,7 @@ fn every_source_refuses_the_same_services_with_the_same_words() {
                 reload_err.contains(&format!("services[1].{}", c.expect)),
                 "{ctx}: reload said {reload_err}"
             );
-            std::fs::write(&gw.cfg, &good).unwrap();
+            gw.rewrite(&good);
         }
         assert_eq!(table(&gw), before, "{ctx}: the file left a change");
 
