@@ -8,7 +8,7 @@ ifeq ($(shell id -u),0)
 export XVS_REQUIRE_PRIVILEGED := 1
 endif
 
-.PHONY: all deps build test lint unit leak-check vm-check fuzz-build fuzz bench e2e-bench vm-image demo clean
+.PHONY: all deps build test lint unit upgrade-build leak-check vm-check fuzz-build fuzz bench e2e-bench vm-image demo clean
 
 all: build
 
@@ -27,8 +27,17 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-unit:
-	$(CARGO) test --workspace
+# A second build of `xvs` and `xvsadm` (the `second-build` feature only
+# changes `xvs --version`) for the upgrade test: built, copied aside, and
+# the first build relinked from the cache.
+UPGRADE_DIR := $(CURDIR)/target/upgrade
+upgrade-build:
+	$(CARGO) build -p xvs-control --bins --features second-build
+	@mkdir -p $(UPGRADE_DIR) && cp target/debug/xvs target/debug/xvsadm $(UPGRADE_DIR)/
+	$(CARGO) build -p xvs-control --bins
+
+unit: upgrade-build
+	XVS_UPGRADE_DIR=$(UPGRADE_DIR) $(CARGO) test --workspace
 
 # Nothing a test created may outlive the suite: namespaces are named xvst-*.
 leak-check:

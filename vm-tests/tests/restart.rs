@@ -259,3 +259,415 @@ fn flows_survive_kill_9_and_a_restart() {
     }
     survive("sigkill", Ending::Signal(libc::SIGKILL), &bins());
 }
+
+/// SIGABRT is what systemd's watchdog sends a hung xvs.
+#[test]
+fn flows_survive_an_abort_and_a_restart() {
+    if !privileged("flows_survive_an_abort_and_a_restart") {
+        return;
+    }
+    survive("sigabrt", Ending::Signal(libc::SIGABRT), &bins());
+}
+
+/// A `systemctl restart`: SIGTERM, then a start.
+#[test]
+fn flows_survive_a_clean_restart() {
+    if !privileged("flows_survive_a_clean_restart") {
+        return;
+    }
+    survive("sigterm", Ending::Signal(libc::SIGTERM), &bins());
+}
+
+/// An upgrade: the running build stopped, a second build of `xvs` (the
+/// same layout version; `make test` builds it into `target/upgrade`, see
+/// the Makefile) started on the same state.
+#[test]
+fn flows_survive_an_upgrade_to_another_build() {
+    if !privileged("flows_survive_an_upgrade_to_another_build") {
+        return;
+    }
+    let Some(next) = upgrade_bins() else {
+        eprintln!("skipping: no second build (XVS_UPGRADE_DIR unset; `make test` sets it)");
+        return;
+    };
+    let version = |dir: &Path| {
+        let out = Command::new(dir.join("xvs"))
+            .arg("--version")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_ne!(
+        version(&bins()),
+        version(&next),
+        "the upgrade target is the same build"
+    );
+    survive("upgrade", Ending::Signal(libc::SIGTERM), &next);
+}
+
+/// The second build's folder, from `XVS_UPGRADE_DIR` (required to exist
+/// when set).
+fn upgrade_bins() -> Option<PathBuf> {
+    let dir = PathBuf::from(std::env::var_os("XVS_UPGRADE_DIR")?);
+    assert!(
+        dir.join("xvs").exists(),
+        "XVS_UPGRADE_DIR={} has no xvs",
+        dir.display()
+    );
+    Some(dir)
+}
+
+/// What systemd's `Restart=on-failure` with `RestartSec=` does, where
+/// systemd is not PID 1 (as on the machines these tests run on): start
+/// `xvs run`, and start it again after `restart_sec` whenever it ends in
+/// failure (a signal, a non-zero status); stop when it ends cleanly.
+struct Supervisor {
+    pid: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    starts: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Supervisor {
+    fn start(t: &Topology, cfg: &Path, restart_sec: Duration) -> Supervisor {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        use std::sync::Arc;
+        let pid = Arc::new(AtomicU32::new(0));
+        let starts = Arc::new(AtomicU32::new(0));
+        let (p, s) = (pid.clone(), starts.clone());
+        let gw = t.gateway.name().to_owned();
+        let cfg = cfg.to_owned();
+        let thread = std::thread::spawn(move || {
+            for _ in 0..5 {
+                let ns = xvs_vm_tests::netns::Netns::existing(&gw);
+                let mut cmd = ns.command(&bins().join("xvs").display().to_string());
+                cmd.args(["run", "--config"]).arg(&cfg);
+                let Ok((xvs, _ready)) = Spawned::start(cmd, "xvs", Duration::from_secs(20)) else {
+                    return;
+                };
+                p.store(xvs.pid(), Ordering::SeqCst);
+                s.fetch_add(1, Ordering::SeqCst);
+                let (status, _) = xvs.wait(Duration::from_secs(120));
+                if status.is_none_or(|s| s.success()) {
+                    return;
+                }
+                std::thread::sleep(restart_sec);
+            }
+        });
+        let sup = Supervisor {
+            pid,
+            starts,
+            thread: Some(thread),
+        };
+        sup.wait_starts(1);
+        sup
+    }
+
+    fn wait_starts(&self, n: u32) {
+        use std::sync::atomic::Ordering;
+        for _ in 0..1500 {
+            if self.starts.load(Ordering::SeqCst) >= n {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("xvs was not started {n} time(s)");
+    }
+
+    fn signal(&self, sig: i32) {
+        let pid = self.pid.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(pid > 0);
+        // SAFETY: signals only the xvs this supervisor started, by PID.
+        unsafe { libc::kill(pid as i32, sig) };
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        self.signal(libc::SIGTERM);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// `Restart=on-failure`: a killed xvs is started again by its supervisor
+/// (as systemd does with the unit's `RestartSec=`), and the flows survive.
+#[test]
+fn a_supervisor_restarts_a_killed_xvs_and_the_flows_survive() {
+    if !privileged("a_supervisor_restarts_a_killed_xvs_and_the_flows_survive") {
+        return;
+    }
+    let t = Topology::build(Spec::one_arm(3)).unwrap();
+    let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
+    let scratch = ScratchDir::new(&t, "restart-sup").unwrap();
+    let state = scratch.path().join("state");
+    let cfg = scratch.path().join("xvs.toml");
+    let socket = scratch.path().join("xvs.sock");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{}\n[admin]\nsocket = \"{}\"\n",
+            config(&t, &state, "5s"),
+            socket.display()
+        ),
+    )
+    .unwrap();
+    // RestartSec of the shipped unit.
+    let sup = Supervisor::start(&t, &cfg, Duration::from_millis(500));
+    let adm = |args: &[&str]| {
+        let out = Command::new(bins().join("xvsadm"))
+            .args(args)
+            .arg("--socket")
+            .arg(&socket)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let listed = || -> BTreeMap<(String, String), (String, String)> {
+        let json: serde_json::Value = serde_json::from_str(&adm(&["-Lnc", "--json"])).unwrap();
+        json["connections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["state"] == "ESTABLISHED")
+            .map(|c| {
+                let s = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+                ((s("client"), s("vip")), (s("backend"), s("snat")))
+            })
+            .collect()
+    };
+    let capture = Capture::start(&t, scratch.path());
+    let clients = streams(&t, 10);
+    std::thread::sleep(Duration::from_secs(2));
+    let before = listed();
+    assert_eq!(before.len(), (PER_SERVICE as usize) * SCHEDULERS.len());
+    sup.signal(libc::SIGKILL);
+    sup.wait_starts(2);
+    assert_eq!(listed(), before, "flows moved across the restart");
+    let (ok, stall, out) = finish(clients, Duration::from_secs(60));
+    assert_eq!(ok, PER_SERVICE * SCHEDULERS.len() as u32, "{out}");
+    let resets = capture.resets();
+    assert!(
+        resets.is_empty(),
+        "clients saw resets:\n{}",
+        resets.join("\n")
+    );
+    println!(
+        "restart figures (supervisor, RestartSec=500ms): longest stream stall {stall} ms, \
+         {ok}/{} connections survived",
+        PER_SERVICE * SCHEDULERS.len() as u32
+    );
+}
+
+/// No successor within the hold window: while it lasts, VIP packets are
+/// dropped (no reset from the kernel) and the gateway's own traffic is
+/// not held; after it, VIP traffic reaches the kernel (which refuses the
+/// connection), the program is gone and no state is left.
+#[test]
+fn without_a_restart_the_hold_window_ends_and_nothing_is_left() {
+    if !privileged("without_a_restart_the_hold_window_ends_and_nothing_is_left") {
+        return;
+    }
+    let t = Topology::build(Spec::one_arm(2)).unwrap();
+    let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
+    let scratch = ScratchDir::new(&t, "restart-none").unwrap();
+    let state = scratch.path().join("state");
+    let text = config(&t, &state, "3s");
+    let (gw, _) = Daemon::start(&t, "rn", &bins(), &text, &[]).unwrap();
+    assert!(t
+        .tcp_load(TESTNET, "198.19.0.1:80", 20, 5000)
+        .starts_with("ok=20 failed=0"));
+    let (status, _) = gw.kill(libc::SIGKILL);
+    assert!(status.is_some());
+    let killed = Instant::now();
+    // In the window: a new connection gets no answer at all (held)...
+    let held = t.tcp_load(TESTNET, "198.19.0.1:80", 1, 1000);
+    assert!(held.starts_with("ok=0 failed=1"), "{held}");
+    // ... while the gateway's own address answers.
+    let ping = t
+        .client
+        .ns
+        .exec("ping", &["-c", "1", "-W", "1", "198.18.0.1"]);
+    assert!(ping.is_ok(), "the gateway's own traffic was held");
+    assert!(link_has_program(&t));
+    assert!(
+        killed.elapsed() < Duration::from_secs(3),
+        "the checks outlasted the window"
+    );
+    // After it: the kernel answers (refuses: nothing listens on the VIP),
+    // the guard has detached the program and removed the state.
+    std::thread::sleep(Duration::from_secs(3).saturating_sub(killed.elapsed()));
+    assert!(
+        xvs_vm_tests::daemon::detached(&t.gateway, &t.gateway_client_if),
+        "a program stayed after the window"
+    );
+    assert!(state_files(&state).is_empty(), "{:?}", state_files(&state));
+    // The kernel refuses at once (a reset), where the window held.
+    let refused = Instant::now();
+    let after = t.tcp_load(TESTNET, "198.19.0.1:80", 1, 2000);
+    assert!(after.starts_with("ok=0 failed=1"), "{after}");
+    assert!(
+        refused.elapsed() < Duration::from_millis(1500),
+        "no answer from the kernel after the window"
+    );
+}
+
+/// One xvs per interface: a second `xvs run` on the same interfaces is
+/// refused, saying who runs.
+#[test]
+fn a_second_instance_on_the_same_interface_is_refused() {
+    if !privileged("a_second_instance_on_the_same_interface_is_refused") {
+        return;
+    }
+    let t = Topology::build(Spec::one_arm(1)).unwrap();
+    let scratch = ScratchDir::new(&t, "restart-twice").unwrap();
+    let state = scratch.path().join("state");
+    let text = config(&t, &state, "1s");
+    let (gw, _) = Daemon::start(&t, "r2", &bins(), &text, &[]).unwrap();
+    let second = scratch.path().join("second.toml");
+    std::fs::write(
+        &second,
+        format!(
+            "{text}\n[admin]\nsocket = \"{}\"\n",
+            scratch.path().join("second.sock").display()
+        ),
+    )
+    .unwrap();
+    let out = t
+        .gateway
+        .command(&bins().join("xvs").display().to_string())
+        .args(["run", "--config"])
+        .arg(&second)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "another xvs already runs on interface {} (run pid {}",
+            t.gateway_client_if,
+            gw.pid()
+        )),
+        "{err}"
+    );
+    // The first one is untouched.
+    assert!(link_has_program(&t));
+    assert!(gw.get("/v1/status").contains("\"programs\""));
+}
+
+/// A program xvs did not attach is never replaced: the error names it and
+/// says how to remove it.
+#[test]
+fn a_foreign_xdp_program_is_named_not_replaced() {
+    if !privileged("a_foreign_xdp_program_is_named_not_replaced") {
+        return;
+    }
+    let t = Topology::build(Spec::one_arm(1)).unwrap();
+    let scratch = ScratchDir::new(&t, "restart-foreign").unwrap();
+    let src = scratch.path().join("other.c");
+    let obj = scratch.path().join("other.o");
+    std::fs::write(
+        &src,
+        "#include <linux/bpf.h>\n#include <bpf/bpf_helpers.h>\n\
+         SEC(\"xdp\") int someone_else(struct xdp_md *ctx) { return XDP_PASS; }\n\
+         char LICENSE[] SEC(\"license\") = \"GPL\";\n",
+    )
+    .unwrap();
+    let cc = Command::new("clang")
+        .args([
+            "-O2",
+            "-target",
+            "bpf",
+            "-I/usr/include/x86_64-linux-gnu",
+            "-c",
+        ])
+        .arg(&src)
+        .arg("-o")
+        .arg(&obj)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    t.gateway
+        .ip(&[
+            "link",
+            "set",
+            "dev",
+            &t.gateway_client_if,
+            "xdpdrv",
+            "obj",
+            obj.to_str().unwrap(),
+            "sec",
+            "xdp",
+        ])
+        .unwrap();
+    let text = config(&t, &scratch.path().join("state"), "1s");
+    let cfg = scratch.path().join("xvs.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{text}\n[admin]\nsocket = \"{}\"\n",
+            scratch.path().join("x.sock").display()
+        ),
+    )
+    .unwrap();
+    let out = t
+        .gateway
+        .command(&bins().join("xvs").display().to_string())
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let ifname = &t.gateway_client_if;
+    assert!(
+        err.contains(&format!(
+            "{ifname} already has XDP program \"someone_else\""
+        )) && err.contains("native mode")
+            && err.contains(&format!("ip link set dev {ifname} xdpdrv off")),
+        "{err}"
+    );
+    // Still there, untouched.
+    let link = t
+        .gateway
+        .ip(&["-d", "link", "show", ifname])
+        .unwrap()
+        .stdout;
+    assert!(String::from_utf8_lossy(&link).contains("someone_else"));
+}
+
+/// A successor whose configuration does not fit the state (here another
+/// capacity) starts empty and says why, in the log and `/v1/status`.
+#[test]
+fn an_incompatible_restart_starts_empty_and_says_why() {
+    if !privileged("an_incompatible_restart_starts_empty_and_says_why") {
+        return;
+    }
+    let t = Topology::build(Spec::one_arm(1)).unwrap();
+    let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
+    let scratch = ScratchDir::new(&t, "restart-incompat").unwrap();
+    let state = scratch.path().join("state");
+    let text = config(&t, &state, "5s");
+    let (gw, _) = Daemon::start(&t, "ri", &bins(), &text, &[]).unwrap();
+    assert!(t
+        .tcp_load(TESTNET, "198.19.0.1:80", 10, 5000)
+        .starts_with("ok=10 failed=0"));
+    gw.kill(libc::SIGKILL);
+    let other = text.replace("[restart]", "[conntrack]\ncapacity = 5000\n\n[restart]");
+    let (gw, _) = Daemon::start(&t, "ri", &bins(), &other, &[]).unwrap();
+    let status: serde_json::Value = serde_json::from_str(&gw.get("/v1/status")).unwrap();
+    let empty = status["restart"]["started_empty"].to_string();
+    assert!(
+        empty.contains("worker 0: capacity or entry size changed"),
+        "{status}"
+    );
+    assert_eq!(status["restart"]["adopted_flows"].as_u64(), Some(0));
+    // It serves, from an empty table.
+    assert!(t
+        .tcp_load(TESTNET, "198.19.0.1:80", 10, 5000)
+        .starts_with("ok=10 failed=0"));
+}

@@ -5,10 +5,18 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// The version `--version` prints (a build with the `second-build`
+/// feature says so, so the upgrade test can tell the two apart).
+const VERSION: &str = if cfg!(feature = "second-build") {
+    concat!(env!("CARGO_PKG_VERSION"), " (second build)")
+} else {
+    env!("CARGO_PKG_VERSION")
+};
+
 /// xvs: an AF_XDP userspace L4 load balancer (IPVS-compatible schedulers,
 /// full NAT, Maglev) for dedicated gateway nodes.
 #[derive(Debug, Parser)]
-#[command(name = "xvs", version)]
+#[command(name = "xvs", version = VERSION)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
