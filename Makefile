@@ -39,10 +39,13 @@ upgrade-build:
 unit: upgrade-build
 	XVS_UPGRADE_DIR=$(UPGRADE_DIR) $(CARGO) test --workspace
 
-# Nothing a test created may outlive the suite: namespaces are named xvst-*.
+# Nothing a test created may outlive the suite: namespaces are named xvst-*,
+# flow state mounts xvs-flows (those of the tests' daemons live under /tmp).
 leak-check:
 	@left=$$(ip netns list 2>/dev/null | awk '/^xvst-/ {print $$1}'); \
-	if [ -n "$$left" ]; then echo "left behind by the tests: $$left" >&2; exit 1; fi
+	if [ -n "$$left" ]; then echo "left behind by the tests: $$left" >&2; exit 1; fi; \
+	mounts=$$(awk '$$5 ~ "^/tmp/" && / - tmpfs xvs-flows / {print $$5}' /proc/self/mountinfo); \
+	if [ -n "$$mounts" ]; then echo "mounts left behind by the tests: $$mounts" >&2; exit 1; fi
 
 # The two-VM benchmark runs only where KVM, QEMU and the image exist; it
 # prints why it skipped otherwise.

@@ -3,7 +3,9 @@
 //! 1,000,000 flows in the table: a packet of an established flow (flows
 //! taken in random order), a new flow (SYN to a random service: service
 //! lookup, scheduler, SNAT port, insert, rewrite), and the service lookup
-//! alone.
+//! alone. Twice: with the flow table in anonymous memory, and in a state
+//! file mapped shared, as `xvs run` keeps it to survive a restart (in
+//! `XVS_BENCH_STATE_DIR`, default `/dev/shm`: tmpfs, as `/run` is).
 
 #![allow(clippy::unwrap_used)] // benches: a failed unwrap is a broken bench
 #![allow(clippy::disallowed_types)] // a benchmark measures wall-clock time
@@ -82,8 +84,31 @@ fn client_of(i: u32) -> (Ipv4Addr, u16) {
     )
 }
 
-fn setup() -> Pipeline {
-    let mut p = Pipeline::new(
+/// Where the state-file variant's table lives.
+fn state_file() -> std::path::PathBuf {
+    let dir = std::env::var_os("XVS_BENCH_STATE_DIR").unwrap_or_else(|| "/dev/shm".into());
+    std::path::PathBuf::from(dir).join(format!("xvs-bench-{}.flows", std::process::id()))
+}
+
+fn setup(in_file: bool) -> Pipeline {
+    let capacity = FLOWS + 200_000;
+    let table = if in_file {
+        let identity = xvs_conntrack::StateIdentity {
+            worker: 0,
+            workers: 1,
+            snat: 0,
+        };
+        let path = state_file();
+        let (t, _) =
+            xvs_conntrack::FlowTable::open_state(&path, identity, capacity, Timeouts::default(), 0)
+                .unwrap();
+        // The mapping keeps the bytes; the name can go now.
+        std::fs::remove_file(&path).unwrap();
+        t
+    } else {
+        xvs_conntrack::FlowTable::new(capacity, Timeouts::default(), 0)
+    };
+    let mut p = Pipeline::with_table(
         PipelineConfig {
             worker: 0,
             mac: EthernetAddress(GW),
@@ -93,12 +118,12 @@ fn setup() -> Pipeline {
                 first: 1024,
                 last: 65_535,
             },
-            capacity: FLOWS + 200_000,
+            capacity,
             timeouts: Timeouts::default(),
             rules: xvs_config::ConnRules::default(),
             unknown_port: xvs_config::UnknownPort::Drop,
         },
-        0,
+        table,
     );
     for n in 0..SERVICES {
         let mut s = Service::new(ServiceKey {
@@ -137,7 +162,11 @@ fn setup() -> Pipeline {
 }
 
 fn pipeline(c: &mut Criterion) {
-    let mut p = setup();
+    measure(c, "pipeline_100k_services_1M_flows", setup(false));
+    measure(c, "pipeline_100k_services_1M_flows_state_file", setup(true));
+}
+
+fn measure(c: &mut Criterion, group: &str, mut p: Pipeline) {
     println!(
         "pipeline: {} services, {} flows",
         p.services.len(),
@@ -151,7 +180,7 @@ fn pipeline(c: &mut Criterion) {
             tcp_frame(c, port, vip(i % SERVICES), 0x10)
         })
         .collect();
-    let mut g = c.benchmark_group("pipeline_100k_services_1M_flows");
+    let mut g = c.benchmark_group(group);
     g.throughput(Throughput::Elements(1));
     g.sample_size(20);
     g.measurement_time(Duration::from_secs(4));

@@ -397,6 +397,8 @@ pub struct RestartView {
     pub started_empty: Vec<String>,
     /// The state files in use.
     pub state_files: Vec<String>,
+    /// Why they are in plain pages, if they are (else huge pages).
+    pub plain_pages: Option<String>,
     /// Ids of the earlier xvs programs this start replaced.
     pub replaced_programs: Vec<u32>,
     /// VIP packets those programs held (dropped) while no worker served.

@@ -82,6 +82,9 @@ impl Plane for Dataplane {
             if let Some(f) = &r.file {
                 v.state_files.push(f.display().to_string());
             }
+            if let Some(why) = &r.plain_pages {
+                v.plain_pages = Some(why.clone());
+            }
             if let Some(why) = &r.fresh {
                 v.started_empty.push(format!("worker {}: {why}", r.worker));
             }

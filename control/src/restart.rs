@@ -35,12 +35,6 @@ pub fn lock_path(state_dir: &Path, ifname: &str) -> PathBuf {
     state_dir.join(format!("{ifname}.lock"))
 }
 
-/// Path of worker `worker`'s flow state file for `client` (the client
-/// interface names the instance).
-pub fn state_path(state_dir: &Path, client: &str, worker: usize) -> PathBuf {
-    state_dir.join(format!("{client}.w{worker}.flows"))
-}
-
 fn try_lock(path: &Path) -> std::io::Result<Option<File>> {
     let file = OpenOptions::new()
         .read(true)
@@ -153,20 +147,29 @@ impl Leftovers {
             }
         }
         if let Some(client) = self.interfaces.first() {
-            let prefix = format!("{client}.w");
-            if let Ok(dir) = std::fs::read_dir(&self.state_dir) {
-                for entry in dir.flatten() {
-                    let name = entry.file_name().to_string_lossy().into_owned();
-                    if name.starts_with(&prefix)
-                        && name.ends_with(".flows")
-                        && std::fs::remove_file(entry.path()).is_ok()
-                    {
-                        done.push(format!("removed {}", entry.path().display()));
-                    }
-                }
+            for path in xvs_dataplane::state::remove_files(&self.state_dir, client) {
+                done.push(format!("removed {}", path.display()));
             }
         }
+        if xvs_dataplane::state::unmount_dir(&self.state_dir) {
+            done.push(format!(
+                "removed {}",
+                xvs_dataplane::state::flows_dir(&self.state_dir).display()
+            ));
+        }
         done
+    }
+}
+
+/// `xvs prepare-state`: the state folder, with its huge-page tmpfs
+/// mounted in this mount namespace (the unit runs it with `+`, in the
+/// host's, so the mount outlives the service's namespace).
+pub fn prepare_state(cfg: &xvs_config::Config) -> Result<String, String> {
+    let dir = &cfg.restart.state_dir;
+    match xvs_dataplane::state::prepare_dir(dir) {
+        Ok((flows, None)) => Ok(format!("{} ready (huge pages)", flows.display())),
+        Ok((flows, Some(why))) => Ok(format!("{} ready in plain pages: {why}", flows.display())),
+        Err(e) => Err(format!("cannot prepare {}: {e}", dir.display())),
     }
 }
 

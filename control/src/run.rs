@@ -324,6 +324,9 @@ pub fn run(config: &Path) -> u8 {
         for why in &restart.started_empty {
             warn!("flow state started empty: {why}");
         }
+        if let Some(why) = &restart.plain_pages {
+            warn!("flow state in 4 KiB pages (slower lookups): {why}");
+        }
         println!(
             "ready: {} services on {}, {} worker(s), admin API on {}",
             services.0,

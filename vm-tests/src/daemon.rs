@@ -32,7 +32,26 @@ impl ScratchDir {
 
 impl Drop for ScratchDir {
     fn drop(&mut self) {
+        unmount_under(&self.0);
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Detaches every mount under `dir` (the flow state tmpfs `xvs run`
+/// mounts in a test's state directory), so the folder can go.
+pub fn unmount_under(dir: &Path) {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let prefix = dir.to_string_lossy().into_owned();
+    for line in info.lines() {
+        let Some(point) = line.split(' ').nth(4) else {
+            continue;
+        };
+        if point.starts_with(&prefix) {
+            if let Ok(c) = std::ffi::CString::new(point) {
+                // SAFETY: a valid NUL-terminated path for the call.
+                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            }
+        }
     }
 }
 
@@ -241,6 +260,7 @@ impl Drop for Daemon {
         if let Some(x) = self.xvs.take() {
             x.stop(libc::SIGTERM, Duration::from_secs(10));
         }
+        unmount_under(&self.dir);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -230,7 +230,10 @@ fn run_xvs(
         }
     }
     drop(runner);
-    let _ = std::fs::remove_dir_all(bench_state_dir());
+    let dir = bench_state_dir();
+    xvs_dataplane::state::remove_files(&dir, "gc");
+    xvs_dataplane::state::unmount_dir(&dir);
+    let _ = std::fs::remove_dir_all(dir);
     Ok(())
 }
 

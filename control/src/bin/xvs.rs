@@ -52,6 +52,15 @@ enum Command {
         #[arg(long, short, value_name = "FILE", default_value = xvs_config::DEFAULT_CONFIG_PATH)]
         config: PathBuf,
     },
+    /// Make the flow state folder (`[restart] state_dir`/flows) and mount
+    /// its huge-page tmpfs, in this mount namespace. `xvs run` does it
+    /// too; the systemd unit runs it first with full privileges (`+`), so
+    /// the mount is the host's and outlives the service's namespace.
+    PrepareState {
+        /// Config file.
+        #[arg(long, short, value_name = "FILE", default_value = xvs_config::DEFAULT_CONFIG_PATH)]
+        config: PathBuf,
+    },
     /// (Started by `xvs run`.) Wait for the instance `pid` to exit and
     /// release what it left when no successor started within the hold
     /// window.
@@ -97,6 +106,29 @@ fn main() -> ExitCode {
                     for l in lines {
                         println!("{l}");
                     }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::PrepareState { config } => {
+            let cfg = match xvs_config::load(&config) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
+            };
+            if cfg.restart.hold_ms == 0 {
+                println!("restart survival is off (hold = \"0s\"): nothing to prepare");
+                return ExitCode::SUCCESS;
+            }
+            match xvs_control::restart::prepare_state(&cfg) {
+                Ok(line) => {
+                    println!("{line}");
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
