@@ -4,8 +4,9 @@
 //! taken in random order), a new flow (SYN to a random service: service
 //! lookup, scheduler, SNAT port, insert, rewrite), and the service lookup
 //! alone. Twice: with the flow table in anonymous memory, and in a state
-//! file mapped shared, as `xvs run` keeps it to survive a restart (in
-//! `XVS_BENCH_STATE_DIR`, default `/dev/shm`: tmpfs, as `/run` is).
+//! file mapped shared, as `xvs run` keeps it to survive a restart (in a
+//! folder prepared as `xvs prepare-state` prepares `/run/xvs/flows`: a
+//! tmpfs with huge pages).
 
 #![allow(clippy::unwrap_used)] // benches: a failed unwrap is a broken bench
 #![allow(clippy::disallowed_types)] // a benchmark measures wall-clock time
@@ -84,10 +85,9 @@ fn client_of(i: u32) -> (Ipv4Addr, u16) {
     )
 }
 
-/// Where the state-file variant's table lives.
-fn state_file() -> std::path::PathBuf {
-    let dir = std::env::var_os("XVS_BENCH_STATE_DIR").unwrap_or_else(|| "/dev/shm".into());
-    std::path::PathBuf::from(dir).join(format!("xvs-bench-{}.flows", std::process::id()))
+/// The state-file variant's state directory.
+fn state_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("xvs-bench-pipeline-{}", std::process::id()))
 }
 
 fn setup(in_file: bool) -> Pipeline {
@@ -98,7 +98,13 @@ fn setup(in_file: bool) -> Pipeline {
             workers: 1,
             snat: 0,
         };
-        let path = state_file();
+        let (dir, plain) = xvs_dataplane::state::prepare_dir(&state_dir()).unwrap();
+        println!(
+            "state file in {}: {}",
+            dir.display(),
+            plain.as_deref().unwrap_or("huge pages")
+        );
+        let path = dir.join("bench.flows");
         let (t, _) =
             xvs_conntrack::FlowTable::open_state(&path, identity, capacity, Timeouts::default(), 0)
                 .unwrap();
@@ -164,6 +170,8 @@ fn setup(in_file: bool) -> Pipeline {
 fn pipeline(c: &mut Criterion) {
     measure(c, "pipeline_100k_services_1M_flows", setup(false));
     measure(c, "pipeline_100k_services_1M_flows_state_file", setup(true));
+    xvs_dataplane::state::unmount_dir(&state_dir());
+    let _ = std::fs::remove_dir_all(state_dir());
 }
 
 fn measure(c: &mut Criterion, group: &str, mut p: Pipeline) {

@@ -16,7 +16,7 @@
 //! Invariants: a file is adopted only when its header matches this build
 //! and this configuration exactly ([`LAYOUT_VERSION`] and the entry layout
 //! signature, capacity, address family, worker index and count, SNAT
-//! identity, boot); otherwise it is reset and the reason returned. Time in
+//! identity, boot, [`IDENTITY_SCHEME`]); otherwise it is reset and the reason returned. Time in
 //! the entries is seconds of CLOCK_MONOTONIC, the same in every process of
 //! one boot, so deadlines carry over unchanged.
 
@@ -37,6 +37,11 @@ use crate::Timeouts;
 pub const LAYOUT_VERSION: u32 = 1;
 
 const MAGIC: [u8; 8] = *b"XVSFLOWS";
+
+/// Version of how an adopted entry is matched to this process's services
+/// and backends (today: the VIP, protocol and port name the service, the
+/// address and port the backend). Bump it when that changes.
+pub const IDENTITY_SCHEME: u32 = 1;
 
 /// Address types whose every bit pattern is a valid value, so entries read
 /// back from a file are sound to use: the two families' own types.
@@ -68,10 +73,11 @@ struct Header {
     workers: u64,
     snat: u64,
     boot: u64,
+    identity: u64,
 }
 
 impl Header {
-    const FIELDS: [&'static str; 8] = [
+    const FIELDS: [&'static str; 9] = [
         "layout version",
         "entry layout",
         "capacity",
@@ -80,9 +86,10 @@ impl Header {
         "workers",
         "SNAT addresses or port slice",
         "boot",
+        "service identity scheme",
     ];
 
-    fn words(&self) -> [u64; 8] {
+    fn words(&self) -> [u64; 9] {
         [
             self.layout,
             self.signature,
@@ -92,6 +99,7 @@ impl Header {
             self.workers,
             self.snat,
             self.boot,
+            self.identity,
         ]
     }
 
@@ -113,6 +121,7 @@ impl Header {
             workers: w(5),
             snat: w(6),
             boot: w(7),
+            identity: w(8),
         })
     }
 
@@ -217,6 +226,7 @@ impl<A: FlatAddress> FlowTable<A> {
             workers: u64::from(identity.workers),
             snat: identity.snat,
             boot: boot_digest(),
+            identity: u64::from(IDENTITY_SCHEME),
         };
         let (mut region, had) = Region::<Entry<A>>::file(path, capacity as usize)?;
         let bytes = (HEADER + capacity as usize * std::mem::size_of::<Entry<A>>()) as u64;

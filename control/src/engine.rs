@@ -212,6 +212,16 @@ impl Engine {
         self.dp.as_ref()
     }
 
+    /// Adopts the flows an earlier instance left (once; later calls do
+    /// nothing) and logs what was taken over.
+    pub fn adopt(&mut self) {
+        match self.dp.adopt() {
+            Ok(true) => log_adopted(&self.dp.restart()),
+            Ok(false) => {}
+            Err(e) => tracing::error!("adopting the flow state: {e}"),
+        }
+    }
+
     /// The config file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -771,6 +781,19 @@ impl EngineHandle {
             }))
             .map_err(|_| CallError::Unavailable)?;
         rx.recv().map_err(|_| CallError::Dropped)
+    }
+}
+
+/// Logs what a start adopted from the state an earlier instance left.
+pub fn log_adopted(r: &crate::api::RestartView) {
+    if r.adopted_flows + r.adopted_templates + r.adopted_dropped > 0 {
+        tracing::info!(
+            flows = r.adopted_flows,
+            templates = r.adopted_templates,
+            dropped = r.adopted_dropped,
+            files = r.state_files.len(),
+            "adopted the flow state an earlier xvs left"
+        );
     }
 }
 

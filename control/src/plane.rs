@@ -65,6 +65,12 @@ pub trait Plane {
     fn snapshots(&self) -> Vec<Snapshot>;
     /// Stops the workers; their last snapshots.
     fn stop(self: Box<Self>) -> Vec<Snapshot>;
+    /// Adopts the flows an earlier instance left, now that the services
+    /// are in; false when there was nothing left to do (adoption done at
+    /// start, or a plane without state).
+    fn adopt(&mut self) -> Result<bool, PlaneError> {
+        Ok(false)
+    }
     /// What the start took over from an earlier instance (none by
     /// default: a plane without a predecessor).
     fn restart(&self) -> crate::api::RestartView {
@@ -73,6 +79,9 @@ pub trait Plane {
 }
 
 impl Plane for Dataplane {
+    fn adopt(&mut self) -> Result<bool, PlaneError> {
+        Ok(Dataplane::adopt(self)?)
+    }
     fn restart(&self) -> crate::api::RestartView {
         let mut v = crate::api::RestartView::default();
         for r in self.restored() {

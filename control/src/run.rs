@@ -218,8 +218,15 @@ pub fn run(config: &Path) -> u8 {
         // that reads time for the data plane. The same in every process
         // of a boot, so the deadlines of adopted flows carry over.
         let clock = || (xvs_dataplane::steer::monotonic_ns() / 1_000_000_000) as u32;
-        let dp = Dataplane::start(&start_cfg, clock)
-            .map_err(|e| format!("cannot start the data plane: {e}"))?;
+        // With Kubernetes, the flows an earlier instance left are adopted
+        // once its services are in (see `start_kube`), or when half the
+        // hold window has passed without them.
+        let dp = if start_cfg.kubernetes.enabled {
+            Dataplane::start_deferred(&start_cfg, clock)
+        } else {
+            Dataplane::start(&start_cfg, clock)
+        }
+        .map_err(|e| format!("cannot start the data plane: {e}"))?;
         Ok(Engine::new(Box::new(dp), &path, start_cfg))
     });
     let (engine, thread) = match spawned {
@@ -243,7 +250,16 @@ pub fn run(config: &Path) -> u8 {
             refused_tcp: Arc::default(),
         });
         let kube_task = match &shared.kube {
-            Some(status) => Some(start_kube(&cfg, status.clone(), shared.clone()).await?),
+            Some(status) => {
+                let tasks = start_kube(&cfg, status.clone(), shared.clone()).await?;
+                let engine = engine.clone();
+                let wait = Duration::from_millis(u64::from(cfg.restart.hold_ms / 2).max(1000));
+                tokio::spawn(async move {
+                    tokio::time::sleep(wait).await;
+                    let _ = engine.call(|e| e.adopt()).await;
+                });
+                Some(tasks)
+            }
             None => None,
         };
         let queues = engine.call(|e| e.dataplane().events()).await?;
@@ -314,13 +330,7 @@ pub fn run(config: &Path) -> u8 {
                 "took over the steering program of an earlier xvs"
             );
         }
-        if restart.adopted_flows + restart.adopted_templates + restart.adopted_dropped > 0 {
-            info!(
-                flows = restart.adopted_flows, templates = restart.adopted_templates,
-                dropped = restart.adopted_dropped, files = restart.state_files.len(),
-                "adopted the flow state an earlier xvs left"
-            );
-        }
+        crate::engine::log_adopted(&restart);
         for why in &restart.started_empty {
             warn!("flow state started empty: {why}");
         }
@@ -426,6 +436,9 @@ async fn start_kube(
                 .engine
                 .call(move |e| {
                     let r = e.set_kube(set);
+                    // The first whole copy is in: the flows of its
+                    // services can be adopted.
+                    e.adopt();
                     crate::api::applied(e, r, &latency)
                 })
                 .await

@@ -67,6 +67,8 @@ struct WorkerHandle {
     /// Its AF_XDP sockets (for the kernel's statistics; valid while it
     /// runs).
     fds: Vec<i32>,
+    /// The RX queue it serves.
+    queue: u32,
 }
 
 /// Sends updates to every worker and reads their snapshots.
@@ -242,6 +244,10 @@ pub struct Dataplane {
     takeovers: Vec<crate::steer::Takeover>,
     /// What each worker made of its flow state file.
     restored: Vec<crate::state::Restored>,
+    /// Adoption waits for [`Dataplane::adopt`].
+    pending: bool,
+    /// The workers' clock.
+    clock: Box<dyn Fn() -> u32 + Send>,
     ifname: String,
     /// The services the workers have, by key (an update keeps its
     /// service's id, and its counts when the backends are the same).
@@ -297,6 +303,26 @@ impl Dataplane {
     pub fn start(
         cfg: &Config,
         clock: impl Fn() -> u32 + Clone + Send + 'static,
+    ) -> Result<Dataplane, StartError> {
+        Dataplane::start_with(cfg, clock, false)
+    }
+
+    /// As [`Dataplane::start`], but the flows of the state files are
+    /// adopted only at [`Dataplane::adopt`], once the services that come
+    /// later (from Kubernetes) are in: until then the sockets are not in
+    /// the steering program's map and the program holds the VIPs' packets
+    /// (for its hold window at most).
+    pub fn start_deferred(
+        cfg: &Config,
+        clock: impl Fn() -> u32 + Clone + Send + 'static,
+    ) -> Result<Dataplane, StartError> {
+        Dataplane::start_with(cfg, clock, true)
+    }
+
+    fn start_with(
+        cfg: &Config,
+        clock: impl Fn() -> u32 + Clone + Send + 'static,
+        defer: bool,
     ) -> Result<Dataplane, StartError> {
         let i = &cfg.interfaces;
         if cfg.snat.addresses.is_empty() {
@@ -370,7 +396,9 @@ impl Dataplane {
             for s in &services {
                 pipeline.upsert_service(s.clone());
             }
-            r.adopted = pipeline.adopt(now);
+            if !defer {
+                r.adopted = pipeline.adopt(now);
+            }
             restored.push(r);
             pipelines.push(pipeline);
         }
@@ -424,7 +452,9 @@ impl Dataplane {
             let fds = port.fds();
             let mut liveness = crate::steer::Liveness::default();
             for (k, st) in steerings.iter().enumerate() {
-                st.register_socket(queue, port.fd(k))?;
+                if !defer {
+                    st.register_socket(queue, port.fd(k))?;
+                }
                 liveness.join(st.liveness(queue));
             }
             // In worker order (the vector holds one per queue).
@@ -454,6 +484,10 @@ impl Dataplane {
                     liveness,
                 },
             );
+            let mut worker = worker;
+            if defer {
+                worker.await_adoption();
+            }
             let clock = clock.clone();
             let join = std::thread::Builder::new()
                 .name(format!("xvs-q{queue}"))
@@ -478,6 +512,7 @@ impl Dataplane {
                 live,
                 sent: AtomicU64::new(0),
                 fds,
+                queue,
             });
         }
         // From here on the program outlives the process: the hold window
@@ -491,6 +526,8 @@ impl Dataplane {
             handle: DataplaneHandle { workers: handles },
             takeovers,
             restored,
+            pending: defer,
+            clock: Box::new(clock),
             steerings,
             ifname: match &ifnames[..] {
                 [one] => (*one).to_owned(),
@@ -586,6 +623,43 @@ impl Dataplane {
     /// earlier xvs's program replaced, and what it held).
     pub fn takeovers(&self) -> &[crate::steer::Takeover] {
         &self.takeovers
+    }
+
+    /// Adopts the state files' flows on every worker, now that the
+    /// services are in, then hands the queues' packets to the workers (a
+    /// data plane started with [`Dataplane::start`] did both at start).
+    /// Whether this call adopted (false: done already).
+    pub fn adopt(&mut self) -> Result<bool, SteerError> {
+        if !std::mem::take(&mut self.pending) {
+            return Ok(false);
+        }
+        for (w, h) in self.handle.workers.iter().enumerate() {
+            let (tx, rx) = bounded(1);
+            self.handle.send_to(
+                h,
+                Control::Adopt {
+                    now: (self.clock)(),
+                    reply: tx,
+                },
+            );
+            if let (Ok(adopted), Some(r)) = (
+                rx.recv_timeout(Duration::from_secs(30)),
+                self.restored.get_mut(w),
+            ) {
+                r.adopted = adopted;
+            }
+            for (k, st) in self.steerings.iter().enumerate() {
+                if let Some(&fd) = h.fds.get(k) {
+                    st.register_socket(h.queue, fd)?;
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Whether adoption still waits for [`Dataplane::adopt`].
+    pub fn adoption_pending(&self) -> bool {
+        self.pending
     }
 
     /// What each worker made of its flow state file at start.

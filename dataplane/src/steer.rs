@@ -169,17 +169,21 @@ fn attached_at(ifname: &str, ifindex: i32) -> Result<Option<Attached>, SteerErro
     if ret != 0 {
         return Err(bpf_err(format!("read program {id} on {ifname}"), ret));
     }
-    let name: Vec<u8> = info
-        .name
+    Ok(Some(Attached {
+        id,
+        name: c_name(&info.name),
+        mode,
+    }))
+}
+
+/// A name the kernel fills in (NUL-terminated, at most 16 bytes).
+fn c_name(raw: &[std::os::raw::c_char]) -> String {
+    let bytes: Vec<u8> = raw
         .iter()
         .take_while(|&&c| c != 0)
         .map(|&c| c as u8)
         .collect();
-    Ok(Some(Attached {
-        id,
-        name: String::from_utf8_lossy(&name).into_owned(),
-        mode,
-    }))
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 fn prog_fd_by_id(id: u32) -> Result<Fd, SteerError> {
@@ -223,13 +227,7 @@ fn held_by(id: u32) -> u64 {
         if unsafe { sys::bpf_map_get_info_by_fd(map.0, &mut mi, &mut len) } != 0 {
             continue;
         }
-        let name: Vec<u8> = mi
-            .name
-            .iter()
-            .take_while(|&&c| c != 0)
-            .map(|&c| c as u8)
-            .collect();
-        if name != b"held" || mi.value_size != 8 {
+        if c_name(&mi.name) != "held" || mi.value_size != 8 {
             continue;
         }
         // SAFETY: sysconf has no memory preconditions.

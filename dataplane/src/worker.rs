@@ -88,6 +88,15 @@ pub enum Control {
     Disown(std::net::Ipv4Addr),
     /// Report a snapshot.
     Snapshot(crossbeam_channel::Sender<Snapshot>),
+    /// Adopt the flows of the table read back from a state file (the
+    /// services are in), start marking the queue alive, and answer what
+    /// was adopted.
+    Adopt {
+        /// The time now.
+        now: u32,
+        /// The answer.
+        reply: crossbeam_channel::Sender<xvs_conntrack::Adopted>,
+    },
     /// List flows matching a filter: one chunk of slots from `cursor`,
     /// answered with the flows and where to continue (`None`: done).
     Dump {
@@ -228,6 +237,9 @@ pub struct Worker<P: PacketIo = XskPort> {
     peers: Option<Peers>,
     live: Arc<LiveCounters>,
     liveness: crate::steer::Liveness,
+    /// Whether the queue is marked alive (not until its flows are
+    /// adopted, when adoption waits for the services).
+    serving: bool,
     last_now: u32,
     keep: Vec<usize>,
     preps: Vec<Prepared>,
@@ -260,6 +272,7 @@ impl<P: PacketIo> Worker<P> {
             peers: links.peers,
             live: links.live,
             liveness: links.liveness,
+            serving: true,
             last_now: 0,
             keep: Vec::with_capacity(BATCH),
             preps: Vec::with_capacity(BATCH),
@@ -309,6 +322,11 @@ impl<P: PacketIo> Worker<P> {
                 Control::Snapshot(reply) => {
                     let _ = reply.send(self.snapshot());
                 }
+                Control::Adopt { now, reply } => {
+                    let adopted = self.pipeline.adopt(now);
+                    self.serving = true;
+                    let _ = reply.send(adopted);
+                }
                 Control::Dump {
                     filter,
                     cursor,
@@ -346,12 +364,21 @@ impl<P: PacketIo> Worker<P> {
         }
     }
 
+    /// Holds back the liveness mark until a [`Control::Adopt`]: the
+    /// steering program's hold window is then all the time adoption may
+    /// take.
+    pub fn await_adoption(&mut self) {
+        self.serving = false;
+    }
+
     /// Runs until stopped; returns the final snapshot.
     pub fn run(mut self, clock: impl Fn() -> u32) -> Snapshot {
         loop {
             // The steering program holds this queue's packets while the
             // mark is recent and no socket takes them (see steer.rs).
-            self.liveness.mark(crate::steer::monotonic_ns());
+            if self.serving {
+                self.liveness.mark(crate::steer::monotonic_ns());
+            }
             match self.step(clock()) {
                 Step::Stopped => break,
                 Step::Idle { sleep: true } => self.sleep(),

@@ -120,7 +120,12 @@ fn finish(streams: Vec<Spawned>, within: Duration) -> (u32, u64, String) {
 /// The established flows xvs lists (`xvsadm -Lnc --json`) by client and
 /// VIP: backend and SNAT endpoint.
 fn flows(gw: &Daemon) -> BTreeMap<(String, String), (String, String)> {
-    let json: serde_json::Value = serde_json::from_str(&gw.adm_ok(&["-Lnc", "--json"])).unwrap();
+    parse_flows(&gw.adm_ok(&["-Lnc", "--json"]))
+}
+
+/// [`flows`] of the JSON `xvsadm -Lnc --json` printed.
+fn parse_flows(text: &str) -> BTreeMap<(String, String), (String, String)> {
+    let json: serde_json::Value = serde_json::from_str(text).unwrap();
     json["connections"]
         .as_array()
         .unwrap()
@@ -446,19 +451,7 @@ fn a_supervisor_restarts_a_killed_xvs_and_the_flows_survive() {
             .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    let listed = || -> BTreeMap<(String, String), (String, String)> {
-        let json: serde_json::Value = serde_json::from_str(&adm(&["-Lnc", "--json"])).unwrap();
-        json["connections"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|c| c["state"] == "ESTABLISHED")
-            .map(|c| {
-                let s = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
-                ((s("client"), s("vip")), (s("backend"), s("snat")))
-            })
-            .collect()
-    };
+    let listed = || parse_flows(&adm(&["-Lnc", "--json"]));
     let capture = Capture::start(&t, scratch.path());
     let clients = streams(&t, 10);
     std::thread::sleep(Duration::from_secs(2));
@@ -538,6 +531,30 @@ fn without_a_restart_the_hold_window_ends_and_nothing_is_left() {
     );
 }
 
+/// `xvs run` on `text` (with an admin socket `name.sock` in `dir`), in
+/// the gateway namespace, expected to stop at once: its exit status and
+/// stderr.
+fn run_refused(t: &Topology, dir: &Path, name: &str, text: &str) -> (Option<i32>, String) {
+    let cfg = dir.join(format!("{name}.toml"));
+    let socket = dir.join(format!("{name}.sock"));
+    std::fs::write(
+        &cfg,
+        format!("{text}\n[admin]\nsocket = \"{}\"\n", socket.display()),
+    )
+    .unwrap();
+    let out = t
+        .gateway
+        .command(&bins().join("xvs").display().to_string())
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// One xvs per interface: a second `xvs run` on the same interfaces is
 /// refused, saying who runs.
 #[test]
@@ -550,24 +567,8 @@ fn a_second_instance_on_the_same_interface_is_refused() {
     let state = scratch.path().join("state");
     let text = config(&t, &state, "1s");
     let (gw, _) = Daemon::start(&t, "r2", &bins(), &text, &[]).unwrap();
-    let second = scratch.path().join("second.toml");
-    std::fs::write(
-        &second,
-        format!(
-            "{text}\n[admin]\nsocket = \"{}\"\n",
-            scratch.path().join("second.sock").display()
-        ),
-    )
-    .unwrap();
-    let out = t
-        .gateway
-        .command(&bins().join("xvs").display().to_string())
-        .args(["run", "--config"])
-        .arg(&second)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let (code, err) = run_refused(&t, scratch.path(), "second", &text);
+    assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains(&format!(
             "another xvs already runs on interface {} (run pid {}",
@@ -631,24 +632,8 @@ fn a_foreign_xdp_program_is_named_not_replaced() {
         ])
         .unwrap();
     let text = config(&t, &scratch.path().join("state"), "1s");
-    let cfg = scratch.path().join("xvs.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "{text}\n[admin]\nsocket = \"{}\"\n",
-            scratch.path().join("x.sock").display()
-        ),
-    )
-    .unwrap();
-    let out = t
-        .gateway
-        .command(&bins().join("xvs").display().to_string())
-        .args(["run", "--config"])
-        .arg(&cfg)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let (code, err) = run_refused(&t, scratch.path(), "x", &text);
+    assert_eq!(code, Some(1), "{err}");
     let ifname = &t.gateway_client_if;
     assert!(
         err.contains(&format!(
@@ -696,4 +681,119 @@ fn an_incompatible_restart_starts_empty_and_says_why() {
     assert!(t
         .tcp_load(TESTNET, "198.19.0.1:80", 10, 5000)
         .starts_with("ok=10 failed=0"));
+}
+
+/// Services from Kubernetes: the restarted xvs adopts their flows once
+/// its first copy of the API server's Services and EndpointSlices is in
+/// (until then the program holds the VIP's packets), so they survive too.
+#[test]
+fn flows_of_kubernetes_services_survive_kill_9() {
+    if !privileged("flows_of_kubernetes_services_survive_kill_9") {
+        return;
+    }
+    use serde_json::json;
+    use xvs_vm_tests::fakekube::{FakeKube, Kind};
+    let t = Topology::build(Spec::one_arm(3)).unwrap();
+    let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
+    let gw_ns = t.gateway.name().to_owned();
+    let fake = std::thread::spawn(move || {
+        xvs_vm_tests::netns::Netns::existing(&gw_ns)
+            .enter_current_thread()
+            .unwrap();
+        FakeKube::start().unwrap()
+    })
+    .join()
+    .unwrap();
+    let scratch = ScratchDir::new(&t, "restart-kube").unwrap();
+    let state = scratch.path().join("state");
+    let kubeconfig = scratch.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, fake.kubeconfig()).unwrap();
+    fake.apply(
+        Kind::Service,
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "namespace": "shop",
+                         "annotations": {"xvs.io/scheduler": "mh"},
+                         "labels": {"service.kubernetes.io/service-proxy-name": "xvs"}},
+            "spec": {"clusterIP": "198.19.0.9", "clusterIPs": ["198.19.0.9"],
+                     "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]},
+        }),
+    );
+    fake.apply(
+        Kind::EndpointSlice,
+        json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "web-1", "namespace": "shop",
+                         "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": "IPv4",
+            "endpoints": (0..3).map(|i| json!({
+                "addresses": [backend_addr(i).to_string()],
+                "conditions": {"ready": true, "serving": true, "terminating": false}
+            })).collect::<Vec<_>>(),
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        }),
+    );
+    let text = format!(
+        "[interfaces]\nmode = \"one-arm\"\nclient = \"{}\"\nqueues = [0]\ncores = [0]\n\
+         xdp_mode = \"native\"\nzero_copy = \"off\"\n\n[snat]\naddresses = [\"198.18.1.2\"]\n\n\
+         [kubernetes]\nenabled = true\nkubeconfig = \"{}\"\n\n\
+         [restart]\nhold = \"5s\"\nstate_dir = \"{}\"\n",
+        t.gateway_client_if,
+        kubeconfig.display(),
+        state.display()
+    );
+    prepare(scratch.path(), &text);
+    let (gw, _) = Daemon::start(&t, "rk", &bins(), &text, &[]).unwrap();
+    // The service arrives from the API server.
+    for _ in 0..250 {
+        if gw.get("/v1/status").contains("\"kube_services\":1") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let capture = Capture::start(&t, scratch.path());
+    let mut cmd = t.client.ns.command(TESTNET);
+    cmd.args([
+        "streams",
+        "--connect",
+        "198.19.0.9:80",
+        "--connections",
+        "50",
+        "--seconds",
+        "10",
+    ]);
+    let clients = vec![
+        Spawned::start(cmd, "streams", Duration::from_secs(20))
+            .unwrap()
+            .0,
+    ];
+    std::thread::sleep(Duration::from_secs(2));
+    let before = flows(&gw);
+    assert_eq!(before.len(), 50);
+    gw.kill(libc::SIGKILL);
+    let (gw, _) = Daemon::start(&t, "rk", &bins(), &text, &[]).unwrap();
+    // Adoption waits for the first whole copy from the API server.
+    let mut status = serde_json::Value::Null;
+    for _ in 0..250 {
+        status = serde_json::from_str(&gw.get("/v1/status")).unwrap_or_default();
+        if status["restart"]["adopted_flows"].as_u64() == Some(50) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        status["restart"]["adopted_flows"].as_u64(),
+        Some(50),
+        "{status}"
+    );
+    assert_eq!(flows(&gw), before, "flows moved across the restart");
+    let (ok, stall, out) = finish(clients, Duration::from_secs(60));
+    assert_eq!(ok, 50, "{out}");
+    let resets = capture.resets();
+    assert!(
+        resets.is_empty(),
+        "clients saw resets:\n{}",
+        resets.join("\n")
+    );
+    println!("restart figures (kubernetes, kill -9): longest stream stall {stall} ms, {ok}/50 connections survived");
 }

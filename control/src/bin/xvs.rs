@@ -36,9 +36,10 @@ enum Command {
     /// (xvsadm) on its unix socket, the Kubernetes source when enabled.
     /// SIGHUP reloads the file (an invalid one changes nothing);
     /// SIGINT/SIGTERM stop it. Prints a `ready` line once serving and a
-    /// counter line per worker on stop; the XDP program is detached on
-    /// every exit. Under systemd: Type=notify (READY, RELOADING,
-    /// STOPPING, WATCHDOG).
+    /// counter line per worker on stop. The XDP program and the flow
+    /// state outlive the process for `[restart] hold` (a restart adopts
+    /// them); a guard process releases them when no restart comes. Under
+    /// systemd: Type=notify (READY, RELOADING, STOPPING, WATCHDOG).
     Run {
         /// Config file.
         #[arg(long, short, value_name = "FILE", default_value = xvs_config::DEFAULT_CONFIG_PATH)]
@@ -77,6 +78,15 @@ enum Command {
     },
 }
 
+/// The config at `path`, or its errors printed and `xvs check-config`'s
+/// exit status for an invalid file.
+fn load(path: &std::path::Path) -> Result<xvs_config::Config, ExitCode> {
+    xvs_config::load(path).map_err(|e| {
+        eprintln!("{e}");
+        ExitCode::from(2)
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -90,12 +100,9 @@ fn main() -> ExitCode {
         }
         Command::Run { config } => ExitCode::from(xvs_control::run::run(&config)),
         Command::Release { config } => {
-            let cfg = match xvs_config::load(&config) {
+            let cfg = match load(&config) {
                 Ok(c) => c,
-                Err(e) => {
-                    eprintln!("{e}");
-                    return ExitCode::from(2);
-                }
+                Err(code) => return code,
             };
             match xvs_control::restart::Leftovers::of(&cfg).release() {
                 Ok(lines) if lines.is_empty() => {
@@ -115,12 +122,9 @@ fn main() -> ExitCode {
             }
         }
         Command::PrepareState { config } => {
-            let cfg = match xvs_config::load(&config) {
+            let cfg = match load(&config) {
                 Ok(c) => c,
-                Err(e) => {
-                    eprintln!("{e}");
-                    return ExitCode::from(2);
-                }
+                Err(code) => return code,
             };
             if cfg.restart.hold_ms == 0 {
                 println!("restart survival is off (hold = \"0s\"): nothing to prepare");
