@@ -57,8 +57,29 @@ fn duplicate_key_is_a_syntax_error() {
 fn unknown_top_level_section() {
     assert_eq!(
         error("[service]\nvip = \"198.19.0.1\"\n"),
-        "xvs.toml:5:2: service: unknown field \"service\" (expected one of interfaces, snat, conntrack, vips, admin, kubernetes, services)"
+        "xvs.toml:5:2: service: unknown field \"service\" (expected one of interfaces, snat, conntrack, vips, admin, kubernetes, restart, services)"
     );
+}
+
+#[test]
+fn restart_takes_a_duration_with_a_unit_and_an_absolute_state_dir() {
+    assert_eq!(
+        error("[restart]\nhold = \"5\"\n"),
+        "xvs.toml:6:8: restart.hold: \"5\" is not a duration of 0 to 300s (e.g. \"5s\", \"1500ms\"; \"0s\" turns restart survival off)"
+    );
+    assert_eq!(
+        error("[restart]\nhold = \"10min\"\n"),
+        "xvs.toml:6:8: restart.hold: \"10min\" is not a duration of 0 to 300s (e.g. \"5s\", \"1500ms\"; \"0s\" turns restart survival off)"
+    );
+    assert_eq!(
+        error("[restart]\nstate_dir = \"run/xvs\"\n"),
+        "xvs.toml:6:13: restart.state_dir: \"run/xvs\" is not an absolute path"
+    );
+    let c = parse_str("xvs.toml", &format!("{BASE}[restart]\nhold = \"1500ms\"\n")).unwrap();
+    assert_eq!(c.restart.hold_ms, 1500);
+    assert_eq!(c.restart.state_dir, std::path::Path::new("/run/xvs"));
+    let c = parse_str("xvs.toml", BASE).unwrap();
+    assert_eq!(c.restart.hold_ms, 5000);
 }
 
 #[test]
