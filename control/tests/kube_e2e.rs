@@ -126,10 +126,12 @@ fn services_from_the_api_server_serve_scale_and_go() {
             "[interfaces]\nmode = \"one-arm\"\nclient = \"{}\"\nqueues = [0]\ncores = [0]\npoll = \"adaptive\"\nzero_copy = \"off\"\n\n\
              [snat]\naddresses = [\"198.18.1.2\"]\n\n[admin]\nsocket = \"{}\"\n\n\
              [kubernetes]\nenabled = true\nkubeconfig = \"{}\"\n\n\
+             [restart]\nhold = \"300ms\"\nstate_dir = \"{}\"\n\n\
              [[services]]\nvip = \"198.19.0.1\"\nport = 81\nscheduler = \"rr\"\nbackends = [{{ address = \"{}\", port = 8080 }}]\n",
             t.gateway_client_if,
             socket.display(),
             kubeconfig.display(),
+            dir.join("state").display(),
             backend_addr(2)
         ),
     )

@@ -569,8 +569,9 @@ fn the_nodes_own_address_as_snat_leaves_the_nodes_traffic_alone() {
     std::fs::write(
         &cfg,
         format!(
-            "{}\n[admin]\nsocket = \"{}/x.sock\"\n",
+            "{}\n[admin]\nsocket = \"{}/x.sock\"\n\n[restart]\nstate_dir = \"{}/state\"\n",
             node_snat(""),
+            dir.display(),
             dir.display()
         ),
     )

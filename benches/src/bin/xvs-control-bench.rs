@@ -81,9 +81,11 @@ fn bench(cli: Cli) -> Result<bool, String> {
     let svcs = services(cli.services, "tcp", &target_endpoints());
     let text = format!(
         "[interfaces]\nmode = \"one-arm\"\nclient = \"{}\"\nqueues = [0, 1]\ncores = [0, 1]\npoll = \"adaptive\"\nzero_copy = \"off\"\n\n\
-         [snat]\naddresses = [\"198.18.1.2\"]\n\n[admin]\nsocket = \"{}\"\n\n{}",
+         [snat]\naddresses = [\"198.18.1.2\"]\n\n[admin]\nsocket = \"{}\"\n\n\
+         [restart]\nhold = \"1s\"\nstate_dir = \"{}\"\n\n{}",
         t.gateway_client_if,
         socket.display(),
+        dir.join("state").display(),
         xvs_services(&svcs)
     );
     let cfg = dir.join("xvs.toml");

@@ -57,17 +57,20 @@ fn demo() -> Result<(), String> {
     let dir = std::env::temp_dir().join(format!("xvs-demo-{}", t.tag));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let config = format!(
-        "{config}\n[admin]\nsocket = \"{}\"\n",
-        dir.join("xvs.sock").display()
+        "{config}\n[admin]\nsocket = \"{}\"\n\n[restart]\nhold = \"2s\"\nstate_dir = \"{}\"\n",
+        dir.join("xvs.sock").display(),
+        dir.join("state").display()
     );
     let cfg = dir.join("xvs.toml");
     std::fs::write(&cfg, &config).map_err(|e| e.to_string())?;
     println!("\nconfig {}:\n{config}", cfg.display());
 
-    let mut cmd = t.gateway.command(xvs.to_str().unwrap_or_default());
-    cmd.args(["run", "--config", cfg.to_str().unwrap_or_default()]);
-    let (xvs_proc, ready) =
-        Spawned::start(cmd, "xvs", Duration::from_secs(20)).map_err(|e| e.to_string())?;
+    let start_xvs = || {
+        let mut cmd = t.gateway.command(xvs.to_str().unwrap_or_default());
+        cmd.args(["run", "--config", cfg.to_str().unwrap_or_default()]);
+        Spawned::start(cmd, "xvs", Duration::from_secs(20)).map_err(|e| e.to_string())
+    };
+    let (xvs_proc, ready) = start_xvs()?;
     println!("xvs: {ready}");
 
     let load = |args: &[&str]| -> Result<(String, Duration), String> {
@@ -119,6 +122,35 @@ fn demo() -> Result<(), String> {
     println!(
         "  {:.1} MB/s each way",
         bytes as f64 / took.as_secs_f64() / 1e6
+    );
+
+    // A crash in the middle of long-lived connections: kill -9, start
+    // again; the connections go on (see README, Operations).
+    let mut streams = t.client.ns.command(testnet.to_str().unwrap_or_default());
+    streams.args([
+        "streams",
+        "--connect",
+        VIP,
+        "--connections",
+        "20",
+        "--seconds",
+        "6",
+    ]);
+    let (streams, _) =
+        Spawned::start(streams, "streams", Duration::from_secs(20)).map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_millis(1500));
+    let killed = Instant::now();
+    xvs_proc.stop(libc::SIGKILL, Duration::from_secs(10));
+    let (xvs_proc, _) = start_xvs()?;
+    let back = killed.elapsed();
+    let (_, out) = streams.wait(Duration::from_secs(60));
+    let summary = out
+        .lines()
+        .find(|l| l.starts_with("ok="))
+        .unwrap_or("no summary");
+    println!(
+        "\n20 long-lived connections across kill -9 of xvs and a start {} ms later: {summary}",
+        back.as_millis()
     );
 
     // The operator's view, as ipvsadm shows it.
