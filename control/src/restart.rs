@@ -142,7 +142,8 @@ impl Leftovers {
         for ifname in &self.interfaces {
             match xvs_dataplane::steer::release(ifname, None) {
                 Ok(Some(id)) => done.push(format!("detached program {id} from {ifname}")),
-                Ok(None) => {}
+                // Gone with its program (a deleted namespace or link).
+                Ok(None) | Err(xvs_dataplane::steer::SteerError::NoInterface(_)) => {}
                 Err(e) => done.push(format!("{ifname}: {e}")),
             }
         }
