@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use xvs_vm_tests::daemon::{Daemon, ScratchDir};
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
-use xvs_vm_tests::topology::{backend_addr, Spec, Topology};
+use xvs_vm_tests::topology::{backend_addr, Arms, Spec, Topology};
 
 const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
 const VIP: &str = "198.19.0.1";
@@ -200,21 +200,78 @@ fn state_files(dir: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// How the running instance is ended before its successor starts.
-#[derive(Debug, Clone, Copy)]
-enum Ending {
-    Signal(i32),
+/// The gateway a scenario runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gateway {
+    /// One arm, one queue, one worker.
+    OneArm,
+    /// Two arms (clients on gc, backends on gb), two queues, two workers
+    /// (each with its own state file and SNAT port slice).
+    TwoArmTwoWorkers,
 }
 
-/// The scenario every variant shares: 200 streams, the instance ended,
-/// `next` (a binary directory) started on the same configuration, and
-/// every stream checked. Returns the figures line it prints.
-fn survive(name: &str, ending: Ending, next: &Path) -> String {
-    let t = Topology::build(Spec::one_arm(3)).unwrap();
+impl Gateway {
+    fn spec(self) -> Spec {
+        match self {
+            Gateway::OneArm => Spec::one_arm(3),
+            Gateway::TwoArmTwoWorkers => Spec {
+                arms: Arms::Two,
+                backends: 3,
+                queues: 2,
+            },
+        }
+    }
+
+    fn workers(self) -> usize {
+        match self {
+            Gateway::OneArm => 1,
+            Gateway::TwoArmTwoWorkers => 2,
+        }
+    }
+
+    fn config(self, t: &Topology, state: &Path) -> String {
+        let text = config(t, state, "5s");
+        match self {
+            Gateway::OneArm => text,
+            Gateway::TwoArmTwoWorkers => text
+                .replace(
+                    "mode = \"one-arm\"\nclient = \"gc\"",
+                    "mode = \"two-arm\"\nclient = \"gc\"\nbackend = \"gb\"",
+                )
+                .replace(
+                    "queues = [0]\ncores = [0]",
+                    "queues = [0, 1]\ncores = [0, 1]",
+                ),
+        }
+    }
+}
+
+/// The scenario every variant shares: 200 streams, the instance ended by
+/// `signal`, `next` (a binary directory) started on the same
+/// configuration, and every stream checked. Returns the figures line it
+/// prints.
+fn survive(name: &str, signal: i32, next: &Path, shape: Gateway) -> String {
+    let t = Topology::build(shape.spec()).unwrap();
     let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
     let scratch = ScratchDir::new(&t, &format!("restart-{name}")).unwrap();
     let state = scratch.path().join("state");
-    let text = config(&t, &state, "5s");
+    let text = shape.config(&t, &state);
+    if shape != Gateway::OneArm {
+        assert!(
+            text.contains("two-arm") && text.contains("[0, 1]"),
+            "{text}"
+        );
+        // A veth delivers a packet on the queue its sender's socket hash
+        // picks, and Linux draws that hash anew at every retransmission
+        // timeout (net.core.txrehash): a flow held in the window would
+        // come back on the other queue, to the worker without it. A NIC's
+        // RSS hashes the addresses and ports, so a flow keeps its queue:
+        // the client does the same here.
+        t.client
+            .ns
+            .exec("sysctl", &["-qw", "net.core.txrehash=0"])
+            .unwrap();
+    }
     prepare(scratch.path(), &text);
     let (gw, _) = Daemon::start(&t, "rs", &bins(), &text, &[]).unwrap();
     let status: serde_json::Value = serde_json::from_str(&gw.get("/v1/status")).unwrap();
@@ -228,13 +285,16 @@ fn survive(name: &str, ending: Ending, next: &Path) -> String {
         (PER_SERVICE as usize) * SCHEDULERS.len(),
         "established flows before"
     );
-    let Ending::Signal(sig) = ending;
     let killed = Instant::now();
-    let (status, _) = gw.kill(sig);
-    assert!(status.is_some(), "xvs did not end on signal {sig}");
+    let (status, _) = gw.kill(signal);
+    assert!(status.is_some(), "xvs did not end on signal {signal}");
     // The program stays, holding VIP packets; the state stays.
     assert!(link_has_program(&t), "the program went with the process");
-    assert_eq!(state_files(&state).len(), 1, "{state:?}");
+    if let Some(gb) = &t.gateway_backend_if {
+        let link = t.gateway.ip(&["-d", "link", "show", gb]).unwrap().stdout;
+        assert!(String::from_utf8_lossy(&link).contains("prog/xdp"), "{gb}");
+    }
+    assert_eq!(state_files(&state).len(), shape.workers(), "{state:?}");
     let (gw, _) = Daemon::start(&t, "rs", next, &text, &[]).unwrap();
     let restarted = killed.elapsed();
     let status: serde_json::Value = serde_json::from_str(&gw.get("/v1/status")).unwrap();
@@ -245,9 +305,10 @@ fn survive(name: &str, ending: Ending, next: &Path) -> String {
         "{restart}"
     );
     assert_eq!(restart["adopted_dropped"].as_u64(), Some(0), "{restart}");
+    // One program per interface, each replaced.
     assert_eq!(
         restart["replaced_programs"].as_array().map(Vec::len),
-        Some(1),
+        Some(1 + usize::from(t.gateway_backend_if.is_some())),
         "{restart}"
     );
     let after = flows(&gw);
@@ -284,7 +345,17 @@ fn flows_survive_kill_9_and_a_restart() {
     if !privileged("flows_survive_kill_9_and_a_restart") {
         return;
     }
-    survive("sigkill", Ending::Signal(libc::SIGKILL), &bins());
+    survive("sigkill", libc::SIGKILL, &bins(), Gateway::OneArm);
+}
+
+/// Two arms and two workers: the program on both interfaces, a state file
+/// per worker, replies handed between the workers.
+#[test]
+fn flows_survive_kill_9_on_two_arms_with_two_workers() {
+    if !privileged("flows_survive_kill_9_on_two_arms_with_two_workers") {
+        return;
+    }
+    survive("twoarm", libc::SIGKILL, &bins(), Gateway::TwoArmTwoWorkers);
 }
 
 /// SIGABRT is what systemd's watchdog sends a hung xvs.
@@ -293,7 +364,7 @@ fn flows_survive_an_abort_and_a_restart() {
     if !privileged("flows_survive_an_abort_and_a_restart") {
         return;
     }
-    survive("sigabrt", Ending::Signal(libc::SIGABRT), &bins());
+    survive("sigabrt", libc::SIGABRT, &bins(), Gateway::OneArm);
 }
 
 /// A `systemctl restart`: SIGTERM, then a start.
@@ -302,7 +373,7 @@ fn flows_survive_a_clean_restart() {
     if !privileged("flows_survive_a_clean_restart") {
         return;
     }
-    survive("sigterm", Ending::Signal(libc::SIGTERM), &bins());
+    survive("sigterm", libc::SIGTERM, &bins(), Gateway::OneArm);
 }
 
 /// An upgrade: the running build stopped, a second build of `xvs` (the
@@ -329,7 +400,7 @@ fn flows_survive_an_upgrade_to_another_build() {
         version(&next),
         "the upgrade target is the same build"
     );
-    survive("upgrade", Ending::Signal(libc::SIGTERM), &next);
+    survive("upgrade", libc::SIGTERM, &next, Gateway::OneArm);
 }
 
 /// The second build's folder, from `XVS_UPGRADE_DIR` (required to exist
