@@ -526,7 +526,15 @@ fn what_is_not_the_daemons_is_left_alone() {
     let precious = dir.path().join("precious");
     std::fs::write(&precious, "keep me\n").unwrap();
     let cfg = dir.path().join("xvs.toml");
-    std::fs::write(&cfg, config(&t, &precious, &[1, 1, 1])).unwrap();
+    std::fs::write(
+        &cfg,
+        format!(
+            "{}\n[restart]\nhold = \"300ms\"\nstate_dir = \"{}\"\n",
+            config(&t, &precious, &[1, 1, 1]),
+            dir.path().join("state").display()
+        ),
+    )
+    .unwrap();
     let out = t
         .gateway
         .command("timeout")
