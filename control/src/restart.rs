@@ -134,13 +134,42 @@ impl Leftovers {
     pub fn release(&self) -> Result<Vec<String>, String> {
         let names: Vec<&str> = self.interfaces.iter().map(String::as_str).collect();
         let _lock = InstanceLock::acquire(&self.state_dir, &names, "release")?;
-        Ok(self.release_locked())
+        Ok(self.release_locked(false))
     }
 
-    fn release_locked(&self) -> Vec<String> {
+    /// Records the ids of the programs this instance attached (one per
+    /// interface, in order), so that its guard releases those and no
+    /// other: a successor with another state directory (no shared lock)
+    /// may have replaced them.
+    pub fn record_programs(&self, ids: &[Option<u32>]) {
+        for (ifname, id) in self.interfaces.iter().zip(ids) {
+            let path = self.program_path(ifname);
+            let _ = match id {
+                Some(id) => std::fs::write(&path, format!("{id}\n")),
+                None => std::fs::remove_file(&path),
+            };
+        }
+    }
+
+    fn program_path(&self, ifname: &str) -> PathBuf {
+        self.state_dir.join(format!("{ifname}.program"))
+    }
+
+    /// Detaches the programs and removes the state; with `own_only`, only
+    /// the programs [`Leftovers::record_programs`] recorded (the guard's
+    /// way), else any xvs program on the interfaces (the operator's).
+    fn release_locked(&self, own_only: bool) -> Vec<String> {
         let mut done = Vec::new();
         for ifname in &self.interfaces {
-            match xvs_dataplane::steer::release(ifname, None) {
+            let path = self.program_path(ifname);
+            let recorded = std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|t| t.trim().parse::<u32>().ok());
+            let _ = std::fs::remove_file(&path);
+            if own_only && recorded.is_none() {
+                continue;
+            }
+            match xvs_dataplane::steer::release(ifname, recorded.filter(|_| own_only)) {
                 Ok(Some(id)) => done.push(format!("detached program {id} from {ifname}")),
                 // Gone with its program (a deleted namespace or link).
                 Ok(None) | Err(xvs_dataplane::steer::SteerError::NoInterface(_)) => {}
@@ -237,7 +266,7 @@ pub fn guard(pid: u32, hold: Duration, left: &Leftovers) -> u8 {
             Ok(None) | Err(_) => return 0,
         }
     }
-    for line in left.release_locked() {
+    for line in left.release_locked(true) {
         eprintln!("xvs guard: no restart within the hold window: {line}");
     }
     0

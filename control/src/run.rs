@@ -324,6 +324,7 @@ pub fn run(config: &Path) -> u8 {
             .call(|e| (e.applied().len(), e.dataplane().interface()))
             .await?;
         let restart = engine.call(|e| e.dataplane().restart()).await?;
+        left.record_programs(&restart.programs.iter().copied().map(Some).collect::<Vec<_>>());
         if !restart.replaced_programs.is_empty() {
             info!(
                 programs = ?restart.replaced_programs, held_packets = restart.held_packets,

@@ -868,3 +868,34 @@ fn flows_of_kubernetes_services_survive_kill_9() {
     );
     println!("restart figures (kubernetes, kill -9): longest stream stall {stall} ms, {ok}/50 connections survived");
 }
+
+/// A guard releases only the program its own instance attached: a
+/// successor with another state directory (so no shared lock) that took
+/// the program over keeps it after the first instance's window ends.
+#[test]
+fn a_guard_leaves_a_successors_program_alone() {
+    if !privileged("a_guard_leaves_a_successors_program_alone") {
+        return;
+    }
+    let t = Topology::build(Spec::one_arm(2)).unwrap();
+    let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
+    let scratch = ScratchDir::new(&t, "restart-guard").unwrap();
+    let first = config(&t, &scratch.path().join("a"), "500ms");
+    let (gw, _) = Daemon::start(&t, "ga", &bins(), &first, &[]).unwrap();
+    gw.stop();
+    let second = config(&t, &scratch.path().join("b"), "500ms");
+    let (gw, _) = Daemon::start(&t, "gb", &bins(), &second, &[]).unwrap();
+    // The first instance's window ends, and its guard looks.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        link_has_program(&t),
+        "the first guard detached the successor's program"
+    );
+    let load = t.tcp_load(TESTNET, "198.19.0.1:80", 20, 2000);
+    assert!(load.starts_with("ok=20 failed=0"), "{load}");
+    gw.stop();
+    assert!(
+        xvs_vm_tests::daemon::detached(&t.gateway, &t.gateway_client_if),
+        "the second guard left its program"
+    );
+}
