@@ -134,42 +134,25 @@ impl Leftovers {
     pub fn release(&self) -> Result<Vec<String>, String> {
         let names: Vec<&str> = self.interfaces.iter().map(String::as_str).collect();
         let _lock = InstanceLock::acquire(&self.state_dir, &names, "release")?;
-        Ok(self.release_locked(false))
+        Ok(self.release_locked(None))
     }
 
-    /// Records the ids of the programs this instance attached (one per
-    /// interface, in order), so that its guard releases those and no
-    /// other: a successor with another state directory (no shared lock)
-    /// may have replaced them.
-    pub fn record_programs(&self, ids: &[Option<u32>]) {
-        for (ifname, id) in self.interfaces.iter().zip(ids) {
-            let path = self.program_path(ifname);
-            let _ = match id {
-                Some(id) => std::fs::write(&path, format!("{id}\n")),
-                None => std::fs::remove_file(&path),
-            };
-        }
-    }
-
-    fn program_path(&self, ifname: &str) -> PathBuf {
-        self.state_dir.join(format!("{ifname}.program"))
-    }
-
-    /// Detaches the programs and removes the state; with `own_only`, only
-    /// the programs [`Leftovers::record_programs`] recorded (the guard's
-    /// way), else any xvs program on the interfaces (the operator's).
-    fn release_locked(&self, own_only: bool) -> Vec<String> {
+    /// Detaches the programs and removes the state. `own`: the ids of the
+    /// programs the guard's instance attached, one per interface; only
+    /// those are detached, and only while still attached (a successor may
+    /// have replaced them). `None`: any xvs program (the operator's
+    /// `xvs release`).
+    fn release_locked(&self, own: Option<&[Option<u32>]>) -> Vec<String> {
         let mut done = Vec::new();
-        for ifname in &self.interfaces {
-            let path = self.program_path(ifname);
-            let recorded = std::fs::read_to_string(&path)
-                .ok()
-                .and_then(|t| t.trim().parse::<u32>().ok());
-            let _ = std::fs::remove_file(&path);
-            if own_only && recorded.is_none() {
-                continue;
-            }
-            match xvs_dataplane::steer::release(ifname, recorded.filter(|_| own_only)) {
+        for (k, ifname) in self.interfaces.iter().enumerate() {
+            let id = match own {
+                None => None,
+                Some(ids) => match ids.get(k).copied().flatten() {
+                    Some(id) => Some(id),
+                    None => continue,
+                },
+            };
+            match xvs_dataplane::steer::release(ifname, id) {
                 Ok(Some(id)) => done.push(format!("detached program {id} from {ifname}")),
                 // Gone with its program (a deleted namespace or link).
                 Ok(None) | Err(xvs_dataplane::steer::SteerError::NoInterface(_)) => {}
@@ -203,11 +186,30 @@ pub fn prepare_state(cfg: &xvs_config::Config) -> Result<String, String> {
     }
 }
 
+/// The running instance's end of its guard's stdin: it tells the guard
+/// which programs it attached ([`GuardLink::attached`]).
+#[derive(Debug)]
+pub struct GuardLink(std::process::ChildStdin);
+
+impl GuardLink {
+    /// Tells the guard the ids of the programs this instance attached,
+    /// one per interface in [`Leftovers::of`]'s order: the only ones it
+    /// will ever detach.
+    pub fn attached(&mut self, ids: &[Option<u32>]) {
+        let words: Vec<String> = ids
+            .iter()
+            .map(|i| i.map_or_else(|| "-".to_owned(), |i| i.to_string()))
+            .collect();
+        let _ = writeln!(self.0, "{}", words.join(" "));
+        let _ = self.0.flush();
+    }
+}
+
 /// Starts the guard of this process: `xvs guard` re-executed from this
 /// binary, in its own session (a signal to the instance's process group
-/// does not reach it), with no descriptor of ours but stderr when that is
-/// not a pipe a test reads to its end.
-pub fn spawn_guard(cfg: &xvs_config::Config) -> std::io::Result<u32> {
+/// does not reach it), with no descriptor of ours but its stdin (a pipe
+/// from us) and stderr when that is not a pipe a test reads to its end.
+pub fn spawn_guard(cfg: &xvs_config::Config) -> std::io::Result<GuardLink> {
     use std::os::unix::process::CommandExt;
     let left = Leftovers::of(cfg);
     let mut cmd = std::process::Command::new("/proc/self/exe");
@@ -221,7 +223,7 @@ pub fn spawn_guard(cfg: &xvs_config::Config) -> std::io::Result<u32> {
     for i in &left.interfaces {
         cmd.arg("--interface").arg(i);
     }
-    cmd.stdin(std::process::Stdio::null())
+    cmd.stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null());
     if stderr_is_pipe() {
         cmd.stderr(std::process::Stdio::null());
@@ -233,7 +235,12 @@ pub fn spawn_guard(cfg: &xvs_config::Config) -> std::io::Result<u32> {
             Ok(())
         });
     }
-    Ok(cmd.spawn()?.id())
+    let mut child = cmd.spawn()?;
+    child
+        .stdin
+        .take()
+        .map(GuardLink)
+        .ok_or_else(|| std::io::Error::other("the guard has no stdin"))
 }
 
 fn stderr_is_pipe() -> bool {
@@ -244,9 +251,14 @@ fn stderr_is_pipe() -> bool {
     ret == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFIFO
 }
 
-/// The guard's work (`xvs guard`): waits for `pid` to exit, then for the
-/// hold window, then releases unless a successor holds the lock.
+/// The guard's work (`xvs guard`): learns from stdin which programs its
+/// instance attached (nothing, if the instance ends first), waits for
+/// `pid` to exit, then for the hold window, then releases unless a
+/// successor holds the lock.
 pub fn guard(pid: u32, hold: Duration, left: &Leftovers) -> u8 {
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    let own: Vec<Option<u32>> = line.split_whitespace().map(|w| w.parse().ok()).collect();
     wait_exit(pid);
     std::thread::sleep(hold);
     let names: Vec<&str> = left.interfaces.iter().map(String::as_str).collect();
@@ -266,7 +278,7 @@ pub fn guard(pid: u32, hold: Duration, left: &Leftovers) -> u8 {
             Ok(None) | Err(_) => return 0,
         }
     }
-    for line in left.release_locked(true) {
+    for line in left.release_locked(Some(&own)) {
         eprintln!("xvs guard: no restart within the hold window: {line}");
     }
     0

@@ -168,9 +168,15 @@ pub fn run(config: &Path) -> u8 {
             return EXIT_START;
         }
     };
-    if let Err(e) = crate::restart::spawn_guard(&cfg) {
-        warn!("cannot start the guard ({e}): if xvs stops, `xvs release` removes what it leaves");
-    }
+    let mut guard = match crate::restart::spawn_guard(&cfg) {
+        Ok(g) => Some(g),
+        Err(e) => {
+            warn!(
+                "cannot start the guard ({e}): if xvs stops, `xvs release` removes what it leaves"
+            );
+            None
+        }
+    };
     // The control plane keeps off the workers' cores: its threads (and
     // the engine's) run on the others, when there are others.
     let control_cores: Vec<core_affinity::CoreId> = core_affinity::get_core_ids()
@@ -324,7 +330,9 @@ pub fn run(config: &Path) -> u8 {
             .call(|e| (e.applied().len(), e.dataplane().interface()))
             .await?;
         let restart = engine.call(|e| e.dataplane().restart()).await?;
-        left.record_programs(&restart.programs.iter().copied().map(Some).collect::<Vec<_>>());
+        if let Some(g) = guard.as_mut() {
+            g.attached(&restart.programs.iter().copied().map(Some).collect::<Vec<_>>());
+        }
         if !restart.replaced_programs.is_empty() {
             info!(
                 programs = ?restart.replaced_programs, held_packets = restart.held_packets,
