@@ -25,7 +25,8 @@ pub use batch::{prefetch, BATCH};
 pub use dump::{Filter, FlowInfo};
 pub use key::{Endpoint, FlowKey, L4Proto};
 pub use persist::{
-    layout_signature, Adopted, FlatAddress, Opened, StateIdentity, IDENTITY_SCHEME, LAYOUT_VERSION,
+    digest, layout_signature, Adopted, FlatAddress, Opened, StateIdentity, IDENTITY_SCHEME,
+    LAYOUT_VERSION,
 };
 pub use slab::{FLAG_QUIESCED, FLAG_TEMPLATE};
 pub use state::{tcp_flags, tcp_next, Direction, FlowState};

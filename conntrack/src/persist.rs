@@ -169,9 +169,15 @@ pub fn layout_signature<A: Address>() -> u64 {
         std::mem::offset_of!(Entry<A>, links),
         std::mem::offset_of!(Entry<A>, client_mac),
     ];
-    // FNV-1a over the numbers: stable across builds and platforms.
-    parts.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &p| {
-        (h ^ p as u64).wrapping_mul(0x100_0000_01b3)
+    digest(parts.iter().map(|&p| p as u64))
+}
+
+/// FNV-1a over `words`: a digest that is the same across builds,
+/// processes and platforms (what a state header compares), unlike the
+/// seeded hashers the tables use.
+pub fn digest(words: impl IntoIterator<Item = u64>) -> u64 {
+    words.into_iter().fold(0xcbf2_9ce4_8422_2325u64, |h, w| {
+        (h ^ w).wrapping_mul(0x100_0000_01b3)
     })
 }
 
@@ -179,9 +185,7 @@ pub fn layout_signature<A: Address>() -> u64 {
 /// time starts again at a reboot.
 fn boot_digest() -> u64 {
     let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    id.trim().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    })
+    digest(id.trim().bytes().map(u64::from))
 }
 
 /// How a state file was opened.
@@ -340,7 +344,7 @@ impl<A: Address> FlowTable<A> {
                     aged.push((e.last_seen, slot));
                 }
             }
-            self.file_adopted(slot);
+            self.file(slot);
         }
         // Early drop takes the longest non-ESTABLISHED first: oldest last
         // packet first is the nearest order the entries still tell.

@@ -70,7 +70,6 @@ impl<T: Copy> Region<T> {
             .create(true)
             .truncate(false)
             .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC)
             .open(path)?;
         let had = file.metadata()?.len();
         if had != bytes as u64 {

@@ -249,11 +249,6 @@ impl<A: Address> FlowTable<A> {
         self.slab.live = 0;
     }
 
-    /// Files an adopted entry in the wheel.
-    pub(crate) fn file_adopted(&mut self, slot: u32) {
-        self.file(slot);
-    }
-
     /// Whether `key` is indexed, as a template's key or a flow's.
     pub(crate) fn indexed(&self, key: &FlowKey<A>, template: bool) -> bool {
         let entries = &self.slab.entries;
@@ -466,7 +461,7 @@ impl<A: Address> FlowTable<A> {
     }
 
     /// Files an entry in the wheel at its deadline (never in the past).
-    fn file(&mut self, slot: u32) {
+    pub(crate) fn file(&mut self, slot: u32) {
         let deadline = self.slab.entries[slot as usize].deadline();
         let at = deadline.max(self.cursor.wrapping_add(1));
         let w = at as usize % WHEEL_SLOTS;

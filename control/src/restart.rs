@@ -42,7 +42,6 @@ fn try_lock(path: &Path) -> std::io::Result<Option<File>> {
         .create(true)
         .truncate(false)
         .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC)
         .open(path)?;
     // SAFETY: flock on a descriptor we own; no memory is involved.
     let ret = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
@@ -55,6 +54,14 @@ fn try_lock(path: &Path) -> std::io::Result<Option<File>> {
     } else {
         Err(err)
     }
+}
+
+/// Writes who holds a lock file (`ROLE pid N`), for the message of a
+/// start that finds it taken.
+fn stamp(mut file: &File, role: &str) {
+    let _ = file.set_len(0);
+    let _ = file.rewind();
+    let _ = writeln!(file, "{role} pid {}", std::process::id());
 }
 
 fn holder(path: &Path) -> String {
@@ -96,10 +103,7 @@ impl InstanceLock {
                     Err(e) => return Err(format!("cannot lock {}: {e}", path.display())),
                 }
             };
-            let mut f = &file;
-            let _ = f.set_len(0);
-            let _ = f.rewind();
-            let _ = writeln!(f, "{role} pid {}", std::process::id());
+            stamp(&file, role);
             files.push(file);
         }
         Ok(InstanceLock { _files: files })
@@ -266,9 +270,7 @@ pub fn guard(pid: u32, hold: Duration, left: &Leftovers) -> u8 {
     for name in names {
         match try_lock(&lock_path(&left.state_dir, name)) {
             Ok(Some(f)) => {
-                let mut w = &f;
-                let _ = w.set_len(0);
-                let _ = writeln!(w, "guard pid {}", std::process::id());
+                stamp(&f, "guard");
                 locks.push(f);
             }
             // The state directory is gone: no successor can hold a lock

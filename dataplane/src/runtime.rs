@@ -657,11 +657,6 @@ impl Dataplane {
         Ok(true)
     }
 
-    /// Whether adoption still waits for [`Dataplane::adopt`].
-    pub fn adoption_pending(&self) -> bool {
-        self.pending
-    }
-
     /// What each worker made of its flow state file at start.
     pub fn restored(&self) -> &[crate::state::Restored] {
         &self.restored

@@ -171,9 +171,7 @@ pub fn identity(cfg: &Config, worker: usize) -> StateIdentity {
     StateIdentity {
         worker: worker as u32,
         workers: cfg.workers() as u32,
-        snat: words.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &w| {
-            (h ^ w).wrapping_mul(0x100_0000_01b3)
-        }),
+        snat: xvs_conntrack::digest(words),
     }
 }
 

@@ -93,17 +93,17 @@ pub struct Takeover {
 
 /// The program attached to an interface: id, name and mode flag.
 #[derive(Debug, Clone)]
-pub struct Attached {
+struct Attached {
     /// Program id.
-    pub id: u32,
+    id: u32,
     /// Program name (truncated to 15 bytes by the kernel).
-    pub name: String,
+    name: String,
     mode: u32,
 }
 
 impl Attached {
     /// Whether xvs attached it.
-    pub fn is_xvs(&self) -> bool {
+    fn is_xvs(&self) -> bool {
         self.name == PROGRAM_NAME
     }
 
@@ -136,11 +136,8 @@ impl Drop for Fd {
     }
 }
 
-/// The program attached to `ifname` in any mode, if any.
-pub fn attached(ifname: &str) -> Result<Option<Attached>, SteerError> {
-    attached_at(ifname, ifindex_of(ifname)?)
-}
-
+/// The program attached to interface `ifindex` (`ifname`) in any mode,
+/// if any.
 fn attached_at(ifname: &str, ifindex: i32) -> Result<Option<Attached>, SteerError> {
     // SAFETY: bpf_xdp_query_opts is plain old data; zero is valid.
     let mut q: sys::bpf_xdp_query_opts = unsafe { std::mem::zeroed() };
