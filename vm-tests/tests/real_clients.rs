@@ -776,10 +776,19 @@ fn wrk_sees_no_error_while_xvs_is_killed_and_started_again() {
     if !privileged("wrk_sees_no_error_while_xvs_is_killed_and_started_again") {
         return;
     }
-    let state = std::env::temp_dir().join(format!("xvs-real-restart-{}", std::process::id()));
+    /// The state directory, removed when dropped (also on a panic).
+    struct StateDir(PathBuf);
+    impl Drop for StateDir {
+        fn drop(&mut self) {
+            xvs_vm_tests::daemon::unmount_under(&self.0);
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let state =
+        StateDir(std::env::temp_dir().join(format!("xvs-real-restart-{}", std::process::id())));
     let lab = lab(&format!(
         "[restart]\nhold = \"5s\"\nstate_dir = \"{}\"\n",
-        state.display()
+        state.0.display()
     ));
     let text = std::fs::read_to_string(&lab.gw.cfg).unwrap();
     let kept = lab.wrk(8, false);
@@ -802,6 +811,4 @@ fn wrk_sees_no_error_while_xvs_is_killed_and_started_again() {
     drop(gw);
     drop(nginx);
     drop(t);
-    xvs_vm_tests::daemon::unmount_under(&state);
-    let _ = std::fs::remove_dir_all(&state);
 }
