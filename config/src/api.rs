@@ -4,12 +4,14 @@
 //! words for every problem. Unknown fields are refused, as the file refuses
 //! unknown keys; every problem is reported, one per line.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
 use crate::names::{ForwardMethod, Protocol, Scheduler};
-use crate::service::{parse_source_range, Backend, Persistence, Service, ServiceKey};
+use crate::service::{
+    full_mask, parse_netmask, parse_source_range, Backend, Persistence, Service, ServiceKey,
+};
 
 /// A service as the API takes it (`-A` / `-E`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -17,8 +19,8 @@ use crate::service::{parse_source_range, Backend, Persistence, Service, ServiceK
 pub struct ServiceSpec {
     /// `tcp` or `udp`.
     pub protocol: String,
-    /// VIP.
-    pub vip: Ipv4Addr,
+    /// VIP (either family).
+    pub vip: IpAddr,
     /// Port.
     pub port: u16,
     /// Scheduler (default wlc).
@@ -27,9 +29,10 @@ pub struct ServiceSpec {
     /// Persistence timeout in seconds.
     #[serde(default)]
     pub persistence: Option<u32>,
-    /// Persistence netmask.
+    /// Persistence netmask (IPv4: a mask; IPv6: a prefix length or a
+    /// mask).
     #[serde(default)]
-    pub netmask: Option<Ipv4Addr>,
+    pub netmask: Option<String>,
     /// Scheduler flags (`fallback`, `port`).
     #[serde(default)]
     pub flags: Vec<String>,
@@ -54,7 +57,7 @@ pub struct ServiceSpec {
 pub struct BackendSpec {
     /// Address (taken from the path when editing).
     #[serde(default)]
-    pub address: Option<Ipv4Addr>,
+    pub address: Option<IpAddr>,
     /// Port (the service's when absent).
     #[serde(default)]
     pub port: Option<u16>,
@@ -86,10 +89,17 @@ impl ServiceSpec {
             }
         }
         if self.persistence.is_some() || self.netmask.is_some() {
-            let d = Persistence::default();
+            let d = Persistence::<IpAddr>::default();
+            let netmask = match &self.netmask {
+                None => full_mask(self.vip),
+                Some(m) => parse_netmask(m, self.vip).unwrap_or_else(|e| {
+                    problems.push(format!("netmask: {e}"));
+                    full_mask(self.vip)
+                }),
+            };
             svc.persistence = Some(Persistence {
                 timeout_secs: self.persistence.unwrap_or(d.timeout_secs),
-                netmask: self.netmask.unwrap_or(d.netmask),
+                netmask,
             });
         }
         for (i, f) in self.flags.iter().enumerate() {
@@ -144,7 +154,7 @@ pub struct ServiceRef {
     /// `tcp` or `udp`.
     pub protocol: String,
     /// VIP.
-    pub vip: Ipv4Addr,
+    pub vip: IpAddr,
     /// Port.
     pub port: u16,
 }
@@ -188,7 +198,7 @@ pub enum EditSpec {
         /// The service.
         service: ServiceRef,
         /// Backend address.
-        address: Ipv4Addr,
+        address: IpAddr,
         /// Backend port.
         port: u16,
     },

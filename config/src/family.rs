@@ -61,6 +61,24 @@ pub trait Address:
     }
     /// Its family.
     fn family(&self) -> Family;
+    /// The address folded to 32 bits as IPVS's hashing schedulers fold it
+    /// (`ipv6_addr_hash`: the XOR of the four 32-bit words of an IPv6
+    /// address; an IPv4 address is itself), in host order.
+    fn fold32(&self) -> u32 {
+        self.octets()
+            .as_ref()
+            .chunks_exact(4)
+            .map(|w| u32::from_be_bytes([w[0], w[1], w[2], w[3]]))
+            .fold(0, |a, w| a ^ w)
+    }
+    /// The address with only the bits of `mask` kept.
+    fn masked(&self, mask: Self) -> Self;
+    /// Whether `net` holds this address.
+    fn within(&self, net: &Self::Net) -> bool;
+    /// `ip` as this family's address, if it is of this family.
+    fn from_ip(ip: IpAddr) -> Option<Self>;
+    /// `net` as this family's network, if it is of this family.
+    fn net_from(net: IpNet) -> Option<Self::Net>;
     /// As the standard enum.
     fn ip(&self) -> IpAddr;
 }
@@ -88,6 +106,29 @@ impl Address for Ipv4Addr {
     fn family(&self) -> Family {
         Family::V4
     }
+    #[inline]
+    fn fold32(&self) -> u32 {
+        u32::from(*self)
+    }
+    fn masked(&self, mask: Self) -> Self {
+        Ipv4Addr::from(u32::from(*self) & u32::from(mask))
+    }
+    #[inline]
+    fn within(&self, net: &Ipv4Net) -> bool {
+        net.contains(self)
+    }
+    fn from_ip(ip: IpAddr) -> Option<Self> {
+        match ip {
+            IpAddr::V4(a) => Some(a),
+            IpAddr::V6(_) => None,
+        }
+    }
+    fn net_from(net: IpNet) -> Option<Ipv4Net> {
+        match net {
+            IpNet::V4(n) => Some(n),
+            IpNet::V6(_) => None,
+        }
+    }
     fn ip(&self) -> IpAddr {
         IpAddr::V4(*self)
     }
@@ -106,6 +147,25 @@ impl Address for Ipv6Addr {
     }
     fn family(&self) -> Family {
         Family::V6
+    }
+    fn masked(&self, mask: Self) -> Self {
+        Ipv6Addr::from(u128::from(*self) & u128::from(mask))
+    }
+    #[inline]
+    fn within(&self, net: &Ipv6Net) -> bool {
+        net.contains(self)
+    }
+    fn from_ip(ip: IpAddr) -> Option<Self> {
+        match ip {
+            IpAddr::V6(a) => Some(a),
+            IpAddr::V4(_) => None,
+        }
+    }
+    fn net_from(net: IpNet) -> Option<Ipv6Net> {
+        match net {
+            IpNet::V6(n) => Some(n),
+            IpNet::V4(_) => None,
+        }
     }
     fn ip(&self) -> IpAddr {
         IpAddr::V6(*self)
@@ -151,6 +211,22 @@ impl Address for IpAddr {
             IpAddr::V4(_) => Family::V4,
             IpAddr::V6(_) => Family::V6,
         }
+    }
+    fn masked(&self, mask: Self) -> Self {
+        match (self, mask) {
+            (IpAddr::V4(a), IpAddr::V4(m)) => IpAddr::V4(a.masked(m)),
+            (IpAddr::V6(a), IpAddr::V6(m)) => IpAddr::V6(a.masked(m)),
+            (a, _) => *a,
+        }
+    }
+    fn within(&self, net: &IpNet) -> bool {
+        net.contains(self)
+    }
+    fn from_ip(ip: IpAddr) -> Option<Self> {
+        Some(ip)
+    }
+    fn net_from(net: IpNet) -> Option<IpNet> {
+        Some(net)
     }
     fn ip(&self) -> IpAddr {
         *self

@@ -9,11 +9,11 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::family::{Address, HostPort};
 
-use ipnet::Ipv4Net;
+use ipnet::{IpNet, Ipv4Net};
 
 use crate::names::{ForwardMethod, Protocol, Scheduler, SchedulerFlag};
 
@@ -34,10 +34,11 @@ pub const MAX_TIMEOUT_SECS: u32 = 2_147_483;
 
 /// What identifies a virtual service: IPVS's (protocol, address, port).
 /// Port 0 means every port and is allowed only on a persistent service.
-/// Generic over the address family (IPv4 by default; see
-/// [`crate::family`]).
+/// Generic over the address family (either, [`IpAddr`], by default: the
+/// control plane's model; the data plane narrows each service to its own
+/// family, see [`Service::narrow`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ServiceKey<A: Address = Ipv4Addr> {
+pub struct ServiceKey<A: Address = IpAddr> {
     /// Virtual IP.
     pub vip: A,
     /// Transport protocol.
@@ -56,7 +57,7 @@ impl<A: Address> fmt::Display for ServiceKey<A> {
 /// ClientIP): clients whose address matches under `netmask` stick to one
 /// backend for `timeout_secs` after their last connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Persistence<A: Address = Ipv4Addr> {
+pub struct Persistence<A: Address = IpAddr> {
     /// Seconds a client's template outlives its last connection.
     pub timeout_secs: u32,
     /// Netmask applied to the client address (contiguous).
@@ -100,7 +101,7 @@ impl SchedulerFlags {
 /// One real server behind a virtual service (of the service's address
 /// family).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Backend<A: Address = Ipv4Addr> {
+pub struct Backend<A: Address = IpAddr> {
     /// Real server address.
     pub address: A,
     /// Real server port; 0 only on a port-0 service, where each flow keeps
@@ -113,11 +114,12 @@ pub struct Backend<A: Address = Ipv4Addr> {
     pub forward: ForwardMethod,
 }
 
-/// A virtual service and its backends, of one address family (IPv4 by
-/// default; kube-proxy's model: a dual-stack Service is one service per
-/// family).
+/// A virtual service and its backends, of one address family
+/// (kube-proxy's model: a dual-stack Service is one service per family;
+/// a backend of the other family is a rule violation, NAT64 is not
+/// done).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Service<A: Address = Ipv4Addr> {
+pub struct Service<A: Address = IpAddr> {
     /// What identifies it.
     pub key: ServiceKey<A>,
     /// Optional operator-facing name.
@@ -158,9 +160,52 @@ impl<A: Address> Service<A> {
     }
 }
 
-/// The rules, as IPv4 states them (unicast, contiguous netmasks); IPv6's
-/// are another `impl` block.
-impl Service<Ipv4Addr> {
+impl Service<IpAddr> {
+    /// The service in its own family's types, if every address in it is
+    /// of family `A` (what [`Service::check`] makes sure of).
+    pub fn narrow<A: Address>(&self) -> Option<Service<A>> {
+        let a = |ip: IpAddr| A::from_ip(ip);
+        Some(Service {
+            key: ServiceKey {
+                vip: a(self.key.vip)?,
+                protocol: self.key.protocol,
+                port: self.key.port,
+            },
+            name: self.name.clone(),
+            scheduler: self.scheduler,
+            flags: self.flags,
+            persistence: match self.persistence {
+                Some(p) => Some(Persistence {
+                    timeout_secs: p.timeout_secs,
+                    netmask: a(p.netmask)?,
+                }),
+                None => None,
+            },
+            source_ranges: self
+                .source_ranges
+                .iter()
+                .map(|n| A::net_from(*n))
+                .collect::<Option<_>>()?,
+            maglev_table_size: self.maglev_table_size,
+            backends: self
+                .backends
+                .iter()
+                .map(|b| {
+                    Some(Backend {
+                        address: a(b.address)?,
+                        port: b.port,
+                        weight: b.weight,
+                        forward: b.forward,
+                    })
+                })
+                .collect::<Option<_>>()?,
+        })
+    }
+}
+
+/// The rules (unicast addresses of the VIP's family, contiguous
+/// netmasks), for either family.
+impl<A: Address> Service<A> {
     /// Checks every rule of a valid service; returns each violation found,
     /// in field order (empty = valid). The one set of rules for every
     /// source (file, API, xvsadm, Kubernetes); [`Service::check_in`] adds
@@ -169,8 +214,8 @@ impl Service<Ipv4Addr> {
         let mut out = Vec::new();
         let mut violation = |field, message: String| out.push(RuleViolation { field, message });
 
-        if !is_unicast(self.key.vip) {
-            violation(ServiceField::Vip, not_unicast(self.key.vip));
+        if !is_unicast_any(self.key.vip) {
+            violation(ServiceField::Vip, not_unicast_any(self.key.vip));
         }
         if self.key.port == 0 && self.persistence.is_none() {
             violation(
@@ -197,7 +242,15 @@ impl Service<Ipv4Addr> {
                     ),
                 );
             }
-            if !is_contiguous_netmask(p.netmask) {
+            if p.netmask.family() != self.key.vip.family() {
+                violation(
+                    ServiceField::PersistenceNetmask,
+                    format!(
+                        "{} is not of the VIP's family (IPv6 services take a prefix length, e.g. 64)",
+                        p.netmask
+                    ),
+                );
+            } else if !is_contiguous(p.netmask) {
                 violation(
                     ServiceField::PersistenceNetmask,
                     format!(
@@ -255,12 +308,19 @@ impl Service<Ipv4Addr> {
     /// [`Service::check`], and the rules that depend on where the service
     /// is served: its VIP and backends must not be the gateway's SNAT
     /// addresses nor the host's own addresses.
-    pub fn check_in(&self, gateway: &Gateway<'_>) -> Vec<RuleViolation> {
+    pub fn check_in(&self, gateway: &Gateway<'_, A>) -> Vec<RuleViolation> {
         let mut out = self.check();
         let vip = self.key.vip;
         // An address check() refuses already is not reported twice.
-        let unicast = is_unicast(vip);
-        if unicast && gateway.snat.contains(&vip) {
+        let unicast = is_unicast_any(vip);
+        if unicast && !gateway.snat.iter().any(|a| a.family() == vip.family()) {
+            out.push(RuleViolation {
+                field: ServiceField::Vip,
+                message: format!(
+                    "{vip} needs a SNAT address of its family in snat.addresses (full NAT sources its backends' flows from one)"
+                ),
+            });
+        } else if unicast && gateway.snat.contains(&vip) {
             out.push(RuleViolation {
                 field: ServiceField::Vip,
                 message: format!("{vip} is a SNAT address of this gateway (a VIP must not be one)"),
@@ -279,7 +339,7 @@ impl Service<Ipv4Addr> {
                 field: BackendField::Address,
             };
             let a = b.address;
-            let message = if !is_unicast(a) {
+            let message = if !is_unicast_any(a) || a.family() != vip.family() {
                 continue;
             } else if gateway.snat.contains(&a) {
                 format!("{a} is a SNAT address of this gateway (a backend must be another host)")
@@ -295,7 +355,7 @@ impl Service<Ipv4Addr> {
     }
 
     fn check_backends(&self, violation: &mut impl FnMut(ServiceField, String)) {
-        let mut seen: HashMap<(Ipv4Addr, u16), usize> = HashMap::new();
+        let mut seen: HashMap<(A, u16), usize> = HashMap::new();
         for (index, b) in self.backends.iter().enumerate() {
             let at = |field| ServiceField::Backend { index, field };
             if b.weight > MAX_WEIGHT {
@@ -304,8 +364,16 @@ impl Service<Ipv4Addr> {
                     format!("{} is out of range (expected 0..={MAX_WEIGHT})", b.weight),
                 );
             }
-            if !is_unicast(b.address) {
-                violation(at(BackendField::Address), not_unicast(b.address));
+            if b.address.family() != self.key.vip.family() {
+                violation(
+                    at(BackendField::Address),
+                    format!(
+                        "{} is not of the VIP's family ({}): a service's backends are of its VIP's family (NAT64 is not done; a dual-stack service is one service per family)",
+                        b.address, self.key.vip
+                    ),
+                );
+            } else if !is_unicast_any(b.address) {
+                violation(at(BackendField::Address), not_unicast_any(b.address));
             } else if b.address == self.key.vip {
                 violation(
                     at(BackendField::Address),
@@ -332,8 +400,8 @@ impl Service<Ipv4Addr> {
                 violation(
                     at(BackendField::Address),
                     format!(
-                        "duplicate backend {}:{} (first in backends[{first}])",
-                        b.address, b.port
+                        "duplicate backend {} (first in backends[{first}])",
+                        HostPort(b.address, b.port)
                     ),
                 );
             }
@@ -437,6 +505,90 @@ pub fn is_contiguous_netmask(mask: Ipv4Addr) -> bool {
     m.leading_ones() + m.trailing_zeros() == 32
 }
 
+/// [`is_contiguous_netmask`] for a mask of either family.
+pub fn is_contiguous<A: Address>(mask: A) -> bool {
+    let bits = mask.octets().as_ref().len() as u32 * 8;
+    let m = mask
+        .octets()
+        .as_ref()
+        .iter()
+        .fold(0u128, |a, &b| a << 8 | u128::from(b));
+    let m = m << (128 - bits);
+    m.leading_ones().min(bits) + (m >> (128 - bits)).trailing_zeros().min(bits) == bits
+}
+
+/// The netmask that keeps every bit of an address of `vip`'s family (the
+/// default persistence granularity: one client address).
+pub fn full_mask(vip: IpAddr) -> IpAddr {
+    match vip {
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::BROADCAST),
+        IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::from(u128::MAX)),
+    }
+}
+
+/// A persistence netmask as every source writes it, for a service on
+/// `vip`: an address of the VIP's family (`255.255.255.0`), or a prefix
+/// length (`24`; what ipvsadm's `-M` takes for an IPv6 service).
+pub fn parse_netmask(text: &str, vip: IpAddr) -> Result<IpAddr, String> {
+    let text = text.trim().trim_start_matches('/');
+    if let Ok(len) = text.parse::<u8>() {
+        return match vip {
+            IpAddr::V4(_) if len <= 32 => Ok(IpAddr::V4(Ipv4Addr::from(
+                u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0),
+            ))),
+            IpAddr::V6(_) if len <= 128 => Ok(IpAddr::V6(prefix_mask6(len))),
+            _ => Err(format!("prefix length {len} is out of range for {vip}")),
+        };
+    }
+    match text.parse::<IpAddr>() {
+        Ok(m) if m.family() == vip.family() => Ok(m),
+        Ok(m) => Err(format!("{m} is not of the VIP's family ({vip})")),
+        Err(_) => Err(format!(
+            "\"{text}\" is not a netmask (e.g. \"255.255.255.0\", or a prefix length such as 64)"
+        )),
+    }
+}
+
+/// The prefix length of a contiguous mask (as ipvsadm prints an IPv6
+/// service's `mask`).
+pub fn prefix_len<A: Address>(mask: A) -> u32 {
+    mask.octets().as_ref().iter().map(|b| b.count_ones()).sum()
+}
+
+/// The IPv6 mask of a prefix length (ipvsadm's `-M` for an IPv6 service).
+pub fn prefix_mask6(len: u8) -> Ipv6Addr {
+    Ipv6Addr::from(u128::MAX.checked_shl(128 - u32::from(len.min(128))).unwrap_or(0))
+}
+
+/// Whether an IPv6 address can be a VIP, SNAT address or backend: not
+/// unspecified, loopback, multicast, link-local (it has a scope) or an
+/// IPv4-mapped address.
+pub fn is_unicast6(addr: Ipv6Addr) -> bool {
+    !(addr.is_unspecified()
+        || addr.is_loopback()
+        || addr.is_multicast()
+        || addr.is_unicast_link_local()
+        || addr.to_ipv4_mapped().is_some())
+}
+
+/// [`is_unicast`] or [`is_unicast6`], by the address's family.
+pub fn is_unicast_any<A: Address>(addr: A) -> bool {
+    match addr.ip() {
+        IpAddr::V4(a) => is_unicast(a),
+        IpAddr::V6(a) => is_unicast6(a),
+    }
+}
+
+/// The message for an address [`is_unicast_any`] refuses.
+pub fn not_unicast_any<A: Address>(addr: A) -> String {
+    match addr.ip() {
+        IpAddr::V4(a) => not_unicast(a),
+        IpAddr::V6(a) => format!(
+            "{a} is not a unicast address (not ::, loopback, multicast, link-local fe80::/10 or IPv4-mapped)"
+        ),
+    }
+}
+
 /// Whether `addr` can be a VIP, SNAT address or backend: not unspecified,
 /// broadcast, multicast, loopback or in 0.0.0.0/8.
 pub fn is_unicast(addr: Ipv4Addr) -> bool {
@@ -451,14 +603,26 @@ pub fn is_unicast(addr: Ipv4Addr) -> bool {
 /// A source range as every source writes it: `A.B.C.D/N`, or a bare
 /// address (as /32); host bits are cleared, as Kubernetes does for
 /// loadBalancerSourceRanges. The error is the message every source gives.
-pub fn parse_source_range(text: &str) -> Result<Ipv4Net, String> {
-    if let Ok(net) = text.parse::<Ipv4Net>() {
+pub fn parse_source_range(text: &str) -> Result<IpNet, String> {
+    if let Ok(net) = text.parse::<IpNet>() {
         return Ok(net.trunc());
     }
-    text.parse::<Ipv4Addr>()
+    text.parse::<IpAddr>()
         .ok()
-        .and_then(|a| Ipv4Net::new(a, 32).ok())
-        .ok_or_else(|| format!("\"{text}\" is not an IPv4 CIDR (e.g. \"198.18.0.0/24\")"))
+        .map(IpNet::from)
+        .ok_or_else(|| {
+            format!("\"{text}\" is not a CIDR (e.g. \"198.18.0.0/24\" or \"2001:2::/64\")")
+        })
+}
+
+/// An IPv4 source range ([`parse_source_range`] of that family).
+pub fn parse_source_range4(text: &str) -> Result<Ipv4Net, String> {
+    match parse_source_range(text)? {
+        IpNet::V4(n) => Ok(n),
+        IpNet::V6(_) => Err(format!(
+            "\"{text}\" is not an IPv4 CIDR (e.g. \"198.18.0.0/24\")"
+        )),
+    }
 }
 
 /// The message for an address [`is_unicast`] refuses (every source says
@@ -470,12 +634,12 @@ pub fn not_unicast(addr: Ipv4Addr) -> String {
 /// Where services are served: what a service must not collide with
 /// ([`Service::check_in`]). The caller reads the host's addresses (this
 /// crate does no I/O).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Gateway<'a> {
+#[derive(Debug, Clone, Copy)]
+pub struct Gateway<'a, A: Address = IpAddr> {
     /// The SNAT addresses.
-    pub snat: &'a [Ipv4Addr],
+    pub snat: &'a [A],
     /// The host's own addresses.
-    pub host: &'a [Ipv4Addr],
+    pub host: &'a [A],
 }
 
 /// Deterministic primality by trial division (inputs are table sizes,
@@ -517,7 +681,7 @@ mod tests {
 
     fn key(port: u16) -> ServiceKey {
         ServiceKey {
-            vip: Ipv4Addr::new(198, 19, 0, 1),
+            vip: Ipv4Addr::new(198, 19, 0, 1).into(),
             protocol: Protocol::Tcp,
             port,
         }
@@ -525,7 +689,7 @@ mod tests {
 
     fn backend(last: u8, weight: u32) -> Backend {
         Backend {
-            address: Ipv4Addr::new(198, 18, 1, last),
+            address: Ipv4Addr::new(198, 18, 1, last).into(),
             port: 8080,
             weight,
             forward: ForwardMethod::Masq,

@@ -8,7 +8,7 @@
 //! (as many cores as queues, slices disjoint and inside the range, timeouts
 //! in range).
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 
 use crate::names::{ArmMode, PollMode, Steering, UnknownPort, XdpAttachMode, ZeroCopy};
@@ -146,11 +146,23 @@ impl std::fmt::Display for PortRange {
 /// worker's, so the owner of a reply is computable from its port.
 pub type SnatPortSlice = PortRange;
 
+impl Snat {
+    /// Every SNAT address, IPv4 first.
+    pub fn all_addresses(&self) -> Vec<IpAddr> {
+        let v4 = self.addresses.iter().map(|a| IpAddr::V4(*a));
+        v4.chain(self.addresses6.iter().map(|a| IpAddr::V6(*a)))
+            .collect()
+    }
+}
+
 /// Source NAT towards backends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snat {
-    /// Addresses the gateway uses as source towards backends.
+    /// IPv4 addresses the gateway uses as source towards backends.
     pub addresses: Vec<Ipv4Addr>,
+    /// IPv6 addresses the gateway uses as source towards IPv6 backends
+    /// (the same `addresses` list in the file: split by family).
+    pub addresses6: Vec<Ipv6Addr>,
     /// The whole port range.
     pub ports: PortRange,
     /// Each worker's slice, in queue order (disjoint, inside `ports`).

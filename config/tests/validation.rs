@@ -259,7 +259,7 @@ fn snat_addresses() {
     );
     assert_eq!(
         with_snat("addresses = [\"198.18.2.300\"]", ""),
-        ["xvs.toml:5:14: snat.addresses[0]: \"198.18.2.300\" is not an IPv4 address"]
+        ["xvs.toml:5:14: snat.addresses[0]: \"198.18.2.300\" is not an IPv4 or IPv6 address"]
     );
     assert_eq!(
         with_snat("addresses = [\"127.0.0.1\"]", ""),
@@ -419,7 +419,7 @@ fn service(body: &str) -> String {
 fn vip() {
     assert_eq!(
         error("[[services]]\nvip = \"198.19.0\"\nport = 80\n"),
-        "xvs.toml:6:7: services[0].vip: \"198.19.0\" is not an IPv4 address"
+        "xvs.toml:6:7: services[0].vip: \"198.19.0\" is not an IPv4 or IPv6 address"
     );
     assert_eq!(
         error("[[services]]\nvip = \"224.0.0.1\"\nport = 80\n"),
@@ -485,8 +485,8 @@ fn persistence() {
         "xvs.toml:8:27: services[0].persistence.netmask: 255.0.255.0 is not a contiguous netmask (e.g. 255.255.255.0)"
     );
     assert_eq!(
-        service("port = 80\npersistence = { netmask = \"/24\" }"),
-        "xvs.toml:8:27: services[0].persistence.netmask: \"/24\" is not an IPv4 address"
+        service("port = 80\npersistence = { netmask = \"/33\" }"),
+        "xvs.toml:8:27: services[0].persistence.netmask: prefix length 33 is out of range for 198.19.0.1"
     );
     assert_eq!(
         service("port = 80\npersistence = { timeout = 300, affinity = 1 }"),
@@ -498,7 +498,7 @@ fn persistence() {
 fn source_ranges() {
     assert_eq!(
         service("port = 80\nsource_ranges = [\"198.18.0.0/24\", \"198.18.0.0/33\"]"),
-        "xvs.toml:8:35: services[0].source_ranges[1]: \"198.18.0.0/33\" is not an IPv4 CIDR (e.g. \"198.18.0.0/24\")"
+        "xvs.toml:8:35: services[0].source_ranges[1]: \"198.18.0.0/33\" is not a CIDR (e.g. \"198.18.0.0/24\" or \"2001:2::/64\")"
     );
 }
 
@@ -528,7 +528,7 @@ fn maglev_table_size() {
 fn backend_address() {
     assert_eq!(
         service("port = 80\nbackends = [{ address = \"198.18.1\" }]"),
-        "xvs.toml:8:25: services[0].backends[0].address: \"198.18.1\" is not an IPv4 address"
+        "xvs.toml:8:25: services[0].backends[0].address: \"198.18.1\" is not an IPv4 or IPv6 address"
     );
     assert_eq!(
         service("port = 80\nbackends = [{ address = \"0.1.2.3\" }]"),

@@ -14,7 +14,11 @@
  * port. The kernel keeps the rest (its ARP, ping, listening and ephemeral
  * ports). ARP replies to 0.0.0.0 answer xvs's ARP probes (how it resolves
  * next hops from a shared address without taking the kernel's replies)
- * and go to xvs. With SETTINGS_ALL (`steering = "all"`) every packet is
+ * and go to xvs. IPv6 addresses (`owned6`) are always xvs's alone:
+ * every packet to one goes to xvs, and so does a neighbour solicitation
+ * whose target is one (it is sent to the target's solicited-node group);
+ * the kernel keeps every other IPv6 packet (its own neighbour discovery,
+ * router advertisements, its addresses). With SETTINGS_ALL (`steering = "all"`) every packet is
  * xvs's, the kernel gets only what no socket takes.
  *
  * The hold window: each worker refreshes its queue's liveness mark in
@@ -29,6 +33,7 @@
 #include <linux/if_ether.h>
 #include <linux/in.h>
 #include <linux/ip.h>
+#include <linux/ipv6.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
@@ -36,6 +41,7 @@
 #define OWN_SHARED 2
 #define ARP_REPLY 2
 #define SETTINGS_ALL 1
+#define NDP_SOLICIT 135
 
 struct {
 	__uint(type, BPF_MAP_TYPE_XSKMAP);
@@ -51,6 +57,18 @@ struct {
 	__type(key, __u32);
 	__type(value, __u8);
 } owned SEC(".maps");
+
+/* IPv6 addresses xvs answers for (network byte order) -> OWN_XVS. */
+struct addr6 {
+	__u8 b[16];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1 << 20);
+	__type(key, struct addr6);
+	__type(value, __u8);
+} owned6 SEC(".maps");
 
 /* The SNAT port range (host byte order, inclusive) and SETTINGS_*. */
 struct settings {
@@ -212,6 +230,24 @@ int xvs_steer(struct xdp_md *ctx)
 			return to_xvs(ctx, 0);
 		kind = bpf_map_lookup_elem(&owned, &tpa);
 		if (!kind || *kind == OWN_SHARED)
+			return steer_all() ? to_xvs(ctx, 0) : XDP_PASS;
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+		struct addr6 key;
+
+		if ((void *)(ip6 + 1) > end)
+			return steer_all() ? to_xvs(ctx, 0) : XDP_PASS;
+		__builtin_memcpy(key.b, &ip6->daddr, 16);
+		if (ip6->nexthdr == IPPROTO_ICMPV6) {
+			__u8 *icmp = (void *)(ip6 + 1);
+
+			/* A neighbour solicitation goes to a multicast group:
+			 * it is xvs's when its target is. */
+			if ((void *)(icmp + 24) <= end && icmp[0] == NDP_SOLICIT)
+				__builtin_memcpy(key.b, icmp + 8, 16);
+		}
+		kind = bpf_map_lookup_elem(&owned6, &key);
+		if (!kind)
 			return steer_all() ? to_xvs(ctx, 0) : XDP_PASS;
 	} else {
 		return steer_all() ? to_xvs(ctx, 0) : XDP_PASS;

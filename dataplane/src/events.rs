@@ -8,7 +8,7 @@
 //! every drop reason shows up. Invariant: pushing allocates nothing and
 //! takes no lock.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use crossbeam_queue::ArrayQueue;
@@ -53,22 +53,30 @@ pub struct FlowEvent {
     /// IP protocol number (6 TCP, 17 UDP, 1 ICMP, ...).
     pub protocol: u8,
     /// Source (port 0 when there is none).
-    pub src: Endpoint,
+    pub src: Endpoint<IpAddr>,
     /// Destination.
-    pub dst: Endpoint,
+    pub dst: Endpoint<IpAddr>,
     /// Backend of the flow (unspecified when none).
-    pub backend: Endpoint,
+    pub backend: Endpoint<IpAddr>,
     /// The flow's SNAT address and port towards the backend
     /// (unspecified when none).
-    pub snat: Endpoint,
+    pub snat: Endpoint<IpAddr>,
 }
 
 impl FlowEvent {
     /// An endpoint with no address.
-    pub const NONE: Endpoint = Endpoint {
-        addr: Ipv4Addr::UNSPECIFIED,
+    pub const NONE: Endpoint<IpAddr> = Endpoint {
+        addr: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         port: 0,
     };
+
+    /// An endpoint of either family, as events carry it.
+    pub fn wide<A: xvs_config::Address>(e: Endpoint<A>) -> Endpoint<IpAddr> {
+        Endpoint {
+            addr: e.addr.ip(),
+            port: e.port,
+        }
+    }
 }
 
 /// One worker's event queue.

@@ -11,12 +11,23 @@
 //! hands xvs exactly the packets to that address whose destination port
 //! is in the SNAT range, and passes every other one to the kernel.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use xvs_config::PortRange;
 
 /// The addresses of the host's interfaces (IPv4).
 pub fn addresses() -> std::io::Result<Vec<Ipv4Addr>> {
+    Ok(all_addresses()?
+        .into_iter()
+        .filter_map(|a| match a {
+            IpAddr::V4(a) => Some(a),
+            IpAddr::V6(_) => None,
+        })
+        .collect())
+}
+
+/// The addresses of the host's interfaces, of both families.
+pub fn all_addresses() -> std::io::Result<Vec<IpAddr>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs writes a list head we free below with
     // freeifaddrs, on success only.
@@ -35,7 +46,11 @@ pub fn addresses() -> std::io::Result<Vec<Ipv4Addr>> {
             if family == libc::AF_INET {
                 // SAFETY: an AF_INET address is a sockaddr_in.
                 let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                out.push(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+                out.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))));
+            } else if family == libc::AF_INET6 {
+                // SAFETY: an AF_INET6 address is a sockaddr_in6.
+                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                out.push(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)));
             }
         }
         at = ifa.ifa_next;

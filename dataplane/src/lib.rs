@@ -8,6 +8,7 @@
 pub mod counters;
 pub mod eventfd;
 pub mod events;
+pub mod family;
 pub mod forward;
 pub mod host;
 pub mod io;

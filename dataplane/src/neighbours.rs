@@ -3,8 +3,9 @@
 //! ask for (a new backend, or a next hop a packet could not reach).
 //!
 //! The table and the queue are generic over the address family; how a
-//! request is asked is the family's (ARP for IPv4 here; IPv6's neighbour
-//! solicitation is another `impl Neighbours<Ipv6Addr>` block).
+//! request is asked is the family's (ARP for IPv4, a neighbour
+//! solicitation to the target's solicited-node group for IPv6: one `impl`
+//! block each).
 //!
 //! Invariants: both are bounded ([`CAPACITY`] entries, [`QUEUE`]
 //! requests), so learning never allocates past them and nothing here
@@ -89,6 +90,14 @@ impl Neighbours<Ipv4Addr> {
     /// `buf` cannot hold it.
     pub fn build_request(&self, buf: &mut [u8], target: Ipv4Addr) -> Option<usize> {
         Arp::request(self.mac, self.source, target).emit(buf, EthernetAddress::BROADCAST)
+    }
+}
+
+impl Neighbours<std::net::Ipv6Addr> {
+    /// Builds a neighbour solicitation for `target` into `buf` (to send on
+    /// the backend side); its length, or `None` if `buf` cannot hold it.
+    pub fn build_request(&self, buf: &mut [u8], target: std::net::Ipv6Addr) -> Option<usize> {
+        crate::wire::ndp::solicit(buf, self.mac, self.source, target)
     }
 }
 

@@ -37,12 +37,12 @@
 //! clients behind xvs use PMTU discovery, which the ICMP error translation
 //! keeps working.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use hashbrown::HashSet;
 use smoltcp::wire::{EthernetAddress, EthernetFrame};
-use xvs_config::{ConnRules, PortRange, UnknownPort};
+use xvs_config::{ConnRules, PortRange, ServiceKey, UnknownPort};
 use xvs_conntrack::{
     tcp_flags, Direction, Endpoint, FlowId, FlowKey, FlowState, FlowTable, InsertError, L4Proto,
     NewFlow, Packet, Removal, Timeouts,
@@ -50,19 +50,17 @@ use xvs_conntrack::{
 
 pub use crate::counters::Counters;
 use crate::events::{EventKind, FlowEvent, FlowEvents};
+use crate::family::{Answer, Family, IpPacket};
 use crate::forward::{NextHop, Plan, Route};
 use crate::neighbours::Neighbours;
 use crate::sched::{pick_persistent, Request};
+pub use crate::services::AnyService;
 use crate::services::{CompiledService, ServiceCounts, ServiceTable};
 use crate::snat::SnatEndpoints;
 use crate::traffic::DestState;
-use crate::wire::answer::{
-    arp_reply, icmp_echo_reply, icmp_port_unreachable, icmp_time_exceeded, tcp_reset,
-};
-use crate::wire::checksum::l4_verifies;
-use crate::wire::{
-    classify, icmp_error, nat, ArpOp, DropReason, Fragment, Frame, IcmpErrorNat, Ipv4, Nat, L4,
-};
+use crate::wire::answer::arp_reply;
+use crate::wire::ndp::{advertise, solicited_node};
+use crate::wire::{classify, ArpOp, DropReason, Fragment, Frame, IcmpErrorNat, Nat, Ndp, L4};
 
 /// SNAT ports tried for one new flow before giving up.
 const SNAT_TRIES: u32 = 64;
@@ -119,10 +117,10 @@ pub enum Lookup {
 }
 
 /// The verdict on a frame rewritten for `side` (or why it could not be).
-fn sent(rewritten: Result<(), DropReason>, ip: &Ipv4, side: Side) -> Verdict {
+fn sent<I: IpPacket>(rewritten: Result<(), DropReason>, ip: &I, side: Side) -> Verdict {
     match rewritten {
         Ok(()) => Verdict::Forward {
-            len: ip.end(),
+            len: crate::wire::classify::ETH_HEADER_LEN + ip.total_len() as usize,
             to: side,
         },
         Err(r) => Verdict::Drop(r),
@@ -138,33 +136,38 @@ struct Rx<'a> {
     now: u32,
 }
 
-/// A frame classified ahead of processing, with its flow key (TCP and
-/// UDP only), so a batch's flows can be looked up together.
+/// A frame classified ahead of processing, so a batch's flows can be
+/// looked up together.
 #[derive(Debug, Clone, Copy)]
 pub struct Prepared {
     frame: Result<Frame, DropReason>,
-    key: Option<FlowKey>,
 }
 
 impl Prepared {
-    /// Whether it is an ARP reply (which every worker learns from).
+    /// Whether it is an ARP reply or a neighbour advertisement (which
+    /// every worker learns from).
     pub fn is_arp_reply(&self) -> bool {
-        matches!(self.frame, Ok(Frame::Arp(a)) if a.op == ArpOp::Reply)
+        match self.frame {
+            Ok(Frame::Arp(a)) => a.op == ArpOp::Reply,
+            Ok(Frame::Ipv6(ip)) => matches!(ip.l4, L4::Neighbour(Ndp { solicit: false, .. })),
+            _ => false,
+        }
     }
 
     /// Classifies `frame` (no state is touched).
     pub fn of(frame: &[u8]) -> Prepared {
-        let frame = classify(frame);
-        let key = match &frame {
-            Ok(Frame::Ipv4(ip))
-                if matches!(ip.l4, L4::Tcp { .. } | L4::Udp { .. })
-                    && ip.fragment == Fragment::Whole =>
-            {
-                ip.flow_key()
-            }
-            _ => None,
-        };
-        Prepared { frame, key }
+        Prepared {
+            frame: classify(frame),
+        }
+    }
+
+    /// The flow key of a whole TCP or UDP packet of family `A`.
+    #[inline]
+    fn key<A: Family>(&self) -> Option<FlowKey<A>> {
+        let ip = A::packet(self.frame.as_ref().ok()?)?;
+        (matches!(ip.l4(), L4::Tcp { .. } | L4::Udp { .. }) && ip.fragment() == Fragment::Whole)
+            .then(|| ip.key())
+            .flatten()
     }
 }
 
@@ -182,7 +185,10 @@ pub struct PipelineConfig {
     /// requests). Every address has the worker's whole port slice, so
     /// each adds `snat_ports.size()` flows per backend.
     pub snat_addrs: Vec<Ipv4Addr>,
-    /// This worker's SNAT ports.
+    /// IPv6 SNAT addresses (none: IPv6 services cannot be served; the
+    /// first sources neighbour solicitations).
+    pub snat_addrs6: Vec<Ipv6Addr>,
+    /// This worker's SNAT ports (both families).
     pub snat_ports: PortRange,
     /// Flow table capacity.
     pub capacity: u32,
@@ -194,21 +200,10 @@ pub struct PipelineConfig {
     pub unknown_port: UnknownPort,
 }
 
-/// One worker's pipeline.
-pub struct Pipeline {
+/// What a worker's pipeline shares between its families: settings,
+/// counters, pressure, events.
+struct Core {
     cfg: PipelineConfig,
-    /// Flows.
-    pub table: FlowTable,
-    /// Services.
-    pub services: ServiceTable,
-    /// Addresses answered for (VIPs and SNAT addresses).
-    owned: HashSet<Ipv4Addr>,
-    /// Next hops and the ARP requests to send.
-    neighbours: Neighbours,
-    /// SNAT endpoints: the search for a free one resumes where the last
-    /// one ended, where the oldest flows were, so a free endpoint is
-    /// usually the first.
-    snat: SnatEndpoints,
     /// Until when (worker clock) this worker is under pressure.
     pressure_until: u32,
     counters: Counters,
@@ -216,47 +211,114 @@ pub struct Pipeline {
     events: Option<Arc<FlowEvents>>,
 }
 
-impl Pipeline {
-    /// A pipeline with no service yet, at time `now`.
-    pub fn new(cfg: PipelineConfig, now: u32) -> Pipeline {
-        let table = FlowTable::new(cfg.capacity, cfg.timeouts, now);
-        Pipeline::with_table(cfg, table)
-    }
-
-    /// A pipeline over `table` (one read back from a state file: call
-    /// [`Pipeline::adopt`] once the services are in).
-    pub fn with_table(cfg: PipelineConfig, table: FlowTable) -> Pipeline {
-        let mut owned = HashSet::new();
-        owned.extend(cfg.snat_addrs.iter().copied());
-        Pipeline {
-            table,
-            services: ServiceTable::default(),
-            owned,
-            // ARP requests come from the first SNAT address (see
-            // `share_with_host`).
-            neighbours: Neighbours::new(
-                cfg.snat_addrs
-                    .first()
-                    .copied()
-                    .unwrap_or(Ipv4Addr::UNSPECIFIED),
-                cfg.backend_mac,
-            ),
-            snat: SnatEndpoints::new(cfg.snat_addrs.clone(), cfg.snat_ports),
-            pressure_until: 0,
-            counters: Counters::default(),
-            events: None,
-            cfg,
+impl Core {
+    /// Pushes a flow event, when events are produced.
+    #[inline]
+    fn event<A: Family>(
+        &self,
+        now: u32,
+        kind: EventKind,
+        protocol: u8,
+        src: Endpoint<A>,
+        dst: Endpoint<A>,
+        [backend, snat]: [Endpoint<A>; 2],
+    ) {
+        if let Some(ev) = &self.events {
+            ev.push(FlowEvent {
+                time: now,
+                worker: self.cfg.worker as u16,
+                kind,
+                protocol,
+                src: FlowEvent::wide(src),
+                dst: FlowEvent::wide(dst),
+                backend: FlowEvent::wide(backend),
+                snat: FlowEvent::wide(snat),
+            });
         }
     }
 
-    /// Adopts the flows of a table read back from a state file, resolving
-    /// each one's service by its VIP, protocol and port and its backend by
-    /// address and port (the ids this process gave them), and counting
-    /// their connections; flows whose service or backend is gone are
-    /// dropped, counted. Nothing to do for a table not read back.
-    pub fn adopt(&mut self, now: u32) -> xvs_conntrack::Adopted {
+    /// Our Ethernet address on `side`.
+    fn mac(&self, side: Side) -> EthernetAddress {
+        match side {
+            Side::Client => self.cfg.mac,
+            Side::Backend => self.cfg.backend_mac,
+        }
+    }
+}
+
+/// One family's state in a worker: its flows, services, owned addresses,
+/// next hops and SNAT endpoints.
+pub struct Half<A: Family> {
+    /// Flows.
+    pub table: FlowTable<A>,
+    /// Services.
+    pub services: ServiceTable<A>,
+    /// Addresses answered for (VIPs and SNAT addresses).
+    owned: HashSet<A>,
+    /// Next hops and the requests to send.
+    neighbours: Neighbours<A>,
+    /// SNAT endpoints: the search for a free one resumes where the last
+    /// one ended, where the oldest flows were, so a free endpoint is
+    /// usually the first.
+    snat: SnatEndpoints<A>,
+}
+
+/// One worker's pipeline: IPv4 and IPv6 side by side.
+pub struct Pipeline {
+    core: Core,
+    /// IPv4 flows, services and next hops.
+    pub v4: Half<Ipv4Addr>,
+    /// IPv6 flows, services and next hops.
+    pub v6: Half<Ipv6Addr>,
+}
+
+impl<A: Family> Half<A> {
+    fn new(table: FlowTable<A>, snat: Vec<A>, ports: PortRange, mac: EthernetAddress) -> Half<A> {
+        let mut owned = HashSet::new();
+        owned.extend(snat.iter().copied());
+        Half {
+            table,
+            services: ServiceTable::default(),
+            owned,
+            // Requests come from the first SNAT address (see
+            // `share_with_host`).
+            neighbours: Neighbours::new(snat.first().copied().unwrap_or(A::UNSPECIFIED), mac),
+            snat: SnatEndpoints::new(snat, ports),
+        }
+    }
+
+    /// The flow table, and the observer that keeps this worker's
+    /// connection counts of its services right.
+    fn split(&mut self, worker: usize) -> (&mut FlowTable<A>, ServiceCounts<'_, A>) {
+        let counts = ServiceCounts {
+            table: &self.services,
+            worker,
+        };
+        (&mut self.table, counts)
+    }
+
+    fn is_snat(&self, addr: A) -> bool {
+        self.snat.is_snat(addr)
+    }
+
+    /// The SNAT port `ip` is addressed to, if it is a reply (or an ICMP
+    /// error about a flow) to a SNAT address.
+    fn snat_port_of(&self, ip: &A::Ip) -> Option<u16> {
+        if !self.is_snat(ip.dst()) {
+            return None;
+        }
+        match ip.l4() {
+            L4::Tcp { dst_port, .. } | L4::Udp { dst_port, .. } => Some(dst_port),
+            L4::IcmpError(e) if self.is_snat(e.inner.src) => Some(e.inner.src_port),
+            _ => None,
+        }
+    }
+
+    /// Adopts the flows of a table read back from a state file (see
+    /// [`Pipeline::adopt`]).
+    fn adopt(&mut self, now: u32, worker: usize) -> xvs_conntrack::Adopted {
         let services = &self.services;
-        let resolve = |f: xvs_conntrack::FlowRef<'_>| {
+        let resolve = |f: xvs_conntrack::FlowRef<'_, A>| {
             let vip = f.vip();
             let slot = services.find(vip.addr, f.proto(), vip.port)?;
             let b = f.backend();
@@ -270,145 +332,26 @@ impl Pipeline {
         };
         let mut counts = ServiceCounts {
             table: &self.services,
-            worker: self.cfg.worker,
+            worker,
         };
         self.table.adopt(now, resolve, &mut counts)
     }
 
-    /// The SNAT port a classified frame is addressed to, if it is a reply
-    /// (or an ICMP error about a flow) to this pipeline's SNAT address:
-    /// its owner is the worker whose slice holds that port.
-    pub fn snat_port_of(&self, prepared: &Prepared) -> Option<u16> {
-        let Ok(Frame::Ipv4(ip)) = prepared.frame else {
-            return None;
-        };
-        if !self.is_snat(ip.dst) {
-            return None;
-        }
-        match ip.l4 {
-            L4::Tcp { dst_port, .. } | L4::Udp { dst_port, .. } => Some(dst_port),
-            L4::IcmpError(e) if self.is_snat(e.inner.src) => Some(e.inner.src_port),
-            _ => None,
-        }
-    }
-
-    /// Whether `addr` is one of the SNAT addresses.
-    fn is_snat(&self, addr: Ipv4Addr) -> bool {
-        self.snat.is_snat(addr)
-    }
-
-    /// Counters so far.
-    pub fn counters(&self) -> &Counters {
-        &self.counters
-    }
-
-    /// Marks SNAT addresses that are also the host's: xvs resolves next
-    /// hops with ARP probes (sender 0.0.0.0) unless another SNAT address
-    /// is its own, so the kernel keeps its ARP on its address.
-    pub fn share_with_host(&mut self, shared: &[Ipv4Addr]) {
-        let source = self
-            .snat
-            .addrs()
-            .iter()
-            .copied()
-            .find(|a| !shared.contains(a))
-            .unwrap_or(Ipv4Addr::UNSPECIFIED);
-        self.neighbours.set_source(source);
-    }
-
-    /// Replaces the reuse and removal rules (from the next packet on).
-    pub fn set_rules(&mut self, rules: ConnRules, unknown_port: UnknownPort) {
-        self.cfg.rules = rules;
-        self.cfg.unknown_port = unknown_port;
-    }
-
-    /// Answers ARP and ping for `addr` (a VIP).
-    pub fn own(&mut self, addr: Ipv4Addr) {
-        self.owned.insert(addr);
-    }
-
-    /// Stops answering for `addr` (never a SNAT address).
-    pub fn disown(&mut self, addr: Ipv4Addr) {
-        if !self.is_snat(addr) {
-            self.owned.remove(&addr);
-        }
-    }
-
-    /// Adds or replaces a service, as this worker applies it (its next
-    /// hops are resolved at once).
-    pub fn upsert_service(&mut self, svc: Arc<CompiledService>) {
+    /// Adds or replaces a service (its next hops are resolved at once).
+    fn upsert_service(&mut self, svc: Arc<CompiledService<A>>, worker: usize) {
         for b in &svc.backends {
-            self.resolve(b.endpoint.addr);
+            self.neighbours.resolve(b.endpoint.addr);
         }
-        self.services.upsert(svc, self.cfg.worker);
+        self.services.upsert(svc, worker);
     }
 
-    /// Queues an ARP request for `addr` (e.g. a new backend), once.
-    pub fn resolve(&mut self, addr: Ipv4Addr) {
-        self.neighbours.resolve(addr);
-    }
-
-    /// Takes the next address to send an ARP request for.
-    pub fn next_arp(&mut self) -> Option<Ipv4Addr> {
-        self.neighbours.next_request()
-    }
-
-    /// A frame this pipeline forwarded (or, `answer`, answered) that never
-    /// got into a TX ring: it counts as a `tx_ring_full` drop instead, so
-    /// `rx = forwarded + answered + consumed + Σ drops` still holds and
-    /// `forwarded` counts only frames handed to the kernel.
-    pub fn unsent(&mut self, answer: bool) {
-        let c = &mut self.counters;
-        let from = if answer {
-            &mut c.answered
-        } else {
-            &mut c.forwarded
+    /// Looks a batch's keys up at once (see [`Pipeline::lookup_prepared`]).
+    fn lookup_batch(&mut self, prepared: &[Prepared], out: &mut [Lookup], worker: usize) {
+        let zero = Endpoint {
+            addr: A::UNSPECIFIED,
+            port: 0,
         };
-        *from = from.saturating_sub(1);
-        c.drops[DropReason::TxRingFull.index()] += 1;
-    }
-
-    /// Builds an ARP request for `target` from the ARP source (a SNAT
-    /// address, or 0.0.0.0: see [`Pipeline::share_with_host`]) into `buf`
-    /// (to send on the backend side); returns its length (60) or `None`
-    /// if `buf` is too short.
-    pub fn build_arp_request(&self, buf: &mut [u8], target: Ipv4Addr) -> Option<usize> {
-        self.neighbours.build_request(buf, target)
-    }
-
-    fn learn(&mut self, addr: Ipv4Addr, mac: [u8; 6]) {
-        self.neighbours.learn(addr, mac);
-    }
-
-    /// Processes one frame of `len` bytes in `buf` (the buffer may be
-    /// longer: answers may grow into it) received on the client side.
-    pub fn process(&mut self, buf: &mut [u8], len: usize, now: u32) -> Verdict {
-        self.process_on(Side::Client, buf, len, now)
-    }
-
-    /// Processes one frame received on side `ingress`.
-    pub fn process_on(&mut self, ingress: Side, buf: &mut [u8], len: usize, now: u32) -> Verdict {
-        let len = len.min(buf.len());
-        let prepared = Prepared::of(&buf[..len]);
-        self.process_prepared(ingress, buf, len, now, &prepared, Lookup::NotYet)
-    }
-
-    /// Looks up the flows of a batch of prepared frames at once
-    /// ([`FlowTable::lookup_batch`]: the flow-table reads of the batch
-    /// overlap); `out[i]` is a hit or a miss for every frame with a flow
-    /// key, [`Lookup::NotYet`] for the others.
-    pub fn lookup_prepared(&mut self, prepared: &[Prepared], out: &mut [Lookup]) {
-        let mut keys = [FlowKey::between(
-            Endpoint {
-                addr: Ipv4Addr::UNSPECIFIED,
-                port: 0,
-            },
-            Endpoint {
-                addr: Ipv4Addr::UNSPECIFIED,
-                port: 0,
-            },
-            L4Proto::Tcp,
-        ); xvs_conntrack::BATCH];
+        let mut keys = [FlowKey::between(zero, zero, L4Proto::Tcp); xvs_conntrack::BATCH];
         let mut at = [0usize; xvs_conntrack::BATCH];
         let mut hits = [None; xvs_conntrack::BATCH];
         for (prep, out) in prepared
@@ -417,12 +360,14 @@ impl Pipeline {
         {
             let mut n = 0;
             for (i, p) in prep.iter().enumerate() {
-                out[i] = Lookup::NotYet;
-                if let Some(k) = p.key {
+                if let Some(k) = p.key::<A>() {
                     keys[n] = k;
                     at[n] = i;
                     n += 1;
                 }
+            }
+            if n == 0 {
+                continue;
             }
             self.table.lookup_batch(&keys[..n], &mut hits[..n]);
             for j in 0..n {
@@ -435,135 +380,53 @@ impl Pipeline {
                 if let Some((id, _)) = hits[j] {
                     let f = self.table.flow(id);
                     if let Some(t) = self.services.traffic(f.service()) {
-                        xvs_conntrack::prefetch(t.cell_addr(self.cfg.worker, f.backend_id()));
+                        xvs_conntrack::prefetch(t.cell_addr(worker, f.backend_id()));
                     }
                 }
             }
         }
     }
 
-    /// Processes a frame already classified by [`Prepared::of`], with its
-    /// flow looked up in advance (`looked`), or not. A hit found in
-    /// advance is used only if the entry still holds that key (a flow of
-    /// the same batch may have replaced it); a miss is looked up again
-    /// (a flow of the same batch may have created it).
-    pub fn process_prepared(
-        &mut self,
-        ingress: Side,
-        buf: &mut [u8],
-        len: usize,
-        now: u32,
-        prepared: &Prepared,
-        looked: Lookup,
-    ) -> Verdict {
-        self.counters.rx += 1;
-        let rx = Rx {
-            ingress,
-            len: len.min(buf.len()),
-            buf,
-            now,
-        };
-        let verdict = self.verdict(rx, prepared, looked);
-        match verdict {
-            Verdict::Forward { .. } => self.counters.forwarded += 1,
-            Verdict::Answer(_) => self.counters.answered += 1,
-            Verdict::Consumed => self.counters.consumed += 1,
-            Verdict::Drop(r) => {
-                self.counters.drops[r.index()] += 1;
-                let (protocol, src, dst) = endpoints_of(prepared);
-                let none = FlowEvent::NONE;
-                self.event(now, EventKind::Drop(r), protocol, src, dst, [none, none]);
-            }
-        }
-        verdict
-    }
-
-    /// Pushes a flow event, when events are produced.
-    #[inline]
-    fn event(
-        &self,
-        now: u32,
-        kind: EventKind,
-        protocol: u8,
-        src: Endpoint,
-        dst: Endpoint,
-        [backend, snat]: [Endpoint; 2],
-    ) {
-        if let Some(ev) = &self.events {
-            ev.push(FlowEvent {
-                time: now,
-                worker: self.cfg.worker as u16,
-                kind,
-                protocol,
-                src,
-                dst,
-                backend,
-                snat,
-            });
-        }
-    }
-
-    /// Sends flow events to `events` from now on.
-    pub fn set_events(&mut self, events: Arc<FlowEvents>) {
-        self.events = Some(events);
-    }
-
-    fn verdict(&mut self, rx: Rx<'_>, prepared: &Prepared, looked: Lookup) -> Verdict {
+    /// The verdict on an IP packet of this family.
+    fn verdict(&mut self, core: &mut Core, rx: Rx<'_>, ip: &A::Ip, looked: Lookup) -> Verdict {
         let Rx {
             ingress,
             buf,
             len,
             now,
         } = rx;
-        let frame = match prepared.frame {
-            Ok(f) => f,
-            Err(r) => return Verdict::Drop(r),
-        };
-        let ip = match frame {
-            Frame::Arp(arp) => {
-                self.learn(arp.sender_ip, arp.sender_mac.0);
-                if arp.op == ArpOp::Reply {
-                    return Verdict::Consumed;
-                }
-                if !self.owned.contains(&arp.target_ip) {
-                    return Verdict::Drop(DropReason::ArpNotOwned);
-                }
-                let mac = match ingress {
-                    Side::Client => self.cfg.mac,
-                    Side::Backend => self.cfg.backend_mac,
-                };
-                return answer(arp_reply(buf, &arp, mac));
-            }
-            Frame::Ipv4(ip) => ip,
-        };
+        let l4 = ip.l4();
         // TCP and UDP look their flow up first: a flow key names an owned
         // address, so a hit needs no ownership check (one hash lookup less
         // on the established path); a miss is checked below.
-        let tcp_udp = matches!(ip.l4, L4::Tcp { .. } | L4::Udp { .. });
-        if !tcp_udp && !self.owned.contains(&ip.dst) {
+        let tcp_udp = matches!(l4, L4::Tcp { .. } | L4::Udp { .. });
+        if let L4::Neighbour(ndp) = l4 {
+            return self.neighbour(core, buf, ingress, ip, &ndp);
+        }
+        if !tcp_udp && !self.owned.contains(&ip.dst()) {
             return Verdict::Drop(DropReason::NotOwned);
         }
-        if ip.fragment != Fragment::Whole {
+        if ip.fragment() != Fragment::Whole {
             return Verdict::Drop(DropReason::Fragment);
         }
-        match ip.l4 {
-            L4::IcmpEcho { request: true, .. } => return answer(icmp_echo_reply(buf, &ip)),
+        match l4 {
+            L4::IcmpEcho { request: true, .. } => return answer(ip.echo_reply(buf)),
             L4::IcmpEcho { .. } => return Verdict::Drop(DropReason::IcmpUnsupportedType),
-            L4::IcmpError(_) => return self.related(buf, len, &ip, now),
-            L4::None => return Verdict::Drop(DropReason::Fragment),
+            L4::IcmpError(_) => return self.related(core, buf, len, ip),
+            L4::None | L4::Neighbour(_) => return Verdict::Drop(DropReason::Fragment),
             L4::Tcp { .. } | L4::Udp { .. } => {}
         }
-        let Some(key) = ip.flow_key() else {
+        let Some(key) = ip.key() else {
             return Verdict::Drop(DropReason::UnsupportedProtocol);
         };
         let src_mac = EthernetFrame::new_unchecked(&*buf).src_addr().0;
-        let tcp_flags = match ip.l4 {
+        let tcp_flags = match l4 {
             L4::Tcp { flags, .. } => flags.0,
             _ => 0,
         };
         let pkt = Packet {
             tcp_flags,
-            len: u32::from(ip.total_len),
+            len: ip.total_len(),
         };
         let mut hit = match looked {
             Lookup::Hit(id, dir) if self.table.holds(id, dir, &key) => Some((id, dir)),
@@ -571,13 +434,13 @@ impl Pipeline {
         };
         // A packet that cannot be forwarded changes nothing (no flow, no
         // state, no count against a backend): a router's answer.
-        if ip.ttl <= 1 {
-            if hit.is_none() && !self.owned.contains(&ip.dst) {
+        if ip.hop_limit() <= 1 {
+            if hit.is_none() && !self.owned.contains(&ip.dst()) {
                 return Verdict::Drop(DropReason::NotOwned);
             }
-            return match icmp_time_exceeded(buf, &ip) {
+            return match ip.time_exceeded(buf) {
                 Ok(Some(len)) => {
-                    self.counters.time_exceeded += 1;
+                    core.counters.time_exceeded += 1;
                     Verdict::Answer(len)
                 }
                 Ok(None) => Verdict::Drop(DropReason::TtlExceeded),
@@ -585,8 +448,8 @@ impl Pipeline {
             };
         }
         if let Some((id, dir)) = hit {
-            if let Some(why) = self.ends_flow(id, dir, tcp_flags) {
-                self.retire(id, why);
+            if let Some(why) = self.ends_flow(core, id, dir, tcp_flags) {
+                self.retire(core, id, why);
                 hit = None;
                 let opens = tcp_flags & (tcp_flags::SYN | tcp_flags::ACK) == tcp_flags::SYN;
                 match (dir, key.proto) {
@@ -595,9 +458,8 @@ impl Pipeline {
                     // The kernel's answer to a segment of a connection it
                     // does not know.
                     (Direction::Original, L4Proto::Tcp) if !opens => {
-                        return self.reject(buf, &ip, key.proto)
+                        return self.reject(core, buf, ip, L4Proto::Tcp);
                     }
-                    // A SYN or a datagram: scheduled afresh below.
                     _ => {}
                 }
             }
@@ -605,46 +467,89 @@ impl Pipeline {
         let (id, dir) = match hit {
             Some((id, dir)) => {
                 if dir == Direction::Reply {
-                    self.learn(ip.src, src_mac);
+                    self.neighbours.learn(ip.src(), src_mac);
                 }
-                let mut obs = ServiceCounts {
-                    table: &self.services,
-                    worker: self.cfg.worker,
-                };
                 // The state before is read only when events are produced
                 // (the entry is in cache: the lookup just verified it).
-                let before = self.events.as_ref().map(|_| self.table.flow(id).state());
-                let after = self.table.on_packet(id, dir, pkt, now, &mut obs);
+                let before = core.events.as_ref().map(|_| self.table.flow(id).state());
+                let (table, mut obs) = self.split(core.cfg.worker);
+                let after = table.on_packet(id, dir, pkt, now, &mut obs);
                 if before.is_some_and(|b| b != after)
                     && matches!(after, FlowState::Close | FlowState::TimeWait)
                 {
                     let f = self.table.flow(id);
                     let (src, dst, to) = (f.client(), f.vip(), [f.backend(), f.snat()]);
-                    self.event(now, EventKind::Close, ip.protocol, src, dst, to);
+                    core.event(now, EventKind::Close, ip.protocol(), src, dst, to);
                 }
                 (id, dir)
             }
-            None if !self.owned.contains(&ip.dst) => return Verdict::Drop(DropReason::NotOwned),
-            None if self.is_snat(ip.dst) => return Verdict::Drop(DropReason::ReplyNoFlow),
+            None if !self.owned.contains(&ip.dst()) => {
+                return Verdict::Drop(DropReason::NotOwned)
+            }
+            None if self.is_snat(ip.dst()) => return Verdict::Drop(DropReason::ReplyNoFlow),
             // A new flow is inserted with its first packet accounted.
-            None => match self.new_flow(buf, &ip, key, src_mac, pkt, now) {
+            None => match self.new_flow(core, buf, ip, key, src_mac, pkt, now) {
                 Ok(id) => (id, Direction::Original),
                 Err(v) => return v,
             },
         };
-        self.forward(buf, &ip, id, dir)
+        self.forward(core, buf, ip, id, dir)
+    }
+
+    /// A neighbour solicitation for an owned address gets its
+    /// advertisement; every solicitation and advertisement teaches its
+    /// sender's (or target's) Ethernet address.
+    fn neighbour(
+        &mut self,
+        core: &Core,
+        buf: &mut [u8],
+        ingress: Side,
+        ip: &A::Ip,
+        ndp: &Ndp,
+    ) -> Verdict {
+        let (Some(src), Some(target)) = (as_v6(ip.src()), as_v6(ip.dst()).map(|_| ndp.target))
+        else {
+            return Verdict::Drop(DropReason::NdpMalformed);
+        };
+        let Some(target_a) = A::from_ip(IpAddr::V6(target)) else {
+            return Verdict::Drop(DropReason::NdpMalformed);
+        };
+        if !ndp.solicit {
+            if let Some(mac) = ndp.lladdr {
+                self.neighbours.learn(target_a, mac.0);
+            }
+            return Verdict::Consumed;
+        }
+        let src_mac = EthernetAddress::from_bytes(&buf[6..12]);
+        if !src.is_unspecified() {
+            if let (Some(mac), Some(a)) = (ndp.lladdr, A::from_ip(IpAddr::V6(src))) {
+                self.neighbours.learn(a, mac.0);
+            }
+        }
+        let dst = as_v6(ip.dst()).unwrap_or(Ipv6Addr::UNSPECIFIED);
+        if dst != target && dst != solicited_node(target) {
+            return Verdict::Drop(DropReason::NdpMalformed);
+        }
+        if !self.owned.contains(&target_a) {
+            return Verdict::Drop(DropReason::NdpNotOwned);
+        }
+        let asker_mac = ndp.lladdr.unwrap_or(src_mac);
+        match advertise(buf, ndp, src, asker_mac, core.mac(ingress)) {
+            Some(len) => Verdict::Answer(len),
+            None => Verdict::Drop(DropReason::AnswerNoRoom),
+        }
     }
 
     /// Whether IPVS's rules end the flow `id` at this packet (see the
     /// module docs), and why. One read of the backend's state, from the
     /// traffic-counter line the packet updates anyway.
     #[inline]
-    fn ends_flow(&self, id: FlowId, dir: Direction, flags: u8) -> Option<Removal> {
-        let rules = self.cfg.rules;
+    fn ends_flow(&self, core: &Core, id: FlowId, dir: Direction, flags: u8) -> Option<Removal> {
+        let rules = core.cfg.rules;
         let f = self.table.flow(id);
         let dest = self
             .services
-            .dest_state(f.service(), self.cfg.worker, f.backend_id());
+            .dest_state(f.service(), core.cfg.worker, f.backend_id());
         // IPVS's is_new_conn(): a SYN without ACK, FIN or RST.
         let all = tcp_flags::SYN | tcp_flags::ACK | tcp_flags::FIN | tcp_flags::RST;
         let new_conn = f.proto() == L4Proto::Tcp
@@ -666,24 +571,24 @@ impl Pipeline {
     }
 
     /// Ends a flow for `why`, keeping the connection counts right.
-    fn retire(&mut self, id: FlowId, why: Removal) {
+    fn retire(&mut self, core: &Core, id: FlowId, why: Removal) {
         let mut obs = ServiceCounts {
             table: &self.services,
-            worker: self.cfg.worker,
+            worker: core.cfg.worker,
         };
         self.table.retire(id, why, &mut obs);
     }
 
     /// kube-proxy's REJECT: a TCP RST or an ICMP port unreachable (counted
     /// in `rejected`), or a drop when the packet may not be answered.
-    fn reject(&mut self, buf: &mut [u8], ip: &Ipv4, proto: L4Proto) -> Verdict {
+    fn reject(&mut self, core: &mut Core, buf: &mut [u8], ip: &A::Ip, proto: L4Proto) -> Verdict {
         let answer = match proto {
-            L4Proto::Tcp => tcp_reset(buf, ip),
-            _ => icmp_port_unreachable(buf, ip),
+            L4Proto::Tcp => ip.reset(buf),
+            _ => ip.unreachable(buf),
         };
         match answer {
             Ok(Some(len)) => {
-                self.counters.rejected += 1;
+                core.counters.rejected += 1;
                 Verdict::Answer(len)
             }
             Ok(None) => Verdict::Drop(DropReason::NoBackend),
@@ -692,45 +597,46 @@ impl Pipeline {
     }
 
     /// Full-NAT rewrite of a tracked flow's packet.
-    fn forward(&mut self, buf: &mut [u8], ip: &Ipv4, id: FlowId, dir: Direction) -> Verdict {
+    fn forward(
+        &mut self,
+        core: &Core,
+        buf: &mut [u8],
+        ip: &A::Ip,
+        id: FlowId,
+        dir: Direction,
+    ) -> Verdict {
         let f = self.table.flow(id);
         if let Some(t) = self.services.traffic(f.service()) {
             let d = match dir {
                 Direction::Original => 0,
                 Direction::Reply => 1,
             };
-            t.packet(self.cfg.worker, f.backend_id(), d, u64::from(ip.total_len));
+            t.packet(core.cfg.worker, f.backend_id(), d, u64::from(ip.total_len()));
         }
         let route = Plan::from_tag(f.plan()).route(&f, dir);
-        let (ours, next) = match self.link(&route, true) {
+        let (ours, next) = match self.link(core, &route, true) {
             Ok(macs) => macs,
             Err(v) => return v,
         };
-        sent(
-            nat::forward(buf, ip, &route.nat, ours, next),
-            ip,
-            route.side,
-        )
+        sent(ip.forward(buf, &route.nat, ours, next), ip, route.side)
     }
 
     /// The Ethernet addresses of `route`: ours on its side, and its next
     /// hop's (a request for it queued when unknown, if `resolve`).
     fn link(
         &mut self,
-        route: &Route,
+        core: &Core,
+        route: &Route<A>,
         resolve: bool,
     ) -> Result<(EthernetAddress, EthernetAddress), Verdict> {
-        let ours = match route.side {
-            Side::Client => self.cfg.mac,
-            Side::Backend => self.cfg.backend_mac,
-        };
+        let ours = core.mac(route.side);
         let next = match route.next_hop {
             NextHop::Mac(mac) => mac,
             NextHop::Neighbour(addr) => match self.neighbours.get(addr) {
                 Some(mac) => mac,
                 None => {
                     if resolve {
-                        self.resolve(addr);
+                        self.neighbours.resolve(addr);
                     }
                     return Err(Verdict::Drop(DropReason::NextHopUnresolved));
                 }
@@ -740,26 +646,28 @@ impl Pipeline {
     }
 
     /// A packet to a VIP that no flow knows: schedule and track it.
+    #[allow(clippy::too_many_arguments)]
     fn new_flow(
         &mut self,
+        core: &mut Core,
         buf: &mut [u8],
-        ip: &Ipv4,
-        key: FlowKey,
+        ip: &A::Ip,
+        key: FlowKey<A>,
         src_mac: [u8; 6],
         first: Packet,
         now: u32,
     ) -> Result<FlowId, Verdict> {
-        let worker = self.cfg.worker;
-        let Some(slot) = self.services.find(ip.dst, key.proto, key.dst_port) else {
-            return Err(match self.cfg.unknown_port {
-                UnknownPort::Reject => self.reject(buf, ip, key.proto),
+        let worker = core.cfg.worker;
+        let Some(slot) = self.services.find(ip.dst(), key.proto, key.dst_port) else {
+            return Err(match core.cfg.unknown_port {
+                UnknownPort::Reject => self.reject(core, buf, ip, key.proto),
                 UnknownPort::Drop => Verdict::Drop(DropReason::NoService),
             });
         };
-        if !slot.svc.allows(ip.src) {
+        if !slot.svc.allows(ip.src()) {
             return Err(Verdict::Drop(DropReason::SourceDenied));
         }
-        if let L4::Tcp { flags, .. } = ip.l4 {
+        if let L4::Tcp { flags, .. } = ip.l4() {
             let opens = flags.syn() && !flags.ack();
             if !opens && !slot.svc.adopts_midflow() {
                 self.table.count_invalid();
@@ -768,7 +676,7 @@ impl Pipeline {
         }
         // Once per flow: a segment the backend would discard creates
         // nothing.
-        if !l4_verifies(buf, ip) {
+        if !ip.l4_verifies(buf) {
             self.table.count_invalid();
             return Err(Verdict::Drop(DropReason::L4BadChecksum));
         }
@@ -793,7 +701,7 @@ impl Pipeline {
                         &req,
                         &svc.counts,
                         p,
-                        self.cfg.rules.expire_quiescent_template,
+                        core.cfg.rules.expire_quiescent_template,
                         &mut self.table,
                         now,
                         &mut obs,
@@ -803,7 +711,7 @@ impl Pipeline {
             }
         };
         let Ok(i) = picked else {
-            return Err(self.reject(buf, ip, key.proto));
+            return Err(self.reject(core, buf, ip, key.proto));
         };
         let b = svc.backends[i];
         // A port-0 service keeps the port the client asked for.
@@ -817,7 +725,7 @@ impl Pipeline {
         };
         // A plan without SNAT keeps the client as the reply destination.
         let snat = if b.plan.takes_snat() {
-            self.snat_port(backend, key.proto, now)
+            self.snat_port(core, backend, key.proto, now)
                 .ok_or(Verdict::Drop(DropReason::SnatExhausted))?
         } else {
             key.source()
@@ -843,26 +751,20 @@ impl Pipeline {
         let inserted = self.table.insert_new(&new, first, now, &mut obs);
         let table = &self.table;
         if table.stats().early_drop != evicted || table.len() >= table.capacity() / 8 * 7 {
-            self.pressure_until = now + PRESSURE_HOLD;
+            core.pressure_until = now + PRESSURE_HOLD;
         }
         match inserted {
             Ok(id) => {
                 // Under pressure (a SYN flood), handshakes that never
                 // complete leave sooner.
-                if now < self.pressure_until && self.table.flow(id).state() == FlowState::SynRecv {
+                if now < core.pressure_until && self.table.flow(id).state() == FlowState::SynRecv {
                     let secs = self.table.timeouts().syn_recv_pressure;
                     self.table.shorten(id, secs);
                 }
-                self.counters.new_flows += 1;
+                core.counters.new_flows += 1;
                 svc.stats.conn(worker, b.id);
-                self.event(
-                    now,
-                    EventKind::New,
-                    ip.protocol,
-                    new.client,
-                    new.vip,
-                    [new.backend, new.snat],
-                );
+                let to = [new.backend, new.snat];
+                core.event(now, EventKind::New, ip.protocol(), new.client, new.vip, to);
                 Ok(id)
             }
             Err(InsertError::TableFull) => Err(Verdict::Drop(DropReason::ConntrackFull)),
@@ -878,7 +780,13 @@ impl Pipeline {
     /// already closed ([`FlowState::is_reclaimable`]: a SYN flood's or
     /// TIME_WAIT's), which is ended (counted as `reclaim`) to free it.
     /// ESTABLISHED flows are never reclaimed.
-    fn snat_port(&mut self, backend: Endpoint, proto: L4Proto, now: u32) -> Option<Endpoint> {
+    fn snat_port(
+        &mut self,
+        core: &mut Core,
+        backend: Endpoint<A>,
+        proto: L4Proto,
+        now: u32,
+    ) -> Option<Endpoint<A>> {
         let mut victim = None;
         for tried in 0..SNAT_TRIES.min(self.snat.total()) {
             if tried >= RECLAIM_AFTER && victim.is_some() {
@@ -899,14 +807,14 @@ impl Pipeline {
         // The search goes on from there: the endpoints after it were used
         // after it, so reclaiming stays oldest first.
         self.snat.resume_after(at);
-        self.retire(id, Removal::Reclaimed);
-        self.pressure_until = now + PRESSURE_HOLD;
+        self.retire(core, id, Removal::Reclaimed);
+        core.pressure_until = now + PRESSURE_HOLD;
         Some(snat)
     }
 
     /// An ICMP error about a tracked flow, translated like the flow.
-    fn related(&mut self, buf: &mut [u8], _len: usize, ip: &Ipv4, _now: u32) -> Verdict {
-        let Some(key) = ip.flow_key() else {
+    fn related(&mut self, core: &Core, buf: &mut [u8], _len: usize, ip: &A::Ip) -> Verdict {
+        let Some(key) = ip.key() else {
             return Verdict::Drop(DropReason::IcmpErrorNoFlow);
         };
         let Some((id, dir)) = self.table.lookup(&key) else {
@@ -924,14 +832,327 @@ impl Pipeline {
                 dst: route.nat.src,
             },
         };
-        let (ours, next) = match self.link(&route, false) {
+        let (ours, next) = match self.link(core, &route, false) {
             Ok(macs) => macs,
             Err(v) => return v,
         };
-        sent(icmp_error::forward(buf, ip, &m, ours, next), ip, route.side)
+        sent(ip.forward_error(buf, &m, ours, next), ip, route.side)
+    }
+}
+
+/// `a` as an IPv6 address (neighbour discovery is IPv6's alone).
+fn as_v6<A: Address>(a: A) -> Option<Ipv6Addr> {
+    match a.ip() {
+        IpAddr::V6(v6) => Some(v6),
+        IpAddr::V4(_) => None,
+    }
+}
+
+use xvs_config::Address;
+
+impl Pipeline {
+    /// A pipeline with no service yet, at time `now`.
+    pub fn new(cfg: PipelineConfig, now: u32) -> Pipeline {
+        let table = FlowTable::new(cfg.capacity, cfg.timeouts, now);
+        Pipeline::with_table(cfg, table)
     }
 
-    /// Deletes the flows matching `filter` among `budget` slots from
+    /// A pipeline over `table` (one read back from a state file: call
+    /// [`Pipeline::adopt`] once the services are in).
+    pub fn with_table(cfg: PipelineConfig, table: FlowTable) -> Pipeline {
+        let table6 = FlowTable::new(Self::capacity6(&cfg), cfg.timeouts, 0);
+        Pipeline::with_tables(cfg, table, table6)
+    }
+
+    /// A pipeline over an IPv4 and an IPv6 table.
+    pub fn with_tables(
+        cfg: PipelineConfig,
+        table: FlowTable<Ipv4Addr>,
+        table6: FlowTable<Ipv6Addr>,
+    ) -> Pipeline {
+        let v4 = Half::new(table, cfg.snat_addrs.clone(), cfg.snat_ports, cfg.backend_mac);
+        let v6 = Half::new(
+            table6,
+            cfg.snat_addrs6.clone(),
+            cfg.snat_ports,
+            cfg.backend_mac,
+        );
+        Pipeline {
+            core: Core {
+                cfg,
+                pressure_until: 0,
+                counters: Counters::default(),
+                events: None,
+            },
+            v4,
+            v6,
+        }
+    }
+
+    /// The IPv6 table's capacity: the configured one when there are IPv6
+    /// SNAT addresses, else a minimal table (no IPv6 flow can be made).
+    pub fn capacity6(cfg: &PipelineConfig) -> u32 {
+        if cfg.snat_addrs6.is_empty() {
+            64
+        } else {
+            cfg.capacity
+        }
+    }
+
+    /// Adopts the flows of the tables read back from a state file,
+    /// resolving each one's service by its VIP, protocol and port and its
+    /// backend by address and port (the ids this process gave them), and
+    /// counting their connections; flows whose service or backend is gone
+    /// are dropped, counted. Nothing to do for a table not read back.
+    pub fn adopt(&mut self, now: u32) -> xvs_conntrack::Adopted {
+        let worker = self.core.cfg.worker;
+        let mut a = self.v4.adopt(now, worker);
+        let b = self.v6.adopt(now, worker);
+        a.flows += b.flows;
+        a.templates += b.templates;
+        a.dropped += b.dropped;
+        a
+    }
+
+    /// The SNAT port a classified frame is addressed to, if it is a reply
+    /// (or an ICMP error about a flow) to this pipeline's SNAT address:
+    /// its owner is the worker whose slice holds that port.
+    pub fn snat_port_of(&self, prepared: &Prepared) -> Option<u16> {
+        match prepared.frame {
+            Ok(Frame::Ipv4(ip)) => self.v4.snat_port_of(&ip),
+            Ok(Frame::Ipv6(ip)) => self.v6.snat_port_of(&ip),
+            _ => None,
+        }
+    }
+
+    /// Counters so far.
+    pub fn counters(&self) -> &Counters {
+        &self.core.counters
+    }
+
+    /// Live flows of both families.
+    pub fn flows(&self) -> u32 {
+        self.v4.table.len() + self.v6.table.len()
+    }
+
+    /// Conntrack counters of both families.
+    pub fn conntrack_stats(&self) -> xvs_conntrack::Stats {
+        let mut s = self.v4.table.stats();
+        s.add(&self.v6.table.stats());
+        s
+    }
+
+    /// Marks SNAT addresses that are also the host's: xvs resolves next
+    /// hops with ARP probes (sender 0.0.0.0) unless another SNAT address
+    /// is its own, so the kernel keeps its ARP on its address.
+    pub fn share_with_host(&mut self, shared: &[Ipv4Addr]) {
+        let source = self
+            .v4
+            .snat
+            .addrs()
+            .iter()
+            .copied()
+            .find(|a| !shared.contains(a))
+            .unwrap_or(Ipv4Addr::UNSPECIFIED);
+        self.v4.neighbours.set_source(source);
+    }
+
+    /// Replaces the reuse and removal rules (from the next packet on).
+    pub fn set_rules(&mut self, rules: ConnRules, unknown_port: UnknownPort) {
+        self.core.cfg.rules = rules;
+        self.core.cfg.unknown_port = unknown_port;
+    }
+
+    /// New conntrack timeouts for both tables.
+    pub fn set_timeouts(&mut self, t: Timeouts) {
+        self.v4.table.set_timeouts(t);
+        self.v6.table.set_timeouts(t);
+    }
+
+    /// Answers ARP / neighbour solicitations and ping for `addr` (a VIP).
+    pub fn own(&mut self, addr: IpAddr) {
+        match addr {
+            IpAddr::V4(a) => {
+                self.v4.owned.insert(a);
+            }
+            IpAddr::V6(a) => {
+                self.v6.owned.insert(a);
+            }
+        }
+    }
+
+    /// Stops answering for `addr` (never a SNAT address).
+    pub fn disown(&mut self, addr: IpAddr) {
+        match addr {
+            IpAddr::V4(a) if !self.v4.is_snat(a) => {
+                self.v4.owned.remove(&a);
+            }
+            IpAddr::V6(a) if !self.v6.is_snat(a) => {
+                self.v6.owned.remove(&a);
+            }
+            _ => {}
+        }
+    }
+
+    /// Adds or replaces a service, as this worker applies it (its next
+    /// hops are resolved at once).
+    pub fn upsert_service(&mut self, svc: Arc<CompiledService>) {
+        self.v4.upsert_service(svc, self.core.cfg.worker);
+    }
+
+    /// Adds or replaces a service of either family.
+    pub fn upsert_any(&mut self, svc: AnyService) {
+        let worker = self.core.cfg.worker;
+        match svc {
+            AnyService::V4(s) => self.v4.upsert_service(s, worker),
+            AnyService::V6(s) => self.v6.upsert_service(s, worker),
+        }
+    }
+
+    /// Removes a service of either family.
+    pub fn remove_service(&mut self, key: &ServiceKey<IpAddr>) {
+        match key.narrow() {
+            Some(crate::pipeline::Narrowed::V4(k)) => self.v4.services.remove(&k),
+            Some(crate::pipeline::Narrowed::V6(k)) => self.v6.services.remove(&k),
+            None => {}
+        }
+    }
+
+    /// Queues an ARP request for `addr` (e.g. a new backend), once.
+    pub fn resolve(&mut self, addr: Ipv4Addr) {
+        self.v4.neighbours.resolve(addr);
+    }
+
+    /// Takes the next address to send an ARP request or a neighbour
+    /// solicitation for.
+    pub fn next_arp(&mut self) -> Option<IpAddr> {
+        if let Some(a) = self.v4.neighbours.next_request() {
+            return Some(IpAddr::V4(a));
+        }
+        self.v6.neighbours.next_request().map(IpAddr::V6)
+    }
+
+    /// A frame this pipeline forwarded (or, `answer`, answered) that never
+    /// got into a TX ring: it counts as a `tx_ring_full` drop instead, so
+    /// `rx = forwarded + answered + consumed + Σ drops` still holds and
+    /// `forwarded` counts only frames handed to the kernel.
+    pub fn unsent(&mut self, answer: bool) {
+        let c = &mut self.core.counters;
+        let from = if answer {
+            &mut c.answered
+        } else {
+            &mut c.forwarded
+        };
+        *from = from.saturating_sub(1);
+        c.drops[DropReason::TxRingFull.index()] += 1;
+    }
+
+    /// Builds an ARP request (or, for an IPv6 `target`, a neighbour
+    /// solicitation) for `target` into `buf` (to send on the backend
+    /// side); returns its length or `None` if `buf` is too short.
+    pub fn build_arp_request(&self, buf: &mut [u8], target: IpAddr) -> Option<usize> {
+        match target {
+            IpAddr::V4(t) => Family::request(&self.v4.neighbours, buf, t),
+            IpAddr::V6(t) => Family::request(&self.v6.neighbours, buf, t),
+        }
+    }
+
+    /// Processes one frame of `len` bytes in `buf` (the buffer may be
+    /// longer: answers may grow into it) received on the client side.
+    pub fn process(&mut self, buf: &mut [u8], len: usize, now: u32) -> Verdict {
+        self.process_on(Side::Client, buf, len, now)
+    }
+
+    /// Processes one frame received on side `ingress`.
+    pub fn process_on(&mut self, ingress: Side, buf: &mut [u8], len: usize, now: u32) -> Verdict {
+        let len = len.min(buf.len());
+        let prepared = Prepared::of(&buf[..len]);
+        self.process_prepared(ingress, buf, len, now, &prepared, Lookup::NotYet)
+    }
+
+    /// Looks up the flows of a batch of prepared frames at once
+    /// ([`FlowTable::lookup_batch`]: the flow-table reads of the batch
+    /// overlap); `out[i]` is a hit or a miss for every frame with a flow
+    /// key, [`Lookup::NotYet`] for the others.
+    pub fn lookup_prepared(&mut self, prepared: &[Prepared], out: &mut [Lookup]) {
+        out.fill(Lookup::NotYet);
+        let worker = self.core.cfg.worker;
+        self.v4.lookup_batch(prepared, out, worker);
+        if !self.v6.table.is_empty() {
+            self.v6.lookup_batch(prepared, out, worker);
+        }
+    }
+
+    /// Processes a frame already classified by [`Prepared::of`], with its
+    /// flow looked up in advance (`looked`), or not. A hit found in
+    /// advance is used only if the entry still holds that key (a flow of
+    /// the same batch may have replaced it); a miss is looked up again
+    /// (a flow of the same batch may have created it).
+    pub fn process_prepared(
+        &mut self,
+        ingress: Side,
+        buf: &mut [u8],
+        len: usize,
+        now: u32,
+        prepared: &Prepared,
+        looked: Lookup,
+    ) -> Verdict {
+        self.core.counters.rx += 1;
+        let rx = Rx {
+            ingress,
+            len: len.min(buf.len()),
+            buf,
+            now,
+        };
+        let verdict = match prepared.frame {
+            Err(r) => Verdict::Drop(r),
+            Ok(Frame::Arp(arp)) => {
+                self.v4.neighbours.learn(arp.sender_ip, arp.sender_mac.0);
+                if arp.op == ArpOp::Reply {
+                    Verdict::Consumed
+                } else if !self.v4.owned.contains(&arp.target_ip) {
+                    Verdict::Drop(DropReason::ArpNotOwned)
+                } else {
+                    answer(arp_reply(rx.buf, &arp, self.core.mac(ingress)))
+                }
+            }
+            Ok(Frame::Ipv4(ip)) => self.v4.verdict(&mut self.core, rx, &ip, looked),
+            Ok(Frame::Ipv6(ip)) => self.v6.verdict(&mut self.core, rx, &ip, looked),
+        };
+        let c = &mut self.core.counters;
+        match verdict {
+            Verdict::Forward { .. } => c.forwarded += 1,
+            Verdict::Answer(_) => c.answered += 1,
+            Verdict::Consumed => c.consumed += 1,
+            Verdict::Drop(r) => {
+                c.drops[r.index()] += 1;
+                if self.core.events.is_some() {
+                    let (protocol, src, dst) = endpoints_of(prepared);
+                    let none = FlowEvent::NONE;
+                    if let Some(ev) = &self.core.events {
+                        ev.push(FlowEvent {
+                            time: now,
+                            worker: self.core.cfg.worker as u16,
+                            kind: EventKind::Drop(r),
+                            protocol,
+                            src,
+                            dst,
+                            backend: none,
+                            snat: none,
+                        });
+                    }
+                }
+            }
+        }
+        verdict
+    }
+
+    /// Sends flow events to `events` from now on.
+    pub fn set_events(&mut self, events: Arc<FlowEvents>) {
+        self.core.events = Some(events);
+    }
+
+    /// Deletes the IPv4 flows matching `filter` among `budget` slots from
     /// `cursor`, keeping the services' connection counts right.
     pub fn delete_matching(
         &mut self,
@@ -939,24 +1160,68 @@ impl Pipeline {
         cursor: u32,
         budget: u32,
     ) -> (u32, Option<u32>) {
-        let mut obs = ServiceCounts {
-            table: &self.services,
-            worker: self.cfg.worker,
-        };
-        self.table.delete_matching(filter, cursor, budget, &mut obs)
+        let (table, mut obs) = self.v4.split(self.core.cfg.worker);
+        table.delete_matching(filter, cursor, budget, &mut obs)
     }
 
-    /// Advances conntrack's timers by at most `budget` entries.
+    /// [`Pipeline::delete_matching`] for IPv6 flows.
+    pub fn delete_matching6(
+        &mut self,
+        filter: &xvs_conntrack::Filter<Ipv6Addr>,
+        cursor: u32,
+        budget: u32,
+    ) -> (u32, Option<u32>) {
+        let (table, mut obs) = self.v6.split(self.core.cfg.worker);
+        table.delete_matching(filter, cursor, budget, &mut obs)
+    }
+
+    /// Advances conntrack's timers by at most `budget` entries (each
+    /// family's table).
     pub fn advance(&mut self, now: u32, budget: u32) -> xvs_conntrack::Advance {
-        let mut obs = ServiceCounts {
-            table: &self.services,
-            worker: self.cfg.worker,
-        };
-        self.table.advance(now, budget, &mut obs)
+        let worker = self.core.cfg.worker;
+        let (table, mut obs) = self.v4.split(worker);
+        let a = table.advance(now, budget, &mut obs);
+        let (table, mut obs) = self.v6.split(worker);
+        let b = table.advance(now, budget, &mut obs);
+        xvs_conntrack::Advance {
+            expired: a.expired + b.expired,
+            done: a.done && b.done,
+        }
     }
 }
 
-fn answer(r: Result<Option<usize>, DropReason>) -> Verdict {
+/// A service key of either family, narrowed to its own.
+pub enum Narrowed {
+    /// IPv4.
+    V4(ServiceKey<Ipv4Addr>),
+    /// IPv6.
+    V6(ServiceKey<Ipv6Addr>),
+}
+
+/// Narrowing of a wide service key.
+pub trait Narrow {
+    /// The key in its own family's type.
+    fn narrow(&self) -> Option<Narrowed>;
+}
+
+impl Narrow for ServiceKey<IpAddr> {
+    fn narrow(&self) -> Option<Narrowed> {
+        Some(match self.vip {
+            IpAddr::V4(vip) => Narrowed::V4(ServiceKey {
+                vip,
+                protocol: self.protocol,
+                port: self.port,
+            }),
+            IpAddr::V6(vip) => Narrowed::V6(ServiceKey {
+                vip,
+                protocol: self.protocol,
+                port: self.port,
+            }),
+        })
+    }
+}
+
+fn answer(r: Answer) -> Verdict {
     match r {
         Ok(Some(len)) => Verdict::Answer(len),
         Ok(None) => Verdict::Drop(DropReason::IcmpUnsupportedType),
@@ -965,29 +1230,22 @@ fn answer(r: Result<Option<usize>, DropReason>) -> Verdict {
 }
 
 /// The protocol, source and destination of a prepared frame (ports for
-/// TCP/UDP, 0 otherwise; unspecified when it is not IPv4).
-fn endpoints_of(p: &Prepared) -> (u8, Endpoint, Endpoint) {
+/// TCP/UDP, 0 otherwise; unspecified when it is not IP).
+fn endpoints_of(p: &Prepared) -> (u8, Endpoint<IpAddr>, Endpoint<IpAddr>) {
+    fn of<I: IpPacket>(ip: &I) -> (u8, Endpoint<IpAddr>, Endpoint<IpAddr>) {
+        let (sp, dp) = match ip.l4() {
+            L4::Tcp {
+                src_port, dst_port, ..
+            }
+            | L4::Udp { src_port, dst_port } => (src_port, dst_port),
+            _ => (0, 0),
+        };
+        let e = |a: I::Addr, port| Endpoint { addr: a.ip(), port };
+        (ip.protocol(), e(ip.src(), sp), e(ip.dst(), dp))
+    }
     match &p.frame {
-        Ok(Frame::Ipv4(ip)) => {
-            let (sp, dp) = match ip.l4 {
-                L4::Tcp {
-                    src_port, dst_port, ..
-                }
-                | L4::Udp { src_port, dst_port } => (src_port, dst_port),
-                _ => (0, 0),
-            };
-            (
-                ip.protocol,
-                Endpoint {
-                    addr: ip.src,
-                    port: sp,
-                },
-                Endpoint {
-                    addr: ip.dst,
-                    port: dp,
-                },
-            )
-        }
+        Ok(Frame::Ipv4(ip)) => of(ip),
+        Ok(Frame::Ipv6(ip)) => of(ip),
         _ => (0, FlowEvent::NONE, FlowEvent::NONE),
     }
 }

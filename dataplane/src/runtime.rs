@@ -8,7 +8,7 @@
 //! packet is steered to a socket that is gone; the program is detached on
 //! every path that unwinds.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -23,7 +23,8 @@ use crate::counters::{CountersReading, LiveCounters};
 use crate::eventfd::EventFd;
 use crate::events::FlowEvents;
 use crate::pipeline::{Pipeline, PipelineConfig};
-use crate::services::CompiledService;
+use crate::services::AnyService;
+use xvs_conntrack::FlowTable;
 use crate::steer::{SteerError, Steering};
 use crate::worker::{Control, Handoff, Peers, Snapshot, Worker, WorkerLinks, HANDOFF_RING};
 use crate::xsk::{XskError, XskPort};
@@ -91,7 +92,7 @@ impl DataplaneHandle {
     }
 
     /// Adds or replaces a service on every worker.
-    pub fn upsert(&self, svc: Arc<CompiledService>) {
+    pub fn upsert(&self, svc: AnyService) {
         for w in &self.workers {
             self.send_to(w, Control::Upsert(svc.clone()));
         }
@@ -114,7 +115,7 @@ impl DataplaneHandle {
     }
 
     /// Removes a service from every worker.
-    pub fn remove(&self, key: xvs_config::ServiceKey) {
+    pub fn remove(&self, key: xvs_config::ServiceKey<IpAddr>) {
         for w in &self.workers {
             self.send_to(w, Control::Remove(key));
         }
@@ -174,6 +175,35 @@ impl DataplaneHandle {
         out
     }
 
+    /// The IPv6 flows matching `filter` on every worker.
+    pub fn dump6(&self, filter: Filter<Ipv6Addr>) -> Vec<FlowInfo<Ipv6Addr>> {
+        let mut out = Vec::new();
+        self.walk(
+            |cursor, reply| Control::Dump6 {
+                filter,
+                cursor,
+                reply,
+            },
+            |flows| out.extend(flows),
+        );
+        out
+    }
+
+    /// Deletes the IPv6 flows matching `filter` on every worker; returns
+    /// how many.
+    pub fn delete6(&self, filter: Filter<Ipv6Addr>) -> u64 {
+        let mut total = 0;
+        self.walk(
+            |cursor, reply| Control::Delete6 {
+                filter,
+                cursor,
+                reply,
+            },
+            |n| total += u64::from(n),
+        );
+        total
+    }
+
     /// Deletes the flows matching `filter` on every worker (chunked);
     /// returns how many.
     pub fn delete(&self, filter: Filter) -> u64 {
@@ -213,9 +243,12 @@ impl DataplaneHandle {
         }
     }
 
-    /// Deletes every flow and persistence template.
+    /// Deletes every flow and persistence template, of both families.
     pub fn flush(&self) -> u64 {
         self.delete(Filter {
+            templates: true,
+            ..Filter::default()
+        }) + self.delete6(Filter {
             templates: true,
             ..Filter::default()
         })
@@ -251,7 +284,7 @@ pub struct Dataplane {
     ifname: String,
     /// The services the workers have, by key (an update keeps its
     /// service's id, and its counts when the backends are the same).
-    compiled: std::collections::HashMap<xvs_config::ServiceKey, Arc<CompiledService>>,
+    compiled: std::collections::HashMap<xvs_config::ServiceKey<IpAddr>, AnyService>,
     next_id: u32,
     /// Every worker's flow events.
     events: Vec<Arc<FlowEvents>>,
@@ -349,15 +382,35 @@ impl Dataplane {
                 shared[0]
             )));
         }
+        // IPv6 SNAT addresses are xvs's alone (the steering program
+        // takes every packet to one, neighbour discovery included).
+        let host = crate::host::all_addresses().unwrap_or_default();
+        if let Some(a) = cfg
+            .snat
+            .addresses6
+            .iter()
+            .find(|a| host.contains(&IpAddr::V6(**a)))
+        {
+            return Err(StartError::Unsupported(format!(
+                "snat.addresses: {a} is this host's address; an IPv6 SNAT address must be xvs's own (the host would lose its neighbour discovery and traffic)"
+            )));
+        }
         let workers = cfg.workers();
-        let services: Vec<Arc<CompiledService>> = cfg
+        let services: Vec<AnyService> = cfg
             .services
             .iter()
             .enumerate()
-            .map(|(n, s)| Arc::new(CompiledService::new(n as u32 + 1, s, workers, None)))
-            .collect();
-        let mut owned: Vec<Ipv4Addr> = cfg.snat.addresses.clone();
-        owned.extend(services.iter().map(|s| s.key.vip));
+            .map(|(n, s)| {
+                AnyService::compile(n as u32 + 1, s, None, workers, true).ok_or_else(|| {
+                    StartError::Unsupported(format!(
+                        "service {}: its addresses are not all of one family",
+                        s.key
+                    ))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let mut owned: Vec<IpAddr> = cfg.snat.all_addresses();
+        owned.extend(services.iter().map(|s| s.key().vip));
         // Every large allocation (the flow tables) before anything is
         // attached: a capacity the host cannot hold stops here, leaving
         // nothing on an interface.
@@ -369,32 +422,43 @@ impl Dataplane {
         for w in 0..workers {
             let now = clock();
             let capacity = (cfg.conntrack.capacity / workers as u32).max(1);
-            let (table, mut r) = crate::state::open_table(cfg, w, capacity, now).map_err(|e| {
+            let state_err = |e: std::io::Error| {
                 StartError::Unsupported(format!(
                     "cannot open the flow state in {}: {e}",
                     cfg.restart.state_dir.display()
                 ))
-            })?;
-            let mut pipeline = Pipeline::with_table(
-                PipelineConfig {
-                    worker: w,
-                    mac,
-                    backend_mac,
-                    snat_addrs: cfg.snat.addresses.clone(),
-                    snat_ports: cfg.snat.worker_ports[w],
-                    capacity,
-                    timeouts: cfg.conntrack.timeouts,
-                    rules: cfg.conntrack.rules,
-                    unknown_port: cfg.vips.unknown_port,
-                },
-                table,
-            );
+            };
+            let pcfg = PipelineConfig {
+                worker: w,
+                mac,
+                backend_mac,
+                snat_addrs: cfg.snat.addresses.clone(),
+                snat_addrs6: cfg.snat.addresses6.clone(),
+                snat_ports: cfg.snat.worker_ports[w],
+                capacity,
+                timeouts: cfg.conntrack.timeouts,
+                rules: cfg.conntrack.rules,
+                unknown_port: cfg.vips.unknown_port,
+            };
+            let (table, mut r) = crate::state::open_table(cfg, w, capacity, now).map_err(state_err)?;
+            // The IPv6 table, in its own file, only when IPv6 flows can
+            // be made.
+            let table6 = if cfg.snat.addresses6.is_empty() {
+                FlowTable::new(Pipeline::capacity6(&pcfg), cfg.conntrack.timeouts, now)
+            } else {
+                let (t, r6) = crate::state::open_table(cfg, w, capacity, now).map_err(state_err)?;
+                if r.fresh.is_none() {
+                    r.fresh = r6.fresh;
+                }
+                t
+            };
+            let mut pipeline = Pipeline::with_tables(pcfg, table, table6);
             for a in &owned {
                 pipeline.own(*a);
             }
             pipeline.share_with_host(&shared);
             for s in &services {
-                pipeline.upsert_service(s.clone());
+                pipeline.upsert_any(s.clone());
             }
             if !defer {
                 r.adopted = pipeline.adopt(now);
@@ -418,10 +482,9 @@ impl Dataplane {
                 st.set_snat_ports(cfg.snat.ports)?;
             }
             for a in &owned {
-                if shared.contains(a) {
-                    st.share_address(*a)?;
-                } else {
-                    st.add_address(*a)?;
+                match a {
+                    IpAddr::V4(v4) if shared.contains(v4) => st.share_address(*v4)?,
+                    _ => st.add_address(*a)?,
                 }
             }
             for &q in &i.queues {
@@ -462,9 +525,6 @@ impl Dataplane {
             let ev = Arc::new(FlowEvents::default());
             pipeline.set_events(ev.clone());
             events.push(ev);
-            for s in &services {
-                pipeline.upsert_service(s.clone());
-            }
             let (tx, rx) = bounded(CONTROL_QUEUE);
             let wake =
                 Arc::new(EventFd::new().map_err(|e| {
@@ -534,7 +594,7 @@ impl Dataplane {
                 [client, backend, ..] => format!("{client} (clients) and {backend} (backends)"),
                 [] => String::new(),
             },
-            compiled: services.iter().map(|s| (s.key, s.clone())).collect(),
+            compiled: services.iter().map(|s| (s.key(), s.clone())).collect(),
             events,
             next_id: services.len() as u32 + 1,
             workers,
@@ -547,12 +607,20 @@ impl Dataplane {
     pub fn upsert_service(&mut self, svc: &xvs_config::Service) -> Result<(), SteerError> {
         let prev = self.compiled.get(&svc.key).cloned();
         let id = match &prev {
-            Some(p) => p.id,
+            Some(p) => p.id(),
             None => {
                 let id = self.next_id;
                 self.next_id += 1;
                 id
             }
+        };
+        let applied = self.handle.applied();
+        let Some(compiled) = AnyService::compile(id, svc, prev.as_ref(), self.workers, applied)
+        else {
+            return Err(SteerError::Bpf {
+                what: format!("add service {}", svc.key),
+                source: std::io::Error::other("its addresses are not all of one family"),
+            });
         };
         for st in &self.steerings {
             st.add_address(svc.key.vip)?;
@@ -560,10 +628,6 @@ impl Dataplane {
         for w in &self.handle.workers {
             self.handle.send_to(w, Control::Own(svc.key.vip));
         }
-        let compiled = Arc::new(match &prev {
-            Some(p) => CompiledService::update(p, svc, self.handle.applied(), None),
-            None => CompiledService::new(id, svc, self.workers, None),
-        });
         self.compiled.insert(svc.key, compiled.clone());
         self.handle.upsert(compiled);
         Ok(())
@@ -596,7 +660,7 @@ impl Dataplane {
     /// The addresses the steering program hands to xvs, as its map holds
     /// them (read back from the kernel: what is, not what was meant),
     /// with whether each is shared with the host; sorted.
-    pub fn steered(&self) -> Result<Vec<(Ipv4Addr, bool)>, SteerError> {
+    pub fn steered(&self) -> Result<Vec<(IpAddr, bool)>, SteerError> {
         match self.steerings.first() {
             Some(st) => st.addresses(),
             None => Ok(Vec::new()),
@@ -610,7 +674,7 @@ impl Dataplane {
 
     /// The services the workers have (or are about to have: see
     /// [`DataplaneHandle::wait_applied`]), with their counts and counters.
-    pub fn services(&self) -> impl Iterator<Item = &Arc<CompiledService>> {
+    pub fn services(&self) -> impl Iterator<Item = &AnyService> {
         self.compiled.values()
     }
 

@@ -23,12 +23,11 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap as StdHashMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use hashbrown::HashMap;
-use ipnet::Ipv4Net;
-use xvs_config::{Protocol, Service, ServiceKey};
+use xvs_config::{Address, Protocol, Service, ServiceKey};
 use xvs_conntrack::{Endpoint, L4Proto, Observer};
 
 use crate::forward::Plan;
@@ -44,16 +43,16 @@ const MIN_ID_CAPACITY: usize = 4;
 
 /// A service ready for the data plane.
 #[derive(Debug)]
-pub struct CompiledService {
+pub struct CompiledService<A: Address = Ipv4Addr> {
     /// Id, unique among live services.
     pub id: u32,
     /// What identifies it.
-    pub key: ServiceKey,
+    pub key: ServiceKey<A>,
     /// Backends, in the service's order, with their stable ids.
-    pub backends: Vec<SchedBackend>,
+    pub backends: Vec<SchedBackend<A>>,
     /// The endpoint each backend id stands for (index = id): the live
     /// backends and removed ones whose id is not re-used yet.
-    pub ids: Vec<Endpoint>,
+    pub ids: Vec<Endpoint<A>>,
     /// The scheduler as built; workers clone it.
     pub scheduler: Scheduler,
     /// Global connection counts of its backends.
@@ -63,9 +62,9 @@ pub struct CompiledService {
     /// Traffic of backend ids since given to other backends.
     pub retired: TrafficTotals,
     /// Client persistence.
-    pub persist: Option<Persist>,
+    pub persist: Option<Persist<A>>,
     /// Allowed client ranges (empty = all).
-    pub source_ranges: Vec<Ipv4Net>,
+    pub source_ranges: Vec<A::Net>,
 }
 
 /// The L4 protocol of a service.
@@ -76,22 +75,22 @@ pub fn l4(p: Protocol) -> L4Proto {
     }
 }
 
-fn endpoint_of(b: &xvs_config::Backend) -> Endpoint {
+fn endpoint_of<A: Address>(b: &xvs_config::Backend<A>) -> Endpoint<A> {
     Endpoint {
         addr: b.address,
         port: b.port,
     }
 }
 
-impl CompiledService {
+impl<A: Address> CompiledService<A> {
     /// Compiles `svc`, a new service, for `workers` workers.
     pub fn new(
         id: u32,
-        svc: &Service,
+        svc: &Service<A>,
         workers: usize,
         maglev_seed: Option<u64>,
-    ) -> CompiledService {
-        let ids: Vec<Endpoint> = svc.backends.iter().map(endpoint_of).collect();
+    ) -> CompiledService<A> {
+        let ids: Vec<Endpoint<A>> = svc.backends.iter().map(endpoint_of).collect();
         let capacity = ids.len().max(MIN_ID_CAPACITY);
         let backends = svc
             .backends
@@ -124,14 +123,14 @@ impl CompiledService {
     /// The counts and counters are `prev`'s, or larger arrays when the ids
     /// outgrow them (each worker adopts its row when it applies this one).
     pub fn update(
-        prev: &CompiledService,
-        svc: &Service,
+        prev: &CompiledService<A>,
+        svc: &Service<A>,
         settled: bool,
         maglev_seed: Option<u64>,
-    ) -> CompiledService {
+    ) -> CompiledService<A> {
         let mut ids = prev.ids.clone();
         let mut retired = prev.retired;
-        let by_endpoint: StdHashMap<Endpoint, u32> = ids
+        let by_endpoint: StdHashMap<Endpoint<A>, u32> = ids
             .iter()
             .enumerate()
             .map(|(id, e)| (*e, id as u32))
@@ -206,14 +205,14 @@ impl CompiledService {
     #[allow(clippy::too_many_arguments)]
     fn assemble(
         id: u32,
-        svc: &Service,
-        backends: Vec<SchedBackend>,
-        ids: Vec<Endpoint>,
+        svc: &Service<A>,
+        backends: Vec<SchedBackend<A>>,
+        ids: Vec<Endpoint<A>>,
         counts: Arc<ConnCounts>,
         stats: TrafficStats,
         retired: TrafficTotals,
         maglev_seed: Option<u64>,
-    ) -> CompiledService {
+    ) -> CompiledService<A> {
         let maglev = MaglevParams {
             size: svc.maglev_table_size(),
             seed: maglev_seed.unwrap_or(DEFAULT_SEED),
@@ -239,7 +238,7 @@ impl CompiledService {
     }
 
     /// The backend with address and port `endpoint`, if listed.
-    pub fn backend(&self, endpoint: Endpoint) -> Option<&SchedBackend> {
+    pub fn backend(&self, endpoint: Endpoint<A>) -> Option<&SchedBackend<A>> {
         self.backends.iter().find(|b| b.endpoint == endpoint)
     }
 
@@ -255,8 +254,8 @@ impl CompiledService {
     }
 
     /// Whether a client may use the service.
-    pub fn allows(&self, client: Ipv4Addr) -> bool {
-        self.source_ranges.is_empty() || self.source_ranges.iter().any(|n| n.contains(&client))
+    pub fn allows(&self, client: A) -> bool {
+        self.source_ranges.is_empty() || self.source_ranges.iter().any(|n| client.within(n))
     }
 
     /// Whether new TCP flows may start mid-connection (Maglev: a flow that
@@ -266,11 +265,117 @@ impl CompiledService {
     }
 }
 
+/// A service of either family, as control messages carry it and the
+/// control plane reads it.
+#[derive(Debug, Clone)]
+pub enum AnyService {
+    /// IPv4.
+    V4(Arc<CompiledService<Ipv4Addr>>),
+    /// IPv6.
+    V6(Arc<CompiledService<Ipv6Addr>>),
+}
+
+impl AnyService {
+    /// Compiles `svc` (a service of either family, checked: its addresses
+    /// are of its VIP's family) as `id`, or as the next version of
+    /// `prev`; `None` when its addresses are not all of one family.
+    pub fn compile(
+        id: u32,
+        svc: &Service<IpAddr>,
+        prev: Option<&AnyService>,
+        workers: usize,
+        applied: bool,
+    ) -> Option<AnyService> {
+        Some(match (svc.key.vip, prev) {
+            (IpAddr::V4(_), Some(AnyService::V4(p))) => AnyService::V4(Arc::new(
+                CompiledService::update(p, &svc.narrow()?, applied, None),
+            )),
+            (IpAddr::V4(_), _) => AnyService::V4(Arc::new(CompiledService::new(
+                id,
+                &svc.narrow()?,
+                workers,
+                None,
+            ))),
+            (IpAddr::V6(_), Some(AnyService::V6(p))) => AnyService::V6(Arc::new(
+                CompiledService::update(p, &svc.narrow()?, applied, None),
+            )),
+            (IpAddr::V6(_), _) => AnyService::V6(Arc::new(CompiledService::new(
+                id,
+                &svc.narrow()?,
+                workers,
+                None,
+            ))),
+        })
+    }
+
+    /// Its id.
+    pub fn id(&self) -> u32 {
+        match self {
+            AnyService::V4(s) => s.id,
+            AnyService::V6(s) => s.id,
+        }
+    }
+
+    /// Its key, of either family.
+    pub fn key(&self) -> ServiceKey<IpAddr> {
+        fn wide<A: Address>(k: &ServiceKey<A>) -> ServiceKey<IpAddr> {
+            ServiceKey {
+                vip: k.vip.ip(),
+                protocol: k.protocol,
+                port: k.port,
+            }
+        }
+        match self {
+            AnyService::V4(s) => wide(&s.key),
+            AnyService::V6(s) => wide(&s.key),
+        }
+    }
+
+    /// The stable id of the backend at `addr`:`port`, if listed.
+    pub fn backend_id(&self, addr: IpAddr, port: u16) -> Option<u32> {
+        fn find<A: Address>(s: &CompiledService<A>, addr: IpAddr, port: u16) -> Option<u32> {
+            let at = Endpoint {
+                addr: A::from_ip(addr)?,
+                port,
+            };
+            Some(s.backend(at)?.id)
+        }
+        match self {
+            AnyService::V4(s) => find(s, addr, port),
+            AnyService::V6(s) => find(s, addr, port),
+        }
+    }
+
+    /// Its backends' connection counts.
+    pub fn counts(&self) -> &ConnCounts {
+        match self {
+            AnyService::V4(s) => &s.counts,
+            AnyService::V6(s) => &s.counts,
+        }
+    }
+
+    /// Its backends' traffic counters.
+    pub fn stats(&self) -> &TrafficStats {
+        match self {
+            AnyService::V4(s) => &s.stats,
+            AnyService::V6(s) => &s.stats,
+        }
+    }
+
+    /// Its totals ([`CompiledService::totals`]).
+    pub fn totals(&self) -> TrafficTotals {
+        match self {
+            AnyService::V4(s) => s.totals(),
+            AnyService::V6(s) => s.totals(),
+        }
+    }
+}
+
 /// One worker's view of a service.
 #[derive(Debug)]
-pub struct ServiceSlot {
+pub struct ServiceSlot<A: Address = Ipv4Addr> {
     /// The shared compiled service.
-    pub svc: Arc<CompiledService>,
+    pub svc: Arc<CompiledService<A>>,
     /// This worker's scheduler state. In a cell: a pick mutates it while
     /// the table is read (persistence reports evictions to every
     /// service's counts), and only this worker's thread touches it.
@@ -278,25 +383,35 @@ pub struct ServiceSlot {
 }
 
 /// A worker's service table.
-#[derive(Debug, Default)]
-pub struct ServiceTable {
-    by_key: HashMap<(Ipv4Addr, L4Proto, u16), ServiceSlot>,
-    by_id: HashMap<u32, (Ipv4Addr, L4Proto, u16)>,
+#[derive(Debug)]
+pub struct ServiceTable<A: Address = Ipv4Addr> {
+    by_key: HashMap<(A, L4Proto, u16), ServiceSlot<A>>,
+    by_id: HashMap<u32, (A, L4Proto, u16)>,
     /// Traffic counters by service id (dense: one array index per packet,
     /// the handle inline).
     traffic: Vec<Option<TrafficStats>>,
 }
 
-fn key_of(k: &ServiceKey) -> (Ipv4Addr, L4Proto, u16) {
+fn key_of<A: Address>(k: &ServiceKey<A>) -> (A, L4Proto, u16) {
     (k.vip, l4(k.protocol), k.port)
 }
 
-impl ServiceTable {
+impl<A: Address> Default for ServiceTable<A> {
+    fn default() -> Self {
+        ServiceTable {
+            by_key: HashMap::new(),
+            by_id: HashMap::new(),
+            traffic: Vec::new(),
+        }
+    }
+}
+
+impl<A: Address> ServiceTable<A> {
     /// Adds or replaces a service (by key), as worker `worker` applies
     /// it: a new version of the same service takes over this worker's
     /// row of counts and counters (when its arrays are new) and sets the
     /// row's view of every backend id.
-    pub fn upsert(&mut self, svc: Arc<CompiledService>, worker: usize) {
+    pub fn upsert(&mut self, svc: Arc<CompiledService<A>>, worker: usize) {
         let k = key_of(&svc.key);
         if let Some(old) = self.by_key.get(&k) {
             self.by_id.remove(&old.svc.id);
@@ -327,7 +442,7 @@ impl ServiceTable {
     }
 
     /// Removes a service.
-    pub fn remove(&mut self, key: &ServiceKey) {
+    pub fn remove(&mut self, key: &ServiceKey<A>) {
         if let Some(old) = self.by_key.remove(&key_of(key)) {
             self.by_id.remove(&old.svc.id);
             if let Some(t) = self.traffic.get_mut(old.svc.id as usize) {
@@ -358,14 +473,14 @@ impl ServiceTable {
 
     /// The service for (vip, proto, port), else the port-0 one of the VIP.
     #[inline]
-    pub fn find(&self, vip: Ipv4Addr, proto: L4Proto, port: u16) -> Option<&ServiceSlot> {
+    pub fn find(&self, vip: A, proto: L4Proto, port: u16) -> Option<&ServiceSlot<A>> {
         self.by_key
             .get(&(vip, proto, port))
             .or_else(|| self.by_key.get(&(vip, proto, 0)))
     }
 
     /// The service with id `id`.
-    pub fn by_id(&self, id: u32) -> Option<&ServiceSlot> {
+    pub fn by_id(&self, id: u32) -> Option<&ServiceSlot<A>> {
         self.by_key.get(self.by_id.get(&id)?)
     }
 
@@ -380,19 +495,19 @@ impl ServiceTable {
     }
 
     /// Every service.
-    pub fn iter(&self) -> impl Iterator<Item = &ServiceSlot> {
+    pub fn iter(&self) -> impl Iterator<Item = &ServiceSlot<A>> {
         self.by_key.values()
     }
 }
 
 /// Routes conntrack's per-backend count changes to the right service's
 /// counts, in this worker's row.
-pub(crate) struct ServiceCounts<'a> {
-    pub(crate) table: &'a ServiceTable,
+pub(crate) struct ServiceCounts<'a, A: Address = Ipv4Addr> {
+    pub(crate) table: &'a ServiceTable<A>,
     pub(crate) worker: usize,
 }
 
-impl Observer for ServiceCounts<'_> {
+impl<A: Address> Observer<A> for ServiceCounts<'_, A> {
     fn conn_counts(&mut self, service: u32, backend_id: u32, d_active: i32, d_inactive: i32) {
         if let Some(slot) = self.table.by_id(service) {
             slot.svc

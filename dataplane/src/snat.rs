@@ -9,20 +9,20 @@
 
 use std::net::Ipv4Addr;
 
-use xvs_config::PortRange;
+use xvs_config::{Address, PortRange};
 use xvs_conntrack::Endpoint;
 
 /// A worker's SNAT addresses × port slice, and the cursor.
 #[derive(Debug, Clone)]
-pub struct SnatEndpoints {
-    addrs: Vec<Ipv4Addr>,
+pub struct SnatEndpoints<A: Address = Ipv4Addr> {
+    addrs: Vec<A>,
     ports: PortRange,
     next: u32,
 }
 
-impl SnatEndpoints {
+impl<A: Address> SnatEndpoints<A> {
     /// `addrs` × `ports`, the cursor at the start.
-    pub fn new(addrs: Vec<Ipv4Addr>, ports: PortRange) -> SnatEndpoints {
+    pub fn new(addrs: Vec<A>, ports: PortRange) -> SnatEndpoints<A> {
         SnatEndpoints {
             addrs,
             ports,
@@ -32,12 +32,12 @@ impl SnatEndpoints {
 
     /// Whether `addr` is one of the SNAT addresses (a handful: a scan).
     #[inline]
-    pub fn is_snat(&self, addr: Ipv4Addr) -> bool {
+    pub fn is_snat(&self, addr: A) -> bool {
         self.addrs.contains(&addr)
     }
 
     /// The SNAT addresses.
-    pub fn addrs(&self) -> &[Ipv4Addr] {
+    pub fn addrs(&self) -> &[A] {
         &self.addrs
     }
 
@@ -48,7 +48,7 @@ impl SnatEndpoints {
 
     /// The endpoint at the cursor, with its position; the cursor moves on.
     #[inline]
-    pub fn advance(&mut self) -> Option<(Endpoint, u32)> {
+    pub fn advance(&mut self) -> Option<(Endpoint<A>, u32)> {
         let total = self.total();
         if total == 0 {
             return None;

@@ -125,7 +125,8 @@ pub fn unmount_dir(state_dir: &Path) -> bool {
     std::fs::remove_dir(&dir).is_ok()
 }
 
-/// File name of worker `worker`'s state for the instance on `client`.
+/// File name of worker `worker`'s state for the instance on `client`
+/// (its IPv4 table; the IPv6 table's has a `6` after it).
 pub fn file_name(client: &str, worker: usize) -> String {
     format!("{client}.w{worker}.flows")
 }
@@ -134,7 +135,7 @@ pub fn file_name(client: &str, worker: usize) -> String {
 pub fn is_state_file(client: &str, name: &str) -> bool {
     name.strip_prefix(client)
         .and_then(|r| r.strip_prefix(".w"))
-        .and_then(|r| r.strip_suffix(".flows"))
+        .and_then(|r| r.strip_suffix(".flows").or_else(|| r.strip_suffix(".flows6")))
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
@@ -162,6 +163,12 @@ pub fn identity(cfg: &Config, worker: usize) -> StateIdentity {
         .iter()
         .map(|a: &Ipv4Addr| u64::from(u32::from(*a)))
         .collect();
+    // IPv6 addresses count only when there are some: an IPv4-only
+    // configuration keeps the identity it had before IPv6 existed.
+    for a in &cfg.snat.addresses6 {
+        let v = u128::from(*a);
+        words.extend([(v >> 64) as u64, v as u64, 6]);
+    }
     words.extend([
         u64::from(slice.first),
         u64::from(slice.last),
@@ -192,12 +199,12 @@ pub struct Restored {
 
 /// Worker `worker`'s flow table: in its state file when restart survival
 /// is on (kept or reset), else in anonymous memory.
-pub fn open_table(
+pub fn open_table<A: xvs_conntrack::FlatAddress>(
     cfg: &Config,
     worker: usize,
     capacity: u32,
     now: u32,
-) -> std::io::Result<(FlowTable, Restored)> {
+) -> std::io::Result<(FlowTable<A>, Restored)> {
     let timeouts = cfg.conntrack.timeouts;
     let mut restored = Restored {
         worker,
@@ -211,7 +218,11 @@ pub fn open_table(
     }
     let (dir, plain) = prepare_dir(&cfg.restart.state_dir)?;
     restored.plain_pages = plain;
-    let path = dir.join(file_name(&cfg.interfaces.client, worker));
+    let mut name = file_name(&cfg.interfaces.client, worker);
+    if A::LEN == 16 {
+        name.push('6');
+    }
+    let path = dir.join(name);
     let (table, opened) =
         FlowTable::open_state(&path, identity(cfg, worker), capacity, timeouts, now)?;
     if let Opened::Fresh(why) = opened {
@@ -230,6 +241,8 @@ mod tests {
         assert_eq!(file_name("gc", 3), "gc.w3.flows");
         assert!(is_state_file("gc", "gc.w3.flows"));
         assert!(is_state_file("gc", "gc.w12.flows"));
+        assert!(is_state_file("gc", "gc.w12.flows6"));
+        assert!(!is_state_file("gc", "gc.w12.flows7"));
         assert!(!is_state_file("gc", "gc2.w3.flows"));
         assert!(!is_state_file("gc", "gc.w.flows"));
         assert!(!is_state_file("gc", "gc.lock"));

@@ -13,7 +13,7 @@
 //! (`XDP_FLAGS_REPLACE`) when the attach mode stays the same.
 
 use std::ffi::CString;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -372,6 +372,7 @@ pub struct Steering {
     keep: bool,
     prog_fd: i32,
     owned_fd: i32,
+    owned6_fd: i32,
     xsks_fd: i32,
     settings_fd: i32,
     alive: Arc<AliveMap>,
@@ -458,13 +459,13 @@ impl Steering {
             };
             Ok((
                 prog_fd,
-                map("owned")?,
+                (map("owned")?, map("owned6")?),
                 map("xsks")?,
                 map("settings")?,
                 alive,
             ))
         })();
-        let (prog_fd, owned_fd, xsks_fd, settings_fd, alive) = match fds {
+        let (prog_fd, (owned_fd, owned6_fd), xsks_fd, settings_fd, alive) = match fds {
             Ok(f) => f,
             Err(e) => {
                 close(obj);
@@ -479,6 +480,7 @@ impl Steering {
             keep: false,
             prog_fd,
             owned_fd,
+            owned6_fd,
             xsks_fd,
             settings_fd,
             alive: Arc::new(alive),
@@ -609,9 +611,22 @@ impl Steering {
         self.flags == XDP_FLAGS_DRV_MODE
     }
 
-    /// Starts steering packets for `addr` (a VIP or SNAT address) to xvs.
-    pub fn add_address(&self, addr: Ipv4Addr) -> Result<(), SteerError> {
-        self.set_address(addr, OWN_XVS)
+    /// Starts steering packets for `addr` (a VIP or SNAT address, of
+    /// either family) to xvs.
+    pub fn add_address(&self, addr: impl Into<IpAddr>) -> Result<(), SteerError> {
+        match addr.into() {
+            IpAddr::V4(a) => self.set_address(a, OWN_XVS),
+            IpAddr::V6(a) => {
+                let key = a.octets();
+                // SAFETY: the owned6 map's key is 16 bytes (the address)
+                // and its value a u8.
+                let ret = unsafe { map_update(self.owned6_fd, &key, &OWN_XVS) };
+                if ret != 0 {
+                    return Err(bpf_err(format!("add {a} to the steering map"), ret));
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Starts steering to xvs the packets for `addr`, an address of the
@@ -660,56 +675,40 @@ impl Steering {
     }
 
     /// Stops steering packets for `addr` (absent addresses are fine).
-    pub fn remove_address(&self, addr: Ipv4Addr) -> Result<(), SteerError> {
-        let key = u32::from_ne_bytes(addr.octets());
-        // SAFETY: key points at an initialised u32, the map's key size.
-        let ret = unsafe { sys::bpf_map_delete_elem(self.owned_fd, (&key as *const u32).cast()) };
+    pub fn remove_address(&self, addr: impl Into<IpAddr>) -> Result<(), SteerError> {
+        let addr = addr.into();
+        let ret = match addr {
+            IpAddr::V4(a) => {
+                let key = u32::from_ne_bytes(a.octets());
+                // SAFETY: key points at an initialised u32, the map's key
+                // size.
+                unsafe { sys::bpf_map_delete_elem(self.owned_fd, (&key as *const u32).cast()) }
+            }
+            IpAddr::V6(a) => {
+                let key = a.octets();
+                // SAFETY: key points at 16 initialised bytes, the map's
+                // key size.
+                unsafe { sys::bpf_map_delete_elem(self.owned6_fd, key.as_ptr().cast()) }
+            }
+        };
         if ret != 0 && ret != -libc::ENOENT {
             return Err(bpf_err(format!("remove {addr} from the steering map"), ret));
         }
         Ok(())
     }
 
-    /// Every address in the steering map, with whether it is shared with
+    /// Every address in the steering maps, with whether it is shared with
     /// the host, read back from the kernel; sorted.
-    pub fn addresses(&self) -> Result<Vec<(Ipv4Addr, bool)>, SteerError> {
-        let mut out = Vec::new();
-        let mut key = 0u32;
-        let mut first = true;
-        loop {
-            let mut next = 0u32;
-            let prev: *const libc::c_void = if first {
-                std::ptr::null()
-            } else {
-                (&key as *const u32).cast()
-            };
-            // SAFETY: `prev` is null or points at a u32 key; `next` is a
-            // writable u32, the map's key size.
-            let ret = unsafe {
-                sys::bpf_map_get_next_key(self.owned_fd, prev, (&mut next as *mut u32).cast())
-            };
-            if ret == -libc::ENOENT {
-                break;
-            }
-            if ret != 0 {
-                return Err(bpf_err("read the steering map", ret));
-            }
-            let mut value = 0u8;
-            // SAFETY: `next` is a u32 key, `value` a writable u8, the
-            // map's value size.
-            let ret = unsafe {
-                sys::bpf_map_lookup_elem(
-                    self.owned_fd,
-                    (&next as *const u32).cast(),
-                    (&mut value as *mut u8).cast(),
-                )
-            };
-            if ret == 0 {
-                out.push((Ipv4Addr::from(next.to_ne_bytes()), value == OWN_SHARED));
-            }
-            key = next;
-            first = false;
-        }
+    pub fn addresses(&self) -> Result<Vec<(IpAddr, bool)>, SteerError> {
+        let mut out: Vec<(IpAddr, bool)> = read_owned::<4>(self.owned_fd)?
+            .into_iter()
+            .map(|(k, v)| (IpAddr::V4(Ipv4Addr::from(k)), v == OWN_SHARED))
+            .collect();
+        out.extend(
+            read_owned::<16>(self.owned6_fd)?
+                .into_iter()
+                .map(|(k, v)| (IpAddr::V6(Ipv6Addr::from(k)), v == OWN_SHARED)),
+        );
         out.sort();
         Ok(out)
     }
@@ -747,6 +746,43 @@ impl Drop for Steering {
         // SAFETY: `obj` came from bpf_object__open_mem and is closed once.
         unsafe { sys::bpf_object__close(self.obj.as_ptr()) };
     }
+}
+
+/// Every (key, value) of an owned-address map whose keys are `N` bytes
+/// (the address in network order) and values a u8.
+fn read_owned<const N: usize>(fd: i32) -> Result<Vec<([u8; N], u8)>, SteerError> {
+    let mut out = Vec::new();
+    let mut key = [0u8; N];
+    let mut first = true;
+    loop {
+        let mut next = [0u8; N];
+        let prev: *const libc::c_void = if first {
+            std::ptr::null()
+        } else {
+            key.as_ptr().cast()
+        };
+        // SAFETY: `prev` is null or points at an N-byte key; `next` is a
+        // writable N-byte buffer, the map's key size.
+        let ret = unsafe { sys::bpf_map_get_next_key(fd, prev, next.as_mut_ptr().cast()) };
+        if ret == -libc::ENOENT {
+            break;
+        }
+        if ret != 0 {
+            return Err(bpf_err("read the steering map", ret));
+        }
+        let mut value = 0u8;
+        // SAFETY: `next` is an N-byte key, `value` a writable u8, the
+        // map's value size.
+        let ret = unsafe {
+            sys::bpf_map_lookup_elem(fd, next.as_ptr().cast(), (&mut value as *mut u8).cast())
+        };
+        if ret == 0 {
+            out.push((next, value));
+        }
+        key = next;
+        first = false;
+    }
+    Ok(out)
 }
 
 fn map_fd(obj: NonNull<sys::bpf_object>, name: &str) -> Result<i32, SteerError> {

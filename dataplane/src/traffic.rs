@@ -114,7 +114,7 @@ impl TrafficStats {
     /// Sets `worker`'s view of every id from its service version's
     /// `backends`: the ones listed are available (or quiesced at weight
     /// 0), every other id is removed. O(ids); the worker's thread only.
-    pub fn set_states(&self, worker: usize, backends: &[SchedBackend]) {
+    pub fn set_states<A: xvs_config::Address>(&self, worker: usize, backends: &[SchedBackend<A>]) {
         for id in 0..self.backends {
             if let Some(c) = self.cell(worker, id) {
                 c.state.store(DestState::Removed as u8, Relaxed);

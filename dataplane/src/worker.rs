@@ -26,8 +26,7 @@ use xvs_conntrack::{Filter, FlowInfo};
 
 use crate::counters::{CountersReading, LiveCounters, WorkerTallies};
 use crate::io::PacketIo;
-use crate::pipeline::{Counters, Lookup, Pipeline, Prepared, Side, Verdict};
-use crate::services::CompiledService;
+use crate::pipeline::{AnyService, Counters, Lookup, Pipeline, Prepared, Side, Verdict};
 use crate::xsk::{RingStats, XskPort, BATCH};
 
 /// Empty polls before an adaptive worker sleeps.
@@ -79,13 +78,14 @@ impl Peers {
 #[derive(Debug)]
 pub enum Control {
     /// Add or replace a service.
-    Upsert(Arc<CompiledService>),
+    Upsert(AnyService),
     /// Remove a service.
-    Remove(ServiceKey),
-    /// Answer ARP and ping for an address (a VIP).
-    Own(std::net::Ipv4Addr),
+    Remove(ServiceKey<std::net::IpAddr>),
+    /// Answer ARP (neighbour solicitations) and ping for an address (a
+    /// VIP).
+    Own(std::net::IpAddr),
     /// Stop answering for an address.
-    Disown(std::net::Ipv4Addr),
+    Disown(std::net::IpAddr),
     /// Report a snapshot.
     Snapshot(crossbeam_channel::Sender<Snapshot>),
     /// Adopt the flows of the table read back from a state file (the
@@ -106,6 +106,24 @@ pub enum Control {
         cursor: u32,
         /// The answer.
         reply: crossbeam_channel::Sender<(Vec<FlowInfo>, Option<u32>)>,
+    },
+    /// [`Control::Dump`] of the IPv6 table.
+    Dump6 {
+        /// Which flows.
+        filter: Filter<std::net::Ipv6Addr>,
+        /// Slot to start at.
+        cursor: u32,
+        /// The answer.
+        reply: crossbeam_channel::Sender<(Vec<FlowInfo<std::net::Ipv6Addr>>, Option<u32>)>,
+    },
+    /// [`Control::Delete`] in the IPv6 table.
+    Delete6 {
+        /// Which flows.
+        filter: Filter<std::net::Ipv6Addr>,
+        /// Slot to start at.
+        cursor: u32,
+        /// The answer.
+        reply: crossbeam_channel::Sender<(u32, Option<u32>)>,
     },
     /// Delete flows matching a filter, one chunk from `cursor`; answered
     /// with how many and where to continue.
@@ -290,9 +308,9 @@ impl<P: PacketIo> Worker<P> {
         self.live.publish(&CountersReading {
             pipeline: *self.pipeline.counters(),
             worker: self.tallies,
-            conntrack: self.pipeline.table.stats(),
+            conntrack: self.pipeline.conntrack_stats(),
             rings: RingStats::default(),
-            flows: u64::from(self.pipeline.table.len()),
+            flows: u64::from(self.pipeline.flows()),
         });
     }
 
@@ -301,8 +319,8 @@ impl<P: PacketIo> Worker<P> {
         Snapshot {
             worker: self.index,
             counters: *self.pipeline.counters(),
-            conntrack: self.pipeline.table.stats(),
-            flows: self.pipeline.table.len(),
+            conntrack: self.pipeline.conntrack_stats(),
+            flows: self.pipeline.flows(),
             frames: self.port.frame_counts(),
             frames_accounted: self.port.frames_accounted(),
             tallies: self.tallies,
@@ -315,8 +333,8 @@ impl<P: PacketIo> Worker<P> {
     fn control(&mut self) -> bool {
         while let Ok(msg) = self.control.try_recv() {
             match msg {
-                Control::Upsert(svc) => self.pipeline.upsert_service(svc),
-                Control::Remove(key) => self.pipeline.services.remove(&key),
+                Control::Upsert(svc) => self.pipeline.upsert_any(svc),
+                Control::Remove(key) => self.pipeline.remove_service(&key),
                 Control::Own(a) => self.pipeline.own(a),
                 Control::Disown(a) => self.pipeline.disown(a),
                 Control::Snapshot(reply) => {
@@ -336,9 +354,32 @@ impl<P: PacketIo> Worker<P> {
                     let now = self.last_now;
                     let next =
                         self.pipeline
+                            .v4
                             .table
                             .dump(&filter, cursor, CHUNK_SLOTS, now, &mut flows);
                     let _ = reply.send((flows, next));
+                }
+                Control::Dump6 {
+                    filter,
+                    cursor,
+                    reply,
+                } => {
+                    let mut flows = Vec::new();
+                    let now = self.last_now;
+                    let next =
+                        self.pipeline
+                            .v6
+                            .table
+                            .dump(&filter, cursor, CHUNK_SLOTS, now, &mut flows);
+                    let _ = reply.send((flows, next));
+                }
+                Control::Delete6 {
+                    filter,
+                    cursor,
+                    reply,
+                } => {
+                    let _ =
+                        reply.send(self.pipeline.delete_matching6(&filter, cursor, CHUNK_SLOTS));
                 }
                 Control::Delete {
                     filter,
@@ -347,7 +388,7 @@ impl<P: PacketIo> Worker<P> {
                 } => {
                     let _ = reply.send(self.pipeline.delete_matching(&filter, cursor, CHUNK_SLOTS));
                 }
-                Control::SetTimeouts(t) => self.pipeline.table.set_timeouts(t),
+                Control::SetTimeouts(t) => self.pipeline.set_timeouts(t),
                 Control::SetRules(r, u) => self.pipeline.set_rules(r, u),
                 Control::Stop => return false,
             }

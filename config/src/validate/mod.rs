@@ -13,13 +13,13 @@ mod sections;
 mod services;
 mod shape;
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::ops::Range;
 use std::path::PathBuf;
 
 use crate::error::{Diagnostic, Invalid, Locator};
 use crate::raw::{RawFile, Sp};
-use crate::service::{is_unicast, not_unicast, MAX_TIMEOUT_SECS};
+use crate::service::{is_unicast, is_unicast_any, not_unicast, not_unicast_any, MAX_TIMEOUT_SECS};
 use crate::settings::{Config, Vips};
 use shape::read_raw;
 
@@ -64,8 +64,8 @@ struct Checker<'a> {
 /// nothing, and those rules are skipped.
 #[derive(Default)]
 pub struct Host<'a> {
-    /// The host's own IPv4 addresses: no VIP or backend may be one.
-    pub addresses: &'a [Ipv4Addr],
+    /// The host's own addresses: no VIP or backend may be one.
+    pub addresses: &'a [IpAddr],
     /// The memory the host can give, to check the conntrack capacity.
     pub memory: Option<Memory<'a>>,
 }
@@ -143,9 +143,9 @@ impl Checker<'_> {
         let admin = self.admin(raw.admin);
         let kubernetes = self.kubernetes(raw.kubernetes);
         let restart = self.restart(raw.restart);
-        let snat_addrs: Vec<Ipv4Addr> = snat
+        let snat_addrs: Vec<IpAddr> = snat
             .as_ref()
-            .map(|s| s.0.addresses.clone())
+            .map(|s| s.0.all_addresses())
             .unwrap_or_default();
         let services = self.services(raw.services, &snat_addrs);
         Some(Config {
@@ -195,6 +195,31 @@ impl Checker<'_> {
         }
     }
 
+    fn ip(&mut self, v: &Sp<String>, field: &str) -> Option<IpAddr> {
+        match v.get_ref().parse::<IpAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                self.report(
+                    &v.span(),
+                    field,
+                    format!("\"{}\" is not an IPv4 or IPv6 address", v.get_ref()),
+                );
+                None
+            }
+        }
+    }
+
+    fn unicast_any(&mut self, v: &Sp<String>, field: &str) -> Option<IpAddr> {
+        let a = self.ip(v, field)?;
+        if is_unicast_any(a) {
+            Some(a)
+        } else {
+            self.report(&v.span(), field, not_unicast_any(a));
+            None
+        }
+    }
+
+    #[allow(dead_code)]
     fn unicast(&mut self, v: &Sp<String>, field: &str) -> Option<Ipv4Addr> {
         let a = self.ipv4(v, field)?;
         if is_unicast(a) {

@@ -2,7 +2,9 @@
 //! and the Kubernetes source.
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use crate::family::Address;
 use std::ops::Range;
 use std::path::PathBuf;
 
@@ -184,7 +186,7 @@ impl Checker<'_> {
         let mut seen = HashSet::new();
         let mut addresses = every(raw.addresses.get_ref().iter().enumerate().map(|(i, a)| {
             let field = format!("snat.addresses[{i}]");
-            let addr = self.unicast(a, &field)?;
+            let addr = self.unicast_any(a, &field)?;
             if !seen.insert(addr) {
                 self.report(&a.span(), field, format!("{addr} listed twice"));
                 return None;
@@ -224,10 +226,13 @@ impl Checker<'_> {
             }
             Some(list) => self.worker_ports(list, ports, workers),
         };
-        let (addresses, spans) = addresses?.into_iter().unzip();
+        let (all, spans): (Vec<IpAddr>, Vec<_>) = addresses?.into_iter().unzip();
+        let addresses = all.iter().filter_map(|a| Ipv4Addr::from_ip(*a)).collect();
+        let addresses6 = all.iter().filter_map(|a| Ipv6Addr::from_ip(*a)).collect();
         Some((
             Snat {
                 addresses,
+                addresses6,
                 ports,
                 worker_ports: worker_ports?,
             },

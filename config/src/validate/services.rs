@@ -2,14 +2,14 @@
 //! located in the file, and duplicates across services.
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::ops::Range;
 
 use super::{every, Checker};
 use crate::names::{ForwardMethod, Protocol, Scheduler};
 use crate::raw::{RawBackend, RawService, Sp};
 use crate::service::{
-    parse_source_range, Backend, BackendField, Persistence, SchedulerFlags, Service, ServiceField,
+    full_mask, parse_netmask, parse_source_range, Backend, BackendField, Persistence, SchedulerFlags, Service, ServiceField,
     ServiceKey, DEFAULT_WEIGHT, MAX_MAGLEV_TABLE_SIZE, MAX_WEIGHT,
 };
 
@@ -17,7 +17,7 @@ impl Checker<'_> {
     pub(super) fn services(
         &mut self,
         raw: Vec<Sp<RawService>>,
-        snat: &[Ipv4Addr],
+        snat: &[IpAddr],
     ) -> Option<Vec<(Service, Range<usize>)>> {
         let mut first: HashMap<ServiceKey, (usize, Range<usize>)> = HashMap::new();
         every(raw.iter().enumerate().map(|(i, s)| {
@@ -39,12 +39,12 @@ impl Checker<'_> {
         }))
     }
 
-    fn service(&mut self, i: usize, raw: &Sp<RawService>, snat: &[Ipv4Addr]) -> Option<Service> {
+    fn service(&mut self, i: usize, raw: &Sp<RawService>, snat: &[IpAddr]) -> Option<Service> {
         let header = raw.span();
         let r = raw.get_ref();
         let at = format!("services[{i}]");
         // Any address parses; Service::check says what it may not be.
-        let vip = self.ipv4(&r.vip, &format!("{at}.vip"));
+        let vip = self.ip(&r.vip, &format!("{at}.vip"));
         let port: Option<u16> = self.int_in(&r.port, &format!("{at}.port"), 0..65_536, "0..=65535");
         let persistence = match &r.persistence {
             None => Some(None),
@@ -55,9 +55,17 @@ impl Checker<'_> {
                     None => Some(out.timeout_secs),
                     Some(t) => self.timeout_secs(t, &format!("{at}.persistence.timeout")),
                 };
-                let netmask = match &p.netmask {
-                    None => Some(out.netmask),
-                    Some(m) => self.ipv4(m, &format!("{at}.persistence.netmask")),
+                let netmask = match (&p.netmask, vip) {
+                    (None, Some(v)) => Some(full_mask(v)),
+                    (None, None) => None,
+                    (Some(m), None) => self.ip(m, &format!("{at}.persistence.netmask")),
+                    (Some(m), Some(v)) => match parse_netmask(m.get_ref(), v) {
+                        Ok(mask) => Some(mask),
+                        Err(e) => {
+                            self.report(&m.span(), format!("{at}.persistence.netmask"), e);
+                            None
+                        }
+                    },
                 };
                 out.timeout_secs = timeout?;
                 out.netmask = netmask?;
@@ -145,7 +153,7 @@ impl Checker<'_> {
         raw: &RawBackend,
         service_port: Option<u16>,
     ) -> Option<Backend> {
-        let address = self.ipv4(&raw.address, &format!("{at}.address"));
+        let address = self.ip(&raw.address, &format!("{at}.address"));
         let port = match &raw.port {
             None => service_port,
             Some(p) => self.int_in(p, &format!("{at}.port"), 0..65_536, "0..=65535"),

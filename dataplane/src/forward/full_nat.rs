@@ -4,6 +4,7 @@
 //! address the client's first packet came from. The rewrite itself is
 //! [`crate::wire::nat::forward`].
 
+use xvs_config::Address;
 use xvs_conntrack::{Direction, FlowRef};
 
 use super::{NextHop, Route};
@@ -12,7 +13,7 @@ use crate::wire::Nat;
 
 /// What a packet of `f` in direction `dir` becomes.
 #[inline]
-pub fn route(f: &FlowRef<'_>, dir: Direction) -> Route {
+pub fn route<A: Address>(f: &FlowRef<'_, A>, dir: Direction) -> Route<A> {
     match dir {
         Direction::Original => Route {
             nat: Nat {

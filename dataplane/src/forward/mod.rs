@@ -24,7 +24,7 @@
 
 pub mod full_nat;
 
-use xvs_config::ForwardMethod;
+use xvs_config::{Address, ForwardMethod};
 use xvs_conntrack::{Direction, FlowRef};
 
 use crate::pipeline::Side;
@@ -72,7 +72,7 @@ impl Plan {
 
     /// What a packet of flow `f` in direction `dir` becomes.
     #[inline]
-    pub fn route(self, f: &FlowRef<'_>, dir: Direction) -> Route {
+    pub fn route<A: Address>(self, f: &FlowRef<'_, A>, dir: Direction) -> Route<A> {
         match self {
             Plan::FullNat => full_nat::route(f, dir),
         }
@@ -81,23 +81,23 @@ impl Plan {
 
 /// Where the next hop's Ethernet address comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NextHop {
+pub enum NextHop<A: Address = std::net::Ipv4Addr> {
     /// The neighbour table's entry for this address (resolved first if
     /// missing).
-    Neighbour(std::net::Ipv4Addr),
+    Neighbour(A),
     /// This address, known from the flow.
     Mac([u8; 6]),
 }
 
 /// What one packet of a flow becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Route {
+pub struct Route<A: Address = std::net::Ipv4Addr> {
     /// The L3/L4 rewrite.
-    pub nat: Nat,
+    pub nat: Nat<A>,
     /// The side it leaves on.
     pub side: Side,
     /// Its next hop.
-    pub next_hop: NextHop,
+    pub next_hop: NextHop<A>,
 }
 
 #[cfg(test)]

@@ -10,10 +10,16 @@
 //! backend is quiesced is skipped for the next one of the kernel's probe
 //! sequence; without it the flow finds no backend, as in IPVS.
 //!
+//! IPv6 addresses are folded to 32 bits as the kernel's
+//! `ip_vs_sh_hashkey` and `ip_vs_dh_hashkey` fold them
+//! (`ipv6_addr_hash`: the XOR of the address's four 32-bit words), then
+//! hashed like an IPv4 address ([`Address::fold32`]).
+//!
 //! The kernel's dh gives every backend one bucket in turn whatever its
 //! weight; xvs fills dh by weight like sh, which is the same table when all
 //! weights are 1.
 
+use xvs_config::Address;
 use xvs_config::SchedulerFlags;
 
 use super::{Request, SchedBackend};
@@ -38,7 +44,7 @@ fn hash_32(val: u32) -> u32 {
 }
 
 impl BucketHash {
-    pub(crate) fn new(dest: bool, flags: SchedulerFlags, backends: &[SchedBackend]) -> Self {
+    pub(crate) fn new<A: Address>(dest: bool, flags: SchedulerFlags, backends: &[SchedBackend<A>]) -> Self {
         let mut buckets = Box::new([EMPTY; BUCKETS]);
         if !backends.is_empty() {
             let (mut p, mut count) = (0usize, 0u32);
@@ -63,14 +69,14 @@ impl BucketHash {
         &self.buckets
     }
 
-    fn key(&self, req: &Request) -> (u32, u32) {
+    fn key<A: Address>(&self, req: &Request<A>) -> (u32, u32) {
         let e = if self.dest { req.vip } else { req.client };
         let port = if self.flags.port {
             u32::from(e.port)
         } else {
             0
         };
-        (u32::from(e.addr), port)
+        (e.addr.fold32(), port)
     }
 
     /// The kernel's bucket for (addr, port) with a probe offset.
@@ -83,7 +89,7 @@ impl BucketHash {
         ((offset + h) % BUCKETS as u32) as usize
     }
 
-    pub(crate) fn pick(&self, backends: &[SchedBackend], req: &Request) -> Option<usize> {
+    pub(crate) fn pick<A: Address>(&self, backends: &[SchedBackend<A>], req: &Request<A>) -> Option<usize> {
         let (addr, port) = self.key(req);
         let first = self.bucket(addr, port, 0);
         let take = |b: usize| {

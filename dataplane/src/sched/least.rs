@@ -8,6 +8,7 @@
 //! connection. Ties go to the earlier backend in the list, as the kernel's
 //! strict comparisons do.
 
+use xvs_config::Address;
 use xvs_config::Scheduler as Kind;
 
 use super::{ConnCounts, SchedBackend};
@@ -23,7 +24,7 @@ impl Least {
         Least { kind }
     }
 
-    pub(crate) fn pick(&self, backends: &[SchedBackend], counts: &ConnCounts) -> Option<usize> {
+    pub(crate) fn pick<A: Address>(&self, backends: &[SchedBackend<A>], counts: &ConnCounts) -> Option<usize> {
         let mut best: Option<(usize, u64)> = None;
         for (i, b) in backends.iter().enumerate().filter(|(_, b)| b.available()) {
             let active = u64::from(counts.active(b.id));
@@ -50,7 +51,7 @@ impl Least {
 }
 
 /// The wlc overhead of a backend, for two-choices.
-pub(crate) fn wlc_overhead(b: &SchedBackend, counts: &ConnCounts) -> u64 {
+pub(crate) fn wlc_overhead<A: Address>(b: &SchedBackend<A>, counts: &ConnCounts) -> u64 {
     u64::from(counts.active(b.id)) * 256 + u64::from(counts.inactive(b.id))
 }
 

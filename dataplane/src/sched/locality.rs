@@ -26,6 +26,7 @@
 //! backend in a set until it is erased, but never uses it). The set's
 //! capacity is the number of backends, so inserting never allocates.
 
+use xvs_config::Address;
 use super::least::{wlc_overhead, Least};
 use super::{ConnCounts, SchedBackend};
 use xvs_config::Scheduler as Kind;
@@ -60,7 +61,7 @@ fn after(now: u32, then: u32, span: u32) -> bool {
 
 /// IPVS's `is_overloaded`: more active connections than its weight, while
 /// some backend has fewer than half of its own.
-fn overloaded(i: usize, backends: &[SchedBackend], counts: &ConnCounts) -> bool {
+fn overloaded<A: Address>(i: usize, backends: &[SchedBackend<A>], counts: &ConnCounts) -> bool {
     let b = &backends[i];
     u64::from(counts.active(b.id)) > u64::from(b.weight)
         && backends
@@ -70,7 +71,7 @@ fn overloaded(i: usize, backends: &[SchedBackend], counts: &ConnCounts) -> bool 
 
 /// `ip_vs_dest_set_min`: the set's weighted least-connection member with
 /// a weight.
-fn set_min(set: &[usize], backends: &[SchedBackend], counts: &ConnCounts) -> Option<usize> {
+fn set_min<A: Address>(set: &[usize], backends: &[SchedBackend<A>], counts: &ConnCounts) -> Option<usize> {
     let mut it = set.iter().copied();
     let mut least = it.find(|&i| backends[i].weight > 0)?;
     let mut loh = wlc_overhead(&backends[least], counts);
@@ -86,7 +87,7 @@ fn set_min(set: &[usize], backends: &[SchedBackend], counts: &ConnCounts) -> Opt
 
 /// `ip_vs_dest_set_max`: the set's weighted most-connection member with
 /// a weight.
-fn set_max(set: &[usize], backends: &[SchedBackend], counts: &ConnCounts) -> Option<usize> {
+fn set_max<A: Address>(set: &[usize], backends: &[SchedBackend<A>], counts: &ConnCounts) -> Option<usize> {
     let mut it = set.iter().copied();
     let mut most = it.find(|&i| backends[i].weight > 0)?;
     let mut moh = wlc_overhead(&backends[most], counts);
@@ -103,7 +104,7 @@ fn set_max(set: &[usize], backends: &[SchedBackend], counts: &ConnCounts) -> Opt
 }
 
 impl Locality {
-    pub(crate) fn new(kind: Kind, backends: &[SchedBackend]) -> Self {
+    pub(crate) fn new<A: Address>(kind: Kind, backends: &[SchedBackend<A>]) -> Self {
         Locality {
             replicate: kind == Kind::Lblcr,
             entry: None,
@@ -118,11 +119,11 @@ impl Locality {
 
     /// Takes over `prev`'s entry (built for `before`) for the list
     /// `backends`: members are matched by stable id and endpoint.
-    pub(crate) fn carry(
+    pub(crate) fn carry<A: Address>(
         &mut self,
         prev: &Locality,
-        before: &[SchedBackend],
-        backends: &[SchedBackend],
+        before: &[SchedBackend<A>],
+        backends: &[SchedBackend<A>],
     ) {
         let Some(e) = &prev.entry else {
             return;
@@ -143,13 +144,13 @@ impl Locality {
         }
     }
 
-    pub(crate) fn pick(
+    pub(crate) fn pick<A: Address>(
         &mut self,
-        backends: &[SchedBackend],
+        backends: &[SchedBackend<A>],
         counts: &ConnCounts,
         now: u32,
     ) -> Option<usize> {
-        let wlc = |b: &[SchedBackend]| Least::new(Kind::Wlc).pick(b, counts);
+        let wlc = |b: &[SchedBackend<A>]| Least::new(Kind::Wlc).pick(b, counts);
         let live = self
             .entry
             .as_ref()

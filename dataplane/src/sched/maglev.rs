@@ -14,6 +14,7 @@
 //! keyed from the seed. Quiesced backends take no slot (`turns = 0`), as in
 //! the kernel.
 
+use xvs_config::Address;
 use std::sync::Arc;
 
 use siphasher::sip::SipHasher13;
@@ -37,7 +38,7 @@ impl MaglevTable {
     /// Builds the table of `size` slots (prime, > number of backends) for
     /// `backends`. More than 65535 backends are not representable and
     /// yield an empty table.
-    pub fn build(backends: &[SchedBackend], size: u32, seed: u64) -> MaglevTable {
+    pub fn build<A: Address>(backends: &[SchedBackend<A>], size: u32, seed: u64) -> MaglevTable {
         let m = size as usize;
         let mut slots = vec![EMPTY; m];
         if backends.len() >= usize::from(EMPTY) || m < 2 {
@@ -132,9 +133,11 @@ impl MaglevTable {
 
 /// SipHash-1-3 of an endpoint under a key derived from the seed and a
 /// purpose (1: offset, 2: skip, 3: client lookup).
-fn hash(seed: u64, purpose: u64, e: Endpoint) -> u64 {
+fn hash<A: Address>(seed: u64, purpose: u64, e: Endpoint<A>) -> u64 {
     let mut h = SipHasher13::new_with_keys(seed, seed.rotate_left(17) ^ purpose);
-    std::hash::Hasher::write(&mut h, &e.addr.octets());
+    // IPv6 folded as IPVS's `ip_vs_mh_hashkey` folds it (an IPv4
+    // address is its own fold).
+    std::hash::Hasher::write(&mut h, &e.addr.fold32().to_be_bytes());
     std::hash::Hasher::write(&mut h, &e.port.to_be_bytes());
     std::hash::Hasher::finish(&h)
 }
@@ -148,7 +151,7 @@ pub struct Maglev {
 }
 
 impl Maglev {
-    pub(crate) fn new(flags: SchedulerFlags, backends: &[SchedBackend], p: MaglevParams) -> Self {
+    pub(crate) fn new<A: Address>(flags: SchedulerFlags, backends: &[SchedBackend<A>], p: MaglevParams) -> Self {
         Maglev {
             table: MaglevTable::build(backends, p.size, p.seed),
             flags,
@@ -160,7 +163,7 @@ impl Maglev {
         self.table.memory_bytes()
     }
 
-    pub(crate) fn pick(&self, backends: &[SchedBackend], req: &Request) -> Option<usize> {
+    pub(crate) fn pick<A: Address>(&self, backends: &[SchedBackend<A>], req: &Request<A>) -> Option<usize> {
         let m = self.table.len() as u64;
         if m == 0 {
             return None;

@@ -18,6 +18,7 @@ mod maglev;
 mod random;
 mod rr;
 
+use xvs_config::Address;
 use std::net::Ipv4Addr;
 
 use crate::forward::Plan;
@@ -34,18 +35,18 @@ use xvs_conntrack::{Endpoint, FlowTable, L4Proto, Observer};
 
 /// A backend as the schedulers see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SchedBackend {
+pub struct SchedBackend<A: Address = Ipv4Addr> {
     /// Stable id: the index of its counts in [`ConnCounts`].
     pub id: u32,
     /// Address and port.
-    pub endpoint: Endpoint,
+    pub endpoint: Endpoint<A>,
     /// Weight (0 = quiesced).
     pub weight: u32,
     /// How its flows are forwarded (schedulers do not read it).
     pub plan: Plan,
 }
 
-impl SchedBackend {
+impl<A: Address> SchedBackend<A> {
     fn available(&self) -> bool {
         self.weight > 0
     }
@@ -53,11 +54,11 @@ impl SchedBackend {
 
 /// What a new flow asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Request {
+pub struct Request<A: Address = Ipv4Addr> {
     /// Client address and port.
-    pub client: Endpoint,
+    pub client: Endpoint<A>,
     /// VIP and port asked for.
-    pub vip: Endpoint,
+    pub vip: Endpoint<A>,
 }
 
 /// No backend can take a new flow (all quiesced, or none).
@@ -96,10 +97,10 @@ pub enum Scheduler {
 
 impl Scheduler {
     /// Builds the scheduler `kind` for `backends`.
-    pub fn new(
+    pub fn new<A: Address>(
         kind: Kind,
         flags: SchedulerFlags,
-        backends: &[SchedBackend],
+        backends: &[SchedBackend<A>],
         maglev: MaglevParams,
         rng_seed: u64,
     ) -> Scheduler {
@@ -127,7 +128,7 @@ impl Scheduler {
     /// edit of the service, as IPVS keeps its scheduler's data when a
     /// destination is added, edited or removed: lblc's and lblcr's
     /// entries, by stable backend id. Other schedulers start afresh.
-    pub fn carry(&mut self, prev: &Scheduler, before: &[SchedBackend], backends: &[SchedBackend]) {
+    pub fn carry<A: Address>(&mut self, prev: &Scheduler, before: &[SchedBackend<A>], backends: &[SchedBackend<A>]) {
         if let (Scheduler::Locality(new), Scheduler::Locality(old)) = (self, prev) {
             new.carry(old, before, backends);
         }
@@ -136,10 +137,10 @@ impl Scheduler {
     /// Chooses the backend (an index into `backends`) of a new flow at
     /// `now` (seconds, the flow table's clock).
     #[inline]
-    pub fn pick(
+    pub fn pick<A: Address>(
         &mut self,
-        backends: &[SchedBackend],
-        req: &Request,
+        backends: &[SchedBackend<A>],
+        req: &Request<A>,
         counts: &ConnCounts,
         now: u32,
     ) -> Result<usize, NoBackend> {
@@ -173,15 +174,15 @@ impl Scheduler {
 
 /// Client persistence of a service (IPVS `-p`, sessionAffinity ClientIP).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Persist {
+pub struct Persist<A: Address = Ipv4Addr> {
     /// Service id (recorded in templates).
     pub service: u32,
     /// Protocol of the service.
     pub proto: L4Proto,
     /// Seconds a template lives after the last new connection it placed.
     pub timeout: u32,
-    /// Netmask applied to client addresses.
-    pub netmask: Ipv4Addr,
+    /// Netmask applied to client addresses (IPv6: the prefix as a mask).
+    pub netmask: A,
 }
 
 /// Persistence first, then the scheduler: a client (under the netmask)
@@ -191,18 +192,18 @@ pub struct Persist {
 /// template is (re)written. A template that cannot be stored (table full
 /// of ESTABLISHED flows) does not fail the flow: it is scheduled anyway.
 #[allow(clippy::too_many_arguments)]
-pub fn pick_persistent(
+pub fn pick_persistent<A: Address>(
     sched: &mut Scheduler,
-    backends: &[SchedBackend],
-    req: &Request,
+    backends: &[SchedBackend<A>],
+    req: &Request<A>,
     counts: &ConnCounts,
-    persist: &Persist,
+    persist: &Persist<A>,
     expire_quiescent: bool,
-    table: &mut FlowTable,
+    table: &mut FlowTable<A>,
     now: u32,
-    obs: &mut impl Observer,
+    obs: &mut impl Observer<A>,
 ) -> Result<usize, NoBackend> {
-    let net = Ipv4Addr::from(u32::from(req.client.addr) & u32::from(persist.netmask));
+    let net = req.client.addr.masked(persist.netmask);
     let key = FlowTable::template_key(net, req.vip, persist.proto);
     if let Some((id, endpoint)) = table.template_lookup(&key, now) {
         let found = backends.iter().position(|b| {

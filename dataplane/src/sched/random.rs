@@ -7,6 +7,7 @@
 //! weight (ties: the first drawn). The generator is a seeded `fastrand`
 //! (wyrand): deterministic for tests, per-worker in the data plane.
 
+use xvs_config::Address;
 use super::least::wlc_overhead;
 use super::{ConnCounts, SchedBackend};
 
@@ -20,7 +21,7 @@ pub struct WeightedRandom {
 }
 
 impl WeightedRandom {
-    pub(crate) fn new(twos: bool, backends: &[SchedBackend], seed: u64) -> Self {
+    pub(crate) fn new<A: Address>(twos: bool, backends: &[SchedBackend<A>], seed: u64) -> Self {
         let mut sum = 0u64;
         let prefix = backends
             .iter()
@@ -49,7 +50,7 @@ impl WeightedRandom {
         Some(self.prefix.partition_point(|&s| s <= r))
     }
 
-    pub(crate) fn pick(&mut self, backends: &[SchedBackend], counts: &ConnCounts) -> Option<usize> {
+    pub(crate) fn pick<A: Address>(&mut self, backends: &[SchedBackend<A>], counts: &ConnCounts) -> Option<usize> {
         let a = self.draw()?;
         if !self.twos {
             return Some(a);

@@ -6,6 +6,7 @@
 //! end of each pass over the list; a backend is chosen when its weight is
 //! at least `cw`. Weights 4, 3, 2 give A A B A B C A B C.
 
+use xvs_config::Address;
 use super::{gcd, SchedBackend};
 
 /// rr state: where the next search starts.
@@ -15,7 +16,7 @@ pub struct RoundRobin {
 }
 
 impl RoundRobin {
-    pub(crate) fn pick(&mut self, backends: &[SchedBackend]) -> Option<usize> {
+    pub(crate) fn pick<A: Address>(&mut self, backends: &[SchedBackend<A>]) -> Option<usize> {
         let n = backends.len();
         (0..n)
             .map(|k| (self.next + k) % n)
@@ -38,7 +39,7 @@ pub struct WeightedRoundRobin {
 }
 
 impl WeightedRoundRobin {
-    pub(crate) fn new(backends: &[SchedBackend]) -> Self {
+    pub(crate) fn new<A: Address>(backends: &[SchedBackend<A>]) -> Self {
         let max = backends.iter().map(|b| b.weight).max().unwrap_or(0);
         let g = backends
             .iter()
@@ -52,7 +53,7 @@ impl WeightedRoundRobin {
         }
     }
 
-    pub(crate) fn pick(&mut self, backends: &[SchedBackend]) -> Option<usize> {
+    pub(crate) fn pick<A: Address>(&mut self, backends: &[SchedBackend<A>]) -> Option<usize> {
         let n = backends.len();
         if n == 0 || self.max == 0 {
             return None;

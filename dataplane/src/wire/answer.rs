@@ -41,7 +41,7 @@ const IP_HEADER_LEN: usize = ipv4::MIN_HEADER_LEN;
 
 /// Zero-pads an answer of `len` bytes to the Ethernet minimum if the
 /// buffer is long enough; returns the length to transmit.
-fn pad(buf: &mut [u8], len: usize) -> usize {
+pub(super) fn pad(buf: &mut [u8], len: usize) -> usize {
     if len < ETH_MIN_FRAME && buf.len() >= ETH_MIN_FRAME {
         buf[len..ETH_MIN_FRAME].fill(0);
         ETH_MIN_FRAME
@@ -51,7 +51,7 @@ fn pad(buf: &mut [u8], len: usize) -> usize {
 }
 
 /// Swaps the Ethernet source and destination. `buf.len() >= 14`.
-fn swap_macs(buf: &mut [u8]) {
+pub(super) fn swap_macs(buf: &mut [u8]) {
     let mut dst = [0u8; 6];
     dst.copy_from_slice(&buf[eth::DST..eth::DST + 6]);
     buf.copy_within(eth::SRC..eth::SRC + 6, eth::DST);

@@ -24,6 +24,7 @@ use std::net::Ipv4Addr;
 use smoltcp::wire::{
     EthernetFrame, EthernetProtocol, Icmpv4Packet, IpProtocol, Ipv4Packet, TcpPacket, UdpPacket,
 };
+use xvs_config::Address;
 use xvs_conntrack::{FlowKey, L4Proto};
 
 use super::arp::Arp;
@@ -50,6 +51,8 @@ pub enum Frame {
     Arp(Arp),
     /// IPv4.
     Ipv4(Ipv4),
+    /// IPv6 (neighbour discovery included).
+    Ipv6(super::ipv6::Ipv6),
 }
 
 /// An IPv4 packet's fields and layout.
@@ -86,9 +89,9 @@ pub enum Fragment {
     Later,
 }
 
-/// The L4 header of an IPv4 packet.
+/// The L4 header of an IP packet (of family `A`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum L4 {
+pub enum L4<A: Address = Ipv4Addr> {
     /// TCP.
     Tcp {
         /// Source port.
@@ -105,17 +108,19 @@ pub enum L4 {
         /// Destination port.
         dst_port: u16,
     },
-    /// ICMP echo request or reply.
+    /// ICMP (or ICMPv6) echo request or reply.
     IcmpEcho {
-        /// Request (type 8) or reply (type 0).
+        /// Request (ICMP type 8, ICMPv6 128) or reply (0, 129).
         request: bool,
         /// Identifier.
         ident: u16,
     },
-    /// ICMP destination unreachable or time exceeded, quoting a TCP or UDP
-    /// packet.
-    IcmpError(IcmpError),
-    /// A later fragment: no L4 header.
+    /// ICMP destination unreachable or time exceeded (ICMPv6: also packet
+    /// too big), quoting a TCP or UDP packet.
+    IcmpError(IcmpError<A>),
+    /// An IPv6 neighbour solicitation or advertisement.
+    Neighbour(super::ndp::Ndp),
+    /// A later fragment (IPv6: any fragment): no L4 header.
     None,
 }
 
@@ -153,46 +158,47 @@ impl TcpFlags {
 
 /// An ICMP error and the packet it quotes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IcmpError {
-    /// ICMP type (3 destination unreachable, 11 time exceeded).
+pub struct IcmpError<A: Address = Ipv4Addr> {
+    /// ICMP type (3 destination unreachable, 11 time exceeded; ICMPv6: 1
+    /// destination unreachable, 2 packet too big, 3 time exceeded).
     pub icmp_type: u8,
     /// ICMP code (type 3 code 4: fragmentation needed).
     pub code: u8,
     /// The quoted (embedded) packet.
-    pub inner: Inner,
+    pub inner: Inner<A>,
 }
 
-impl IcmpError {
+impl<A: Address> IcmpError<A> {
     /// Whether this is "fragmentation needed" (PMTU discovery).
     pub const fn is_frag_needed(&self) -> bool {
         self.icmp_type == ICMP_DST_UNREACHABLE && self.code == 4
     }
 }
 
-/// The IPv4 + TCP/UDP header quoted inside an ICMP error.
+/// The IP + TCP/UDP header quoted inside an ICMP error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Inner {
-    /// Offset of the quoted IPv4 header in the frame.
+pub struct Inner<A: Address = Ipv4Addr> {
+    /// Offset of the quoted IP header in the frame.
     pub offset: u16,
-    /// Its header length in bytes.
+    /// Its header length in bytes (IPv6: 40, no extension header).
     pub header_len: u8,
     /// Bytes of the quoted L4 header present (at least 8).
     pub l4_quoted: u16,
     /// Its protocol.
     pub proto: L4Proto,
     /// Quoted source address.
-    pub src: Ipv4Addr,
+    pub src: A,
     /// Quoted destination address.
-    pub dst: Ipv4Addr,
+    pub dst: A,
     /// Quoted source port.
     pub src_port: u16,
     /// Quoted destination port.
     pub dst_port: u16,
 }
 
-impl Inner {
+impl<A: Address> Inner<A> {
     /// The key of the quoted packet, in the direction it was sent.
-    pub const fn key(&self) -> FlowKey {
+    pub fn key(&self) -> FlowKey<A> {
         FlowKey {
             src: self.src,
             dst: self.dst,
@@ -218,7 +224,7 @@ impl Ipv4 {
     /// The conntrack key this packet is looked up with, in the direction it
     /// travels. For an ICMP error that is the reverse of the quoted packet's
     /// key: the error travels back along the quoted packet's flow.
-    pub const fn flow_key(&self) -> Option<FlowKey> {
+    pub fn flow_key(&self) -> Option<FlowKey> {
         let (proto, src_port, dst_port) = match self.l4 {
             L4::Tcp {
                 src_port, dst_port, ..
@@ -233,7 +239,7 @@ impl Ipv4 {
                 ident,
             } => (L4Proto::Icmp, 0, ident),
             L4::IcmpError(e) => return Some(e.inner.key().reversed()),
-            L4::None => return None,
+            L4::Neighbour(_) | L4::None => return None,
         };
         Some(FlowKey {
             src: self.src,
@@ -254,6 +260,7 @@ pub fn classify(frame: &[u8]) -> Result<Frame, DropReason> {
     match eth.ethertype() {
         EthernetProtocol::Ipv4 => classify_ipv4(frame).map(Frame::Ipv4),
         EthernetProtocol::Arp => Arp::parse(&frame[ETH_HEADER_LEN..]).map(Frame::Arp),
+        EthernetProtocol::Ipv6 => super::ipv6::classify_ipv6(frame).map(Frame::Ipv6),
         _ => Err(DropReason::UnsupportedEthertype),
     }
 }
@@ -313,7 +320,7 @@ fn header_checksum_ok(header: &[u8]) -> bool {
     smoltcp::wire::checksum::data(header) == 0xffff
 }
 
-fn classify_tcp(seg: &[u8]) -> Result<L4, DropReason> {
+pub(super) fn classify_tcp<A: Address>(seg: &[u8]) -> Result<L4<A>, DropReason> {
     if seg.len() < TCP_MIN_HEADER_LEN {
         return Err(DropReason::TcpMalformed);
     }

@@ -35,7 +35,7 @@ macro_rules! drop_reasons {
 drop_reasons! {
     /// Shorter than an Ethernet header.
     EthTruncated = "eth_truncated",
-    /// EtherType neither IPv4 nor ARP (VLAN tags included).
+    /// EtherType neither IPv4, IPv6 nor ARP (VLAN tags included).
     UnsupportedEthertype = "unsupported_ethertype",
     /// ARP for another hardware/protocol type, or truncated.
     ArpMalformed = "arp_malformed",
@@ -104,6 +104,26 @@ drop_reasons! {
     /// The TX ring had no room for the frame, even after retrying on the
     /// next loop iterations.
     TxRingFull = "tx_ring_full",
+    /// Shorter than an IPv6 header.
+    Ipv6Truncated = "ipv6_truncated",
+    /// IPv6 version field is not 6, or the payload length is longer than
+    /// the frame, or an extension header runs past the packet.
+    Ipv6Malformed = "ipv6_malformed",
+    /// An IPv6 next header that is neither an extension header xvs walks
+    /// (hop-by-hop, routing, fragment, destination options) nor TCP, UDP
+    /// or ICMPv6.
+    Ipv6UnknownHeader = "ipv6_unknown_header",
+    /// An IPv6 routing header with segments left: the packet's
+    /// destination is not its final one.
+    Ipv6RoutingHeader = "ipv6_routing_header",
+    /// A UDP datagram over IPv6 with a zero checksum (RFC 8200 8.1: not
+    /// allowed).
+    UdpZeroChecksum = "udp_zero_checksum",
+    /// A neighbour solicitation or advertisement that fails RFC 4861's
+    /// validation (hop limit 255, code 0, length, options).
+    NdpMalformed = "ndp_malformed",
+    /// A neighbour solicitation for an address xvs does not own.
+    NdpNotOwned = "ndp_not_owned",
 }
 
 impl DropReason {

@@ -68,3 +68,57 @@ pub mod arp {
     /// Packet length.
     pub const LEN: usize = 28;
 }
+
+/// IPv6 (RFC 8200).
+pub mod ipv6 {
+    /// Payload length.
+    pub const PAYLOAD_LEN: usize = 4;
+    /// Next header.
+    pub const NEXT_HEADER: usize = 6;
+    /// Hop limit.
+    pub const HOP_LIMIT: usize = 7;
+    /// Source address.
+    pub const SRC: usize = 8;
+    /// Destination address.
+    pub const DST: usize = 24;
+    /// Header length (extension headers follow).
+    pub const HEADER_LEN: usize = 40;
+    /// Next header values of the extension headers xvs walks.
+    pub const HOP_BY_HOP: u8 = 0;
+    /// Routing header.
+    pub const ROUTING: u8 = 43;
+    /// Fragment header.
+    pub const FRAGMENT: u8 = 44;
+    /// Destination options.
+    pub const DEST_OPTIONS: u8 = 60;
+    /// No next header.
+    pub const NO_NEXT: u8 = 59;
+    /// ICMPv6.
+    pub const ICMPV6: u8 = 58;
+}
+
+/// ICMPv6 (RFC 4443) and neighbour discovery (RFC 4861).
+pub mod icmpv6 {
+    /// Destination unreachable.
+    pub const DST_UNREACHABLE: u8 = 1;
+    /// Packet too big.
+    pub const PACKET_TOO_BIG: u8 = 2;
+    /// Time exceeded.
+    pub const TIME_EXCEEDED: u8 = 3;
+    /// Echo request.
+    pub const ECHO_REQUEST: u8 = 128;
+    /// Echo reply.
+    pub const ECHO_REPLY: u8 = 129;
+    /// Neighbour solicitation.
+    pub const NEIGHBOUR_SOLICIT: u8 = 135;
+    /// Neighbour advertisement.
+    pub const NEIGHBOUR_ADVERT: u8 = 136;
+    /// Length of a solicitation or advertisement without options.
+    pub const NDP_LEN: usize = 24;
+    /// Offset of the target address in either.
+    pub const NDP_TARGET: usize = 8;
+    /// Source link-layer address option.
+    pub const OPT_SOURCE_LLADDR: u8 = 1;
+    /// Target link-layer address option.
+    pub const OPT_TARGET_LLADDR: u8 = 2;
+}

@@ -18,6 +18,7 @@
 use std::net::Ipv4Addr;
 
 use smoltcp::wire::EthernetAddress;
+use xvs_config::Address;
 
 use super::checksum::{get16, get_addr, put16, put_addr, Delta};
 use super::classify::{Ipv4, L4};
@@ -36,13 +37,13 @@ const ICMP_CHECKSUM: usize = icmp::CHECKSUM;
 /// The rewrite of an ICMP error: new outer addresses, and the mapping of the
 /// quoted packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IcmpErrorNat {
+pub struct IcmpErrorNat<A: Address = Ipv4Addr> {
     /// New outer source address.
-    pub outer_src: Ipv4Addr,
+    pub outer_src: A,
     /// New outer destination address.
-    pub outer_dst: Ipv4Addr,
+    pub outer_dst: A,
     /// New source and destination of the quoted packet.
-    pub inner: Nat,
+    pub inner: Nat<A>,
 }
 
 /// Rewrites a classified ICMP error in place. Frames that are not ICMP

@@ -16,7 +16,10 @@
 //! least as long as its classification says and otherwise returns
 //! [`DropReason::Ipv4Truncated`]; after that every offset is in bounds.
 
+use std::net::Ipv4Addr;
+
 use smoltcp::wire::EthernetAddress;
+use xvs_config::Address;
 pub use xvs_conntrack::Endpoint;
 
 use super::checksum::{get16, get_addr, put16, put_addr, Delta};
@@ -32,11 +35,11 @@ const IP_DST: usize = eth::HEADER_LEN + ipv4::DST;
 
 /// A full-NAT mapping: both ends of the packet are rewritten.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Nat {
+pub struct Nat<A: Address = Ipv4Addr> {
     /// New source.
-    pub src: Endpoint,
+    pub src: Endpoint<A>,
     /// New destination.
-    pub dst: Endpoint,
+    pub dst: Endpoint<A>,
 }
 
 /// Which L4 checksum a rewrite must keep right.
