@@ -50,6 +50,26 @@ impl<A: Address> Default for Filter<A> {
     }
 }
 
+impl Filter<std::net::IpAddr> {
+    /// The filter for family `A`'s table, or `None` when an address it
+    /// names is of the other family (that table has no match).
+    pub fn narrow<A: Address>(&self) -> Option<Filter<A>> {
+        let n = |a: Option<std::net::IpAddr>| match a {
+            None => Some(None),
+            Some(a) => A::from_ip(a).map(Some),
+        };
+        Some(Filter {
+            vip: n(self.vip)?,
+            vip_port: self.vip_port,
+            backend: n(self.backend)?,
+            client: n(self.client)?,
+            state: self.state,
+            proto: self.proto,
+            templates: self.templates,
+        })
+    }
+}
+
 impl<A: Address> Filter<A> {
     fn matches(&self, e: &Entry<A>) -> bool {
         e.is_live()
@@ -95,6 +115,30 @@ pub struct FlowInfo<A: Address = Ipv4Addr> {
 }
 
 impl<A: Address> FlowInfo<A> {
+    /// The same flow with addresses of either family (for listings of
+    /// both tables together).
+    pub fn wide(&self) -> FlowInfo<std::net::IpAddr> {
+        let w = |e: Endpoint<A>| Endpoint {
+            addr: e.addr.ip(),
+            port: e.port,
+        };
+        FlowInfo {
+            client: w(self.client),
+            vip: w(self.vip),
+            backend: w(self.backend),
+            snat: w(self.snat),
+            proto: self.proto,
+            state: self.state,
+            expires_in: self.expires_in,
+            packets: self.packets,
+            bytes: self.bytes,
+            service: self.service,
+            backend_id: self.backend_id,
+            template: self.template,
+            quiesced: self.quiesced,
+        }
+    }
+
     fn of(e: &Entry<A>, now: u32) -> FlowInfo<A> {
         FlowInfo {
             client: e.client(),

@@ -6,7 +6,7 @@
 //! Every edit is applied before the answer: the engine sends it and waits
 //! until every worker has it, so a 200 means "in force".
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::{Path, Query, State};
@@ -16,7 +16,7 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 pub use xvs_config::api::{BackendSpec, EditSpec, ServiceRef, ServiceSpec};
-use xvs_config::{Backend, Protocol, Service, ServiceKey, UnknownName};
+use xvs_config::{Backend, Family, Protocol, Service, ServiceKey, UnknownName};
 use xvs_conntrack::{Filter, FlowState, L4Proto};
 
 use crate::engine::{Applied, Edit, EngineHandle, Refused};
@@ -107,7 +107,7 @@ fn protocol(p: &str) -> Result<Protocol, ApiError> {
         .map_err(|e: UnknownName| bad(e))
 }
 
-fn key(proto: &str, vip: Ipv4Addr, port: u16) -> Result<ServiceKey, ApiError> {
+fn key(proto: &str, vip: IpAddr, port: u16) -> Result<ServiceKey, ApiError> {
     Ok(ServiceKey {
         vip,
         protocol: protocol(proto)?,
@@ -266,14 +266,14 @@ async fn zero_all(State(st): State<Arc<Shared>>) -> Result<Json<serde_json::Valu
 
 async fn zero_service(
     State(st): State<Arc<Shared>>,
-    Path((proto, vip, port)): Path<(String, Ipv4Addr, u16)>,
+    Path((proto, vip, port)): Path<(String, IpAddr, u16)>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     zero(&st, Some(key(&proto, vip, port)?)).await
 }
 
 async fn edit_service(
     State(st): State<Arc<Shared>>,
-    Path((proto, vip, port)): Path<(String, Ipv4Addr, u16)>,
+    Path((proto, vip, port)): Path<(String, IpAddr, u16)>,
     Json(spec): Json<ServiceSpec>,
 ) -> Result<Json<Applied>, ApiError> {
     if !spec.backends.is_empty() {
@@ -297,7 +297,7 @@ async fn edit_service(
 
 async fn delete_service(
     State(st): State<Arc<Shared>>,
-    Path((proto, vip, port)): Path<(String, Ipv4Addr, u16)>,
+    Path((proto, vip, port)): Path<(String, IpAddr, u16)>,
 ) -> Result<Json<Applied>, ApiError> {
     edit(&st, Edit::DeleteService(key(&proto, vip, port)?)).await
 }
@@ -308,7 +308,7 @@ async fn clear(State(st): State<Arc<Shared>>) -> Result<Json<Applied>, ApiError>
 
 async fn add_backend(
     State(st): State<Arc<Shared>>,
-    Path((proto, vip, port)): Path<(String, Ipv4Addr, u16)>,
+    Path((proto, vip, port)): Path<(String, IpAddr, u16)>,
     Json(b): Json<BackendSpec>,
 ) -> Result<Json<Applied>, ApiError> {
     let k = key(&proto, vip, port)?;
@@ -317,12 +317,12 @@ async fn add_backend(
 
 async fn edit_backend(
     State(st): State<Arc<Shared>>,
-    Path((proto, vip, port, addr, bport)): Path<(String, Ipv4Addr, u16, Ipv4Addr, u16)>,
+    Path((proto, vip, port, addr, bport)): Path<(String, IpAddr, u16, IpAddr, u16)>,
     Json(b): Json<BackendSpec>,
 ) -> Result<Json<Applied>, ApiError> {
     let k = key(&proto, vip, port)?;
     let b = BackendSpec {
-        address: Some(addr),
+        address: Some(addr.into()),
         port: Some(bport),
         ..b
     };
@@ -331,7 +331,7 @@ async fn edit_backend(
 
 async fn delete_backend(
     State(st): State<Arc<Shared>>,
-    Path((proto, vip, port, addr, bport)): Path<(String, Ipv4Addr, u16, Ipv4Addr, u16)>,
+    Path((proto, vip, port, addr, bport)): Path<(String, IpAddr, u16, IpAddr, u16)>,
 ) -> Result<Json<Applied>, ApiError> {
     edit(
         &st,
@@ -411,7 +411,7 @@ pub struct RestartView {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SteeredView {
     /// Address.
-    pub address: Ipv4Addr,
+    pub address: IpAddr,
     /// Shared with the host (only its SNAT ports go to xvs).
     pub shared: bool,
 }
@@ -450,24 +450,36 @@ async fn status(State(st): State<Arc<Shared>>) -> Result<Json<Status>, ApiError>
 #[serde(deny_unknown_fields)]
 pub struct ConnQuery {
     /// VIP.
-    pub vip: Option<Ipv4Addr>,
+    pub vip: Option<IpAddr>,
     /// VIP port.
     pub vport: Option<u16>,
     /// Backend address.
-    pub backend: Option<Ipv4Addr>,
+    pub backend: Option<IpAddr>,
     /// Client address.
-    pub client: Option<Ipv4Addr>,
+    pub client: Option<IpAddr>,
     /// IPVS state name.
     pub state: Option<String>,
     /// `tcp` or `udp`.
     pub proto: Option<String>,
+    /// `ipv4` or `ipv6` (conntrack's `-f`): only that family's flows.
+    pub family: Option<String>,
     /// Page number (from 0).
     pub page: Option<usize>,
     /// Page size (default 1000).
     pub size: Option<usize>,
 }
 
-fn filter(q: &ConnQuery) -> Result<Filter, ApiError> {
+/// The address family a query asks for, if any.
+fn family(q: &ConnQuery) -> Result<Option<Family>, ApiError> {
+    match q.family.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        None => Ok(None),
+        Some("ipv4" | "inet" | "4") => Ok(Some(Family::V4)),
+        Some("ipv6" | "inet6" | "6") => Ok(Some(Family::V6)),
+        Some(f) => Err(bad(format!("family \"{f}\": expected ipv4 or ipv6"))),
+    }
+}
+
+fn filter(q: &ConnQuery) -> Result<Filter<IpAddr>, ApiError> {
     let state = match &q.state {
         None => None,
         Some(s) => Some(
@@ -509,10 +521,10 @@ async fn connections(
     State(st): State<Arc<Shared>>,
     Query(q): Query<ConnQuery>,
 ) -> Result<Json<ConnPage>, ApiError> {
-    let f = filter(&q)?;
+    let (f, fam) = (filter(&q)?, family(&q)?);
     let flows = st
         .engine
-        .call(move |e| e.dataplane().dump(f))
+        .call(move |e| e.dataplane().dump(f, fam))
         .await
         .map_err(internal)?;
     let size = q.size.unwrap_or(1000).max(1);
@@ -531,10 +543,10 @@ async fn connections(
             .into(),
             expires: f.expires_in,
             state: f.state.name().into(),
-            client: std::net::SocketAddrV4::new(f.client.addr, f.client.port),
-            vip: std::net::SocketAddrV4::new(f.vip.addr, f.vip.port),
-            backend: std::net::SocketAddrV4::new(f.backend.addr, f.backend.port),
-            snat: std::net::SocketAddrV4::new(f.snat.addr, f.snat.port),
+            client: std::net::SocketAddr::new(f.client.addr, f.client.port),
+            vip: std::net::SocketAddr::new(f.vip.addr, f.vip.port),
+            backend: std::net::SocketAddr::new(f.backend.addr, f.backend.port),
+            snat: std::net::SocketAddr::new(f.snat.addr, f.snat.port),
             packets: f.packets,
             template: f.template,
         })
@@ -546,10 +558,10 @@ async fn delete_connections(
     State(st): State<Arc<Shared>>,
     Query(q): Query<ConnQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let f = filter(&q)?;
+    let (f, fam) = (filter(&q)?, family(&q)?);
     let n = st
         .engine
-        .call(move |e| e.dataplane().delete(f))
+        .call(move |e| e.dataplane().delete(f, fam))
         .await
         .map_err(internal)?;
     Ok(Json(serde_json::json!({ "deleted": n })))

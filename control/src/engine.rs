@@ -11,7 +11,7 @@
 //! nothing for the others, so their flows and counts are untouched.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
@@ -80,7 +80,7 @@ pub enum Edit {
     /// `-e`.
     EditBackend(ServiceKey, Backend),
     /// `-d`.
-    DeleteBackend(ServiceKey, Ipv4Addr, u16),
+    DeleteBackend(ServiceKey, IpAddr, u16),
     /// `-C`.
     Clear,
     /// Several edits as one (`xvsadm -R`): applied in order to a copy,
@@ -483,8 +483,12 @@ impl Engine {
             |k: &ServiceKey| Refused::NoService(format!("{}: no such service", key_name(k)));
         let current =
             |plan: &Plan, k: &ServiceKey| self.planned(plan, k).ok_or_else(|| no_service(k));
-        let no_destination = |k: &ServiceKey, addr: Ipv4Addr, port: u16| {
-            Refused::NoDestination(format!("{}: no destination {addr}:{port}", key_name(k)))
+        let no_destination = |k: &ServiceKey, addr: IpAddr, port: u16| {
+            Refused::NoDestination(format!(
+                "{}: no destination {}",
+                key_name(k),
+                xvs_config::HostPort(addr, port)
+            ))
         };
         let (k, next) = match e {
             Edit::AddService(s) => {
@@ -534,7 +538,7 @@ impl Engine {
             Edit::DeleteBackend(k, addr, port) => {
                 let mut cur = current(plan, &k)?;
                 let before = cur.backends.len();
-                cur.backends.retain(|x| (x.address, x.port) != (addr, port));
+                cur.backends.retain(|x| (x.address, x.port) != (addr.into(), port));
                 if cur.backends.len() == before {
                     return Err(no_destination(&k, addr, port));
                 }
@@ -562,9 +566,10 @@ impl Engine {
     /// host's own addresses), so every source refuses the same services
     /// with the same words.
     fn problems(&self, s: &Service) -> Vec<String> {
-        let host = xvs_dataplane::host::addresses().unwrap_or_default();
+        let host = xvs_dataplane::host::all_addresses().unwrap_or_default();
+        let snat = self.config.snat.all_addresses();
         let gateway = xvs_config::Gateway {
-            snat: &self.config.snat.addresses,
+            snat: &snat,
             host: &host,
         };
         s.check_in(&gateway)

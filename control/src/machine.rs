@@ -3,13 +3,13 @@
 //! memory it can give (the conntrack capacity must fit). Read once per
 //! check; the rules themselves are the config crate's.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 /// What was read of the machine.
 #[derive(Debug, Clone, Default)]
 pub struct Machine {
-    /// Its IPv4 addresses.
-    pub addresses: Vec<Ipv4Addr>,
+    /// Its addresses, of both families.
+    pub addresses: Vec<IpAddr>,
     /// Bytes of memory available, if the kernel said.
     pub available: Option<u64>,
 }
@@ -18,7 +18,7 @@ impl Machine {
     /// Reads the machine (the calling thread's network namespace).
     pub fn read() -> Machine {
         Machine {
-            addresses: xvs_dataplane::host::addresses().unwrap_or_default(),
+            addresses: xvs_dataplane::host::all_addresses().unwrap_or_default(),
             available: xvs_dataplane::host::available_memory(),
         }
     }

@@ -10,16 +10,16 @@
 //! as the workers have it or are about to.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use xvs_config::{ConnRules, Service, ServiceKey, UnknownPort};
+use xvs_config::{ConnRules, Family, Service, ServiceKey, UnknownPort};
 use xvs_conntrack::{Filter, FlowInfo, Timeouts};
 use xvs_dataplane::counters::CountersReading;
 use xvs_dataplane::events::FlowEvents;
 use xvs_dataplane::runtime::Dataplane;
-use xvs_dataplane::services::CompiledService;
+use xvs_dataplane::services::AnyService;
 use xvs_dataplane::steer::SteerError;
 use xvs_dataplane::worker::Snapshot;
 
@@ -45,20 +45,20 @@ pub trait Plane {
     /// `timeout`).
     fn wait_applied(&self, timeout: Duration) -> bool;
     /// The services as compiled for the workers, with their counts.
-    fn services(&self) -> Vec<Arc<CompiledService>>;
+    fn services(&self) -> Vec<AnyService>;
     /// The addresses the steering program hands over, read back (with
     /// whether each is shared with the host).
-    fn steered(&self) -> Result<Vec<(Ipv4Addr, bool)>, PlaneError>;
+    fn steered(&self) -> Result<Vec<(IpAddr, bool)>, PlaneError>;
     /// Every worker's flow event queue.
     fn events(&self) -> Vec<Arc<FlowEvents>>;
     /// The interface(s) served, for messages.
     fn interface(&self) -> String;
     /// Every worker's counters.
     fn counters(&self) -> Vec<CountersReading>;
-    /// The flows matching `filter`.
-    fn dump(&self, filter: Filter) -> Vec<FlowInfo>;
+    /// The flows matching `filter` (of `family` only, when given).
+    fn dump(&self, filter: Filter<IpAddr>, family: Option<Family>) -> Vec<FlowInfo<IpAddr>>;
     /// Deletes the flows matching `filter`; how many.
-    fn delete(&self, filter: Filter) -> u64;
+    fn delete(&self, filter: Filter<IpAddr>, family: Option<Family>) -> u64;
     /// Deletes every flow; how many.
     fn flush(&self) -> u64;
     /// Every worker's snapshot.
@@ -120,10 +120,10 @@ impl Plane for Dataplane {
     fn wait_applied(&self, timeout: Duration) -> bool {
         self.handle().wait_applied(timeout)
     }
-    fn services(&self) -> Vec<Arc<CompiledService>> {
+    fn services(&self) -> Vec<AnyService> {
         Dataplane::services(self).cloned().collect()
     }
-    fn steered(&self) -> Result<Vec<(Ipv4Addr, bool)>, PlaneError> {
+    fn steered(&self) -> Result<Vec<(IpAddr, bool)>, PlaneError> {
         Ok(Dataplane::steered(self)?)
     }
     fn events(&self) -> Vec<Arc<FlowEvents>> {
@@ -135,11 +135,11 @@ impl Plane for Dataplane {
     fn counters(&self) -> Vec<CountersReading> {
         self.handle().counters()
     }
-    fn dump(&self, filter: Filter) -> Vec<FlowInfo> {
-        self.handle().dump(filter)
+    fn dump(&self, filter: Filter<IpAddr>, family: Option<Family>) -> Vec<FlowInfo<IpAddr>> {
+        self.handle().dump_any(filter, family)
     }
-    fn delete(&self, filter: Filter) -> u64 {
-        self.handle().delete(filter)
+    fn delete(&self, filter: Filter<IpAddr>, family: Option<Family>) -> u64 {
+        self.handle().delete_any(filter, family)
     }
     fn flush(&self) -> u64 {
         self.handle().flush()
@@ -169,7 +169,7 @@ pub enum Sent {
 /// them (stable backend ids, counts), no workers, no flows; every change
 /// it is sent is appended to a log the test keeps a handle on.
 pub struct Recorder {
-    compiled: BTreeMap<ServiceKey, Arc<CompiledService>>,
+    compiled: BTreeMap<ServiceKey, AnyService>,
     next_id: u32,
     workers: usize,
     log: Arc<Mutex<Vec<Sent>>>,
@@ -193,14 +193,13 @@ impl Recorder {
     }
 
     fn compile(&mut self, svc: &Service) {
-        let compiled = match self.compiled.get(&svc.key) {
-            Some(p) => CompiledService::update(p, svc, true, None),
-            None => {
-                self.next_id += 1;
-                CompiledService::new(self.next_id - 1, svc, self.workers, None)
-            }
-        };
-        self.compiled.insert(svc.key, Arc::new(compiled));
+        let prev = self.compiled.get(&svc.key);
+        if prev.is_none() {
+            self.next_id += 1;
+        }
+        if let Some(c) = AnyService::compile(self.next_id - 1, svc, prev, self.workers, true) {
+            self.compiled.insert(svc.key, c);
+        }
     }
 
     fn record(&self, s: Sent) {
@@ -230,11 +229,11 @@ impl Plane for Recorder {
     fn wait_applied(&self, _: Duration) -> bool {
         true
     }
-    fn services(&self) -> Vec<Arc<CompiledService>> {
+    fn services(&self) -> Vec<AnyService> {
         self.compiled.values().cloned().collect()
     }
-    fn steered(&self) -> Result<Vec<(Ipv4Addr, bool)>, PlaneError> {
-        let mut v: Vec<(Ipv4Addr, bool)> = self.compiled.keys().map(|k| (k.vip, false)).collect();
+    fn steered(&self) -> Result<Vec<(IpAddr, bool)>, PlaneError> {
+        let mut v: Vec<(IpAddr, bool)> = self.compiled.keys().map(|k| (k.vip, false)).collect();
         v.dedup();
         Ok(v)
     }
@@ -247,10 +246,10 @@ impl Plane for Recorder {
     fn counters(&self) -> Vec<CountersReading> {
         Vec::new()
     }
-    fn dump(&self, _: Filter) -> Vec<FlowInfo> {
+    fn dump(&self, _: Filter<IpAddr>, _: Option<Family>) -> Vec<FlowInfo<IpAddr>> {
         Vec::new()
     }
-    fn delete(&self, _: Filter) -> u64 {
+    fn delete(&self, _: Filter<IpAddr>, _: Option<Family>) -> u64 {
         0
     }
     fn flush(&self) -> u64 {

@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 
 use xvs_config::{Persistence, SchedulerFlag, ServiceKey};
-use xvs_conntrack::Endpoint;
 use xvs_dataplane::traffic::TrafficTotals;
 
 use crate::engine::Engine;
@@ -19,7 +18,7 @@ pub const SAMPLE_SECONDS: f64 = 2.0;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendSample {
     /// Address.
-    pub address: std::net::Ipv4Addr,
+    pub address: std::net::IpAddr,
     /// Port.
     pub port: u16,
     /// Weight.
@@ -57,7 +56,7 @@ pub fn sample(e: &Engine) -> Vec<ServiceSample> {
         .dataplane()
         .services()
         .into_iter()
-        .map(|c| (c.key, c))
+        .map(|c| (c.key(), c))
         .collect();
     e.applied()
         .values()
@@ -80,21 +79,16 @@ pub fn sample(e: &Engine) -> Vec<ServiceSample> {
                     .iter()
                     .map(|b| {
                         // Counts and counters are by the backend's stable id.
-                        let id = c.and_then(|c| {
-                            let at = Endpoint {
-                                addr: b.address,
-                                port: b.port,
-                            };
-                            Some((c, c.backend(at)?.id))
-                        });
+                        let id = c.and_then(|c| Some((c, c.backend_id(b.address, b.port)?)));
                         BackendSample {
                             address: b.address,
                             port: b.port,
                             weight: b.weight,
-                            active: id.map_or(0, |(c, id)| u64::from(c.counts.active(id))),
-                            inactive: id.map_or(0, |(c, id)| u64::from(c.counts.inactive(id))),
-                            totals: id
-                                .map_or_else(TrafficTotals::default, |(c, id)| c.stats.backend(id)),
+                            active: id.map_or(0, |(c, id)| u64::from(c.counts().active(id))),
+                            inactive: id.map_or(0, |(c, id)| u64::from(c.counts().inactive(id))),
+                            totals: id.map_or_else(TrafficTotals::default, |(c, id)| {
+                                c.stats().backend(id)
+                            }),
                         }
                     })
                     .collect(),
@@ -104,7 +98,7 @@ pub fn sample(e: &Engine) -> Vec<ServiceSample> {
         .collect()
 }
 
-type RateKey = (ServiceKey, std::net::Ipv4Addr, u16);
+type RateKey = (ServiceKey, std::net::IpAddr, u16);
 
 /// Smoothed rates per backend, in the estimator's fixed point (values
 /// scaled by 2^10 as IPVS keeps them, so small rates do not round to 0).
@@ -160,7 +154,7 @@ impl Estimator {
     }
 
     /// The rates of one backend.
-    pub fn rates(&self, key: &ServiceKey, addr: std::net::Ipv4Addr, port: u16) -> Rates {
+    pub fn rates(&self, key: &ServiceKey, addr: std::net::IpAddr, port: u16) -> Rates {
         self.avg
             .get(&(*key, addr, port))
             .map(rates_of)
@@ -194,7 +188,7 @@ pub struct Zeroed {
 #[derive(Debug, Clone, Default)]
 struct ZeroBase {
     service: TrafficTotals,
-    backends: HashMap<(std::net::Ipv4Addr, u16), TrafficTotals>,
+    backends: HashMap<(std::net::IpAddr, u16), TrafficTotals>,
 }
 
 fn minus(t: &TrafficTotals, base: &TrafficTotals) -> TrafficTotals {
@@ -323,7 +317,7 @@ pub fn listing(size: u32, samples: &[ServiceSample], est: &Estimator) -> Listing
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::Ipv4Addr;
+    use std::net::IpAddr;
     use xvs_config::Protocol;
 
     fn sample_with(conns: u64, pkts: u64) -> Vec<ServiceSample> {

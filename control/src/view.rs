@@ -3,7 +3,7 @@
 //! serde, shared by the daemon and the client, so the JSON of one is the
 //! input of the other.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 
 use serde::{Deserialize, Serialize};
 
@@ -43,14 +43,14 @@ pub struct PersistView {
     /// Seconds.
     pub timeout: u32,
     /// Client netmask.
-    pub netmask: Ipv4Addr,
+    pub netmask: IpAddr,
 }
 
 /// One backend of a service.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackendView {
     /// Address.
-    pub address: Ipv4Addr,
+    pub address: IpAddr,
     /// Port.
     pub port: u16,
     /// Weight.
@@ -71,7 +71,7 @@ pub struct ServiceView {
     /// `tcp` or `udp`.
     pub protocol: String,
     /// Virtual address.
-    pub vip: Ipv4Addr,
+    pub vip: IpAddr,
     /// Port (0 = every port).
     pub port: u16,
     /// Scheduler name (ipvsadm's).
@@ -109,13 +109,13 @@ pub struct ConnView {
     /// IPVS state name (`ESTABLISHED`, `SYN_RECV`, ..., `UDP`).
     pub state: String,
     /// Client.
-    pub client: SocketAddrV4,
+    pub client: SocketAddr,
     /// Virtual service.
-    pub vip: SocketAddrV4,
+    pub vip: SocketAddr,
     /// Backend.
-    pub backend: SocketAddrV4,
+    pub backend: SocketAddr,
     /// The SNAT address and port towards the backend.
-    pub snat: SocketAddrV4,
+    pub snat: SocketAddr,
     /// Packets `[original, reply]`.
     #[serde(default)]
     pub packets: [u32; 2],

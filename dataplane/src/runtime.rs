@@ -175,6 +175,44 @@ impl DataplaneHandle {
         out
     }
 
+    /// The flows of both families matching `filter` (an address in it
+    /// selects its family's table; `family` only that family's).
+    pub fn dump_any(
+        &self,
+        filter: Filter<IpAddr>,
+        family: Option<xvs_config::Family>,
+    ) -> Vec<FlowInfo<IpAddr>> {
+        let mut out = Vec::new();
+        if family != Some(xvs_config::Family::V6) {
+            if let Some(f) = filter.narrow::<std::net::Ipv4Addr>() {
+                out.extend(self.dump(f).iter().map(FlowInfo::wide));
+            }
+        }
+        if family != Some(xvs_config::Family::V4) {
+            if let Some(f) = filter.narrow::<Ipv6Addr>() {
+                out.extend(self.dump6(f).iter().map(FlowInfo::wide));
+            }
+        }
+        out
+    }
+
+    /// Deletes the flows of both families matching `filter` (as
+    /// [`DataplaneHandle::dump_any`] selects them); returns how many.
+    pub fn delete_any(&self, filter: Filter<IpAddr>, family: Option<xvs_config::Family>) -> u64 {
+        let mut n = 0;
+        if family != Some(xvs_config::Family::V6) {
+            if let Some(f) = filter.narrow::<std::net::Ipv4Addr>() {
+                n += self.delete(f);
+            }
+        }
+        if family != Some(xvs_config::Family::V4) {
+            if let Some(f) = filter.narrow::<Ipv6Addr>() {
+                n += self.delete6(f);
+            }
+        }
+        n
+    }
+
     /// The IPv6 flows matching `filter` on every worker.
     pub fn dump6(&self, filter: Filter<Ipv6Addr>) -> Vec<FlowInfo<Ipv6Addr>> {
         let mut out = Vec::new();

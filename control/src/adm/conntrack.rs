@@ -20,7 +20,7 @@
 //! - `-D`, `-F` as conntrack's, with its "have been deleted" line.
 
 use std::io::Write;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use clap::{ArgAction, Parser};
 use hyper::Method;
@@ -63,10 +63,10 @@ struct Args {
     proto: Option<String>,
     /// Client address (original source).
     #[arg(short = 's', long = "src", visible_alias = "orig-src")]
-    src: Option<Ipv4Addr>,
+    src: Option<IpAddr>,
     /// VIP (original destination).
     #[arg(short = 'd', long = "dst", visible_alias = "orig-dst")]
-    dst: Option<Ipv4Addr>,
+    dst: Option<IpAddr>,
     /// Client port.
     #[arg(long = "sport", visible_alias = "orig-port-src")]
     sport: Option<u16>,
@@ -75,10 +75,10 @@ struct Args {
     dport: Option<u16>,
     /// Backend address (reply source).
     #[arg(short = 'r', long = "reply-src")]
-    reply_src: Option<Ipv4Addr>,
+    reply_src: Option<IpAddr>,
     /// SNAT address (reply destination).
     #[arg(short = 'q', long = "reply-dst")]
-    reply_dst: Option<Ipv4Addr>,
+    reply_dst: Option<IpAddr>,
     /// Backend port.
     #[arg(long = "reply-port-src")]
     reply_sport: Option<u16>,
@@ -91,7 +91,8 @@ struct Args {
     /// Mark (xvs sets none: 0 matches every flow, others none).
     #[arg(short = 'm', long = "mark")]
     mark: Option<u32>,
-    /// Layer 3 family: ipv4 (ipv6 has no flows).
+    /// Layer 3 family: ipv4 or ipv6 (both when not given, as conntrack
+    /// 1.4.6 and later list).
     #[arg(short = 'f', long = "family")]
     family: Option<String>,
     /// Output format: extended.
@@ -111,13 +112,13 @@ pub fn line(c: &ConnView, extended: bool) -> String {
     };
     let mut s = String::new();
     if extended {
-        s.push_str(&format!("{:<8} {} ", "ipv4", 2));
+        s.push_str(&l3(c.client.ip()));
     }
     s.push_str(&format!("{name:<8} {num} {} ", c.expires));
     if num == 6 {
         s.push_str(&format!("{} ", c.state));
     }
-    let tuple = |a: SocketAddrV4, b: SocketAddrV4| {
+    let tuple = |a: SocketAddr, b: SocketAddr| {
         format!(
             "src={} dst={} sport={} dport={} ",
             a.ip(),
@@ -137,6 +138,14 @@ pub fn line(c: &ConnView, extended: bool) -> String {
     }
     s.push_str("mark=0 use=1");
     s
+}
+
+/// The extended output's layer 3 columns (`ipv4     2 `, `ipv6     10 `).
+fn l3(a: IpAddr) -> String {
+    match a {
+        IpAddr::V4(_) => format!("{:<8} {} ", "ipv4", 2),
+        IpAddr::V6(_) => format!("{:<8} {} ", "ipv6", 10),
+    }
 }
 
 /// conntrack's ASSURED: TCP past the handshake, UDP with traffic after
@@ -199,20 +208,20 @@ pub fn event_line(e: &EventView, extended: bool) -> Option<String> {
         "TCP" => ("tcp", 6),
         _ => return None,
     };
-    let ep = |s: &str| s.parse::<SocketAddrV4>().ok();
+    let ep = |s: &str| s.parse::<SocketAddr>().ok();
     let (src, dst) = (ep(&e.src)?, ep(&e.dst)?);
     let backend = e.backend.as_deref().and_then(ep)?;
     let snat = e
         .snat
         .as_deref()
         .and_then(ep)
-        .unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+        .unwrap_or(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0));
     let mut s = format!("{tag:>9} ");
     if extended {
-        s.push_str(&format!("{:<8} {} ", "ipv4", 2));
+        s.push_str(&l3(src.ip()));
     }
     s.push_str(&format!("{name:<8} {num} "));
-    let tuple = |a: SocketAddrV4, b: SocketAddrV4| {
+    let tuple = |a: SocketAddr, b: SocketAddr| {
         format!(
             "src={} dst={} sport={} dport={}",
             a.ip(),
@@ -241,7 +250,7 @@ impl Args {
     fn matches(&self, c: &ConnView) -> bool {
         !c.template
             && self.sport.is_none_or(|p| c.client.port() == p)
-            && self.reply_dst.is_none_or(|a| *c.snat.ip() == a)
+            && self.reply_dst.is_none_or(|a| c.snat.ip() == a)
             && self.reply_sport.is_none_or(|p| c.backend.port() == p)
             && self.reply_dport.is_none_or(|p| c.snat.port() == p)
             && self.mark.is_none_or(|m| m == 0)
@@ -267,14 +276,14 @@ impl Args {
         if let Some(s) = &self.state {
             q.push(format!("state={s}"));
         }
+        if let Some(f) = &self.family {
+            q.push(format!("family={f}"));
+        }
         q
     }
 
-    /// The flows that match, or none for `-f ipv6`.
+    /// The flows that match.
     fn flows(&self, to: &Endpoint) -> Result<Vec<ConnView>, String> {
-        if self.family.as_deref() == Some("ipv6") {
-            return Ok(Vec::new());
-        }
         let mut q = self.query();
         q.push("size=1000000".into());
         let body = call(to, Method::GET, &format!("/v1/connections?{}", q.join("&")))?;
@@ -415,13 +424,13 @@ fn run(
 }
 
 fn event_matches(a: &Args, e: &EventView) -> bool {
-    let ep = |s: &str| s.parse::<SocketAddrV4>().ok();
+    let ep = |s: &str| s.parse::<SocketAddr>().ok();
     let (src, dst) = (ep(&e.src), ep(&e.dst));
     a.proto
         .as_deref()
         .is_none_or(|p| p.eq_ignore_ascii_case(&e.protocol))
-        && a.src.is_none_or(|s| src.is_some_and(|x| *x.ip() == s))
-        && a.dst.is_none_or(|d| dst.is_some_and(|x| *x.ip() == d))
+        && a.src.is_none_or(|s| src.is_some_and(|x| x.ip() == s))
+        && a.dst.is_none_or(|d| dst.is_some_and(|x| x.ip() == d))
         && a.dport.is_none_or(|p| dst.is_some_and(|x| x.port() == p))
         && a.family.as_deref() != Some("ipv6")
 }

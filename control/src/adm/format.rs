@@ -22,6 +22,9 @@
 //! creation order.)
 
 use std::fmt::Write;
+use std::net::IpAddr;
+
+use xvs_config::Address;
 
 use super::names::{addrport, Names};
 use crate::view::{BackendView, ConnView, Listing, ServiceView, TimeoutView};
@@ -149,8 +152,16 @@ fn service(out: &mut String, s: &ServiceView, f: Format, names: &dyn Names) {
         }
         if let Some(p) = &s.persistence {
             let _ = write!(out, " persistent {}", p.timeout);
-            if p.netmask != std::net::Ipv4Addr::BROADCAST {
-                let _ = write!(out, " mask {}", p.netmask);
+            // ipvsadm: an IPv4 mask as an address, an IPv6 one as its
+            // prefix length; neither when it keeps every bit.
+            match p.netmask {
+                IpAddr::V4(m) if m != std::net::Ipv4Addr::BROADCAST => {
+                    let _ = write!(out, " mask {m}");
+                }
+                IpAddr::V6(m) if xvs_config::prefix_len(m) != 128 => {
+                    let _ = write!(out, " mask {}", xvs_config::prefix_len(m));
+                }
+                _ => {}
             }
         }
     }
@@ -197,24 +208,56 @@ fn service(out: &mut String, s: &ServiceView, f: Format, names: &dyn Names) {
     }
 }
 
-/// `ipvs_cmp_services` for services of one family and no fwmark:
-/// protocol number, then the address by wrapping 32-bit subtraction read
-/// as a signed int, then the port.
+/// The address family number libipvs compares (`AF_INET`, `AF_INET6`).
+fn af(a: IpAddr) -> i64 {
+    match a {
+        IpAddr::V4(_) => 2,
+        IpAddr::V6(_) => 10,
+    }
+}
+
+/// libipvs's address comparison: IPv4 by wrapping 32-bit subtraction
+/// read as a signed int; IPv6 the same, word by word, until one differs.
+fn cmp_addrs(a: IpAddr, b: IpAddr) -> i32 {
+    match (a, b) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => u32::from(a).wrapping_sub(u32::from(b)) as i32,
+        (IpAddr::V6(a), IpAddr::V6(b)) => {
+            let (a, b) = (a.octets(), b.octets());
+            (0..4)
+                .map(|i| {
+                    let w = |o: &[u8; 16]| {
+                        u32::from_be_bytes([o[4 * i], o[4 * i + 1], o[4 * i + 2], o[4 * i + 3]])
+                    };
+                    w(&a).wrapping_sub(w(&b)) as i32
+                })
+                .find(|&r| r != 0)
+                .unwrap_or(0)
+        }
+        _ => 0,
+    }
+}
+
+/// `ipvs_cmp_services` without fwmarks: the family (IPv4 first), the
+/// protocol number, the address ([`cmp_addrs`]), then the port.
 fn cmp_services(a: &ServiceView, b: &ServiceView) -> i64 {
+    let f = af(a.vip) - af(b.vip);
+    if f != 0 {
+        return f;
+    }
     let p = i64::from(proto_number(&a.protocol)) - i64::from(proto_number(&b.protocol));
     if p != 0 {
         return p;
     }
-    let r = u32::from(a.vip).wrapping_sub(u32::from(b.vip)) as i32;
+    let r = cmp_addrs(a.vip, b.vip);
     if r != 0 {
         return i64::from(r);
     }
     i64::from(a.port) - i64::from(b.port)
 }
 
-/// `ipvs_cmp_dests`: the address by wrapping subtraction, then the port.
+/// `ipvs_cmp_dests`: the address ([`cmp_addrs`]), then the port.
 fn cmp_dests(a: &BackendView, b: &BackendView) -> i64 {
-    let r = u32::from(a.address).wrapping_sub(u32::from(b.address)) as i32;
+    let r = cmp_addrs(a.address, b.address);
     if r != 0 {
         return i64::from(r);
     }
@@ -252,7 +295,8 @@ fn glibc_msort<T: Copy>(v: &mut [T], cmp: &impl Fn(&T, &T) -> i64) {
 /// per-namespace term taken as 0).
 fn bucket(s: &ServiceView) -> u32 {
     let porth = u32::from(s.port);
-    (proto_number(&s.protocol) ^ u32::from(s.vip) ^ (porth >> 8) ^ porth) & 0xff
+    // An IPv6 address is folded (`ipv6_addr_hash`) as for IPv4's hash.
+    (proto_number(&s.protocol) ^ s.vip.fold32() ^ (porth >> 8) ^ porth) & 0xff
 }
 
 fn services(l: &Listing, nosort: bool) -> Vec<&ServiceView> {
@@ -316,8 +360,14 @@ pub fn save(l: &Listing, f: Format, names: &dyn Names) -> String {
         let _ = write!(out, "-A {svc} -s {}", s.scheduler);
         if let Some(p) = &s.persistence {
             let _ = write!(out, " -p {}", p.timeout);
-            if p.netmask != std::net::Ipv4Addr::BROADCAST {
-                let _ = write!(out, " -M {}", p.netmask);
+            match p.netmask {
+                IpAddr::V4(m) if m != std::net::Ipv4Addr::BROADCAST => {
+                    let _ = write!(out, " -M {m}");
+                }
+                IpAddr::V6(m) if xvs_config::prefix_len(m) != 128 => {
+                    let _ = write!(out, " -M {}", xvs_config::prefix_len(m));
+                }
+                _ => {}
             }
         }
         let flags = sched_flags(s);
@@ -347,7 +397,7 @@ pub fn connections(conns: &[ConnView], names: &dyn Names) -> String {
     );
     for c in conns {
         let proto = proto_lower(&c.protocol);
-        let name = |a: std::net::SocketAddrV4| addrport(names, *a.ip(), a.port(), proto);
+        let name = |a: std::net::SocketAddr| addrport(names, a.ip(), a.port(), proto);
         let expire = format!("{:02}:{:02}", c.expires / 60, c.expires % 60);
         let _ = writeln!(
             out,

@@ -343,8 +343,9 @@ pub struct Command {
     pub scheduler: Option<String>,
     /// `-p`: the timeout (360 when given without a value).
     pub persistent: Option<u32>,
-    /// `-M` (255.255.255.255 unless given).
-    pub netmask: Ipv4Addr,
+    /// `-M` (255.255.255.255 unless given; for an IPv6 service a prefix
+    /// length, kept as its mask).
+    pub netmask: IpAddr,
     /// `-b`, as [`SCHED1`] bits.
     pub sched_flags: u32,
     /// `-r`: address and port (the service's port when not given, and
@@ -868,7 +869,7 @@ pub fn parse(argv: &[String], in_restore: bool, names: &dyn Resolve) -> Result<I
         service: None,
         scheduler: None,
         persistent: None,
-        netmask: Ipv4Addr::BROADCAST,
+        netmask: IpAddr::V4(Ipv4Addr::BROADCAST),
         sched_flags: 0,
         dest: None,
         fwd: Fwd::Droute,
@@ -953,9 +954,17 @@ pub fn parse(argv: &[String], in_restore: bool, names: &dyn Resolve) -> Result<I
             }
             Tag::Netmask => {
                 set(&mut c.options, optc::NETMASK)?;
-                c.netmask = inet_aton(a)
-                    .or_else(|| names.host(a))
-                    .ok_or_else(|| fail("illegal virtual server persistent mask specified"))?;
+                // ipvsadm reads -M by the family of the service given
+                // before it: a prefix length for IPv6.
+                c.netmask = if matches!(c.service, Some(Service::Addr(_, IpAddr::V6(_), _))) {
+                    let len = number(a, 1, 128)
+                        .ok_or_else(|| fail("illegal ipv6 netmask specified"))?;
+                    IpAddr::V6(xvs_config::prefix_mask6(len as u8))
+                } else {
+                    IpAddr::V4(inet_aton(a).or_else(|| names.host(a)).ok_or_else(|| {
+                        fail("illegal virtual server persistent mask specified")
+                    })?)
+                };
             }
             Tag::Real => {
                 set(&mut c.options, optc::SERVER)?;
@@ -1195,13 +1204,7 @@ pub fn unsupported(c: &Command) -> Option<Exit> {
         Some(Service::Addr(Proto::Sctp, ..)) => {
             return no("--sctp-service", "TCP and UDP services only")
         }
-        Some(Service::Addr(_, IpAddr::V6(_), _)) => {
-            return no("IPv6 address", "IPv4 services only")
-        }
         _ => {}
-    }
-    if matches!(c.dest, Some((IpAddr::V6(_), _))) {
-        return no("IPv6 address", "IPv4 real servers only");
     }
     let options: [(usize, &str, &str); 5] = [
         (
@@ -1697,10 +1700,7 @@ mod tests {
             .unwrap()
             .1
             .starts_with("--sctp-service: not supported by xvs"));
-        assert!(why(&["-A", "-t", "[2001:2::1]:80"])
-            .unwrap()
-            .1
-            .starts_with("IPv6 address: not supported by xvs"));
+        assert_eq!(why(&["-A", "-t", "[2001:2::1]:80"]), None, "IPv6 is served");
         assert!(why(&[
             "-a",
             "-t",

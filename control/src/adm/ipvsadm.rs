@@ -100,20 +100,12 @@ fn get<T: serde::de::DeserializeOwned>(to: &Endpoint, path: &str) -> Result<(T, 
     Ok((v, body))
 }
 
-fn v4(a: IpAddr) -> Ipv4Addr {
-    match a {
-        IpAddr::V4(a) => a,
-        // Refused by `unsupported` before anything runs.
-        IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
-    }
-}
-
 /// The service reference of a command (`-t`/`-u`).
 fn service_ref(c: &Command) -> Option<ServiceRef> {
     match c.service? {
         Service::Addr(p, a, port) => Some(ServiceRef {
             protocol: p.name().to_owned(),
-            vip: v4(a),
+            vip: a,
             port,
         }),
         Service::Fwmark(_) => None,
@@ -160,7 +152,11 @@ fn edit_of(c: &Command) -> Result<EditSpec, Exit> {
             persistence: c.persistent,
             // ipvsadm keeps -M for a non-persistent service, where it
             // means nothing: only a persistent one carries it.
-            netmask: c.persistent.map(|_| c.netmask),
+            netmask: c.persistent.map(|_| match (s.vip, c.netmask) {
+                // -M not given (or given before -t): the family's default.
+                (IpAddr::V6(_), IpAddr::V4(_)) => "128".to_owned(),
+                (_, m) => m.to_string(),
+            }),
             flags: flags(c)?,
             source_ranges: Vec::new(),
             maglev_table_size: None,
@@ -171,7 +167,7 @@ fn edit_of(c: &Command) -> Result<EditSpec, Exit> {
     let backend = || {
         let (a, port) = c.dest.unwrap_or((IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0));
         BackendSpec {
-            address: Some(v4(a)),
+            address: Some(a),
             port: Some(port),
             weight: Some(c.weight),
         }
@@ -197,7 +193,7 @@ fn edit_of(c: &Command) -> Result<EditSpec, Exit> {
             let b = backend();
             EditSpec::DeleteBackend {
                 service: need()?,
-                address: b.address.unwrap_or(Ipv4Addr::UNSPECIFIED),
+                address: b.address.unwrap_or(Ipv4Addr::UNSPECIFIED.into()),
                 port: b.port.unwrap_or(0),
             }
         }
@@ -243,7 +239,7 @@ fn send_edit(to: &Endpoint, c: &Command, e: EditSpec, json: bool) -> Outcome {
             format!(
                 "{}/backends/{}/{}",
                 path_of(service),
-                backend.address.unwrap_or(Ipv4Addr::UNSPECIFIED),
+                backend.address.unwrap_or(Ipv4Addr::UNSPECIFIED.into()),
                 backend.port.unwrap_or(0)
             ),
             body(backend),

@@ -6,14 +6,14 @@
 //! to agree with ipvsadm's.
 
 use std::ffi::{CStr, CString};
-use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 
 use super::ipvs_opts::{Proto, Resolve};
 
 /// Addresses and ports to names, for listings without `-n`.
 pub trait Names {
     /// The host name of `addr` (`gethostbyaddr`).
-    fn host(&self, addr: Ipv4Addr) -> Option<String>;
+    fn host(&self, addr: IpAddr) -> Option<String>;
     /// The service name of `port` for `tcp` or `udp` (`getservbyport`).
     fn service(&self, port: u16, proto: &str) -> Option<String>;
 }
@@ -22,7 +22,7 @@ pub trait Names {
 pub struct Numeric;
 
 impl Names for Numeric {
-    fn host(&self, _: Ipv4Addr) -> Option<String> {
+    fn host(&self, _: IpAddr) -> Option<String> {
         None
     }
     fn service(&self, _: u16, _: &str) -> Option<String> {
@@ -34,22 +34,40 @@ impl Names for Numeric {
 pub struct System;
 
 impl Names for System {
-    fn host(&self, addr: Ipv4Addr) -> Option<String> {
-        let sa = libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: 0,
-            sin_addr: libc::in_addr {
-                s_addr: u32::from(addr).to_be(),
-            },
-            sin_zero: [0; 8],
+    fn host(&self, addr: IpAddr) -> Option<String> {
+        // SAFETY: all-zero is a valid sockaddr_storage.
+        let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let len = match addr {
+            IpAddr::V4(a) => {
+                let sin = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: 0,
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from(a).to_be(),
+                    },
+                    sin_zero: [0; 8],
+                };
+                // SAFETY: a sockaddr_in fits in a sockaddr_storage.
+                unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin) };
+                std::mem::size_of::<libc::sockaddr_in>()
+            }
+            IpAddr::V6(a) => {
+                // SAFETY: all-zero is a valid sockaddr_in6.
+                let mut sin6: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+                sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+                sin6.sin6_addr.s6_addr = a.octets();
+                // SAFETY: a sockaddr_in6 fits in a sockaddr_storage.
+                unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin6) };
+                std::mem::size_of::<libc::sockaddr_in6>()
+            }
         };
         let mut host = [0 as libc::c_char; 1025];
-        // SAFETY: `sa` is a valid sockaddr_in of the length given; `host`
+        // SAFETY: `ss` holds a valid sockaddr of the length given; `host`
         // is writable for its length; no service buffer is asked for.
         let rc = unsafe {
             libc::getnameinfo(
-                (&sa as *const libc::sockaddr_in).cast(),
-                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                (&ss as *const libc::sockaddr_storage).cast(),
+                len as libc::socklen_t,
                 host.as_mut_ptr(),
                 host.len() as libc::socklen_t,
                 std::ptr::null_mut(),
@@ -103,15 +121,18 @@ impl Resolve for System {
     }
 }
 
-/// ipvsadm's `addrport_to_anyname`: `host:service`, each the number when
-/// it has no name (or with `names` = [`Numeric`]), cut to 59 characters
-/// (its 60-byte buffer).
-pub fn addrport(names: &dyn Names, addr: Ipv4Addr, port: u16, proto: &str) -> String {
+/// ipvsadm's `addrport_to_anyname`: `host:service` (`[host]:service`
+/// for IPv6), each the number when it has no name (or with `names` =
+/// [`Numeric`]), cut to 59 characters (its 60-byte buffer).
+pub fn addrport(names: &dyn Names, addr: IpAddr, port: u16, proto: &str) -> String {
     let host = names.host(addr).unwrap_or_else(|| addr.to_string());
     let service = names
         .service(port, proto)
         .unwrap_or_else(|| port.to_string());
-    let mut s = format!("{host}:{service}");
+    let mut s = match addr {
+        IpAddr::V4(_) => format!("{host}:{service}"),
+        IpAddr::V6(_) => format!("[{host}]:{service}"),
+    };
     if s.len() > 59 {
         let mut cut = 59;
         while !s.is_char_boundary(cut) {

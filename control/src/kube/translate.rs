@@ -4,10 +4,13 @@
 //!
 //! - only Services labelled `service.kubernetes.io/service-proxy-name=<ours>`;
 //!   headless (`clusterIP: None`) and `ExternalName` Services are skipped;
-//! - VIPs: `spec.clusterIPs` (or `clusterIP`), `spec.externalIPs`,
-//!   `status.loadBalancer.ingress[].ip` (IPv4); one xvs service per
-//!   (VIP, protocol, port); SCTP ports are skipped;
-//! - backends: every IPv4 EndpointSlice of the Service, the slice port
+//! - VIPs: `spec.clusterIPs` (or `clusterIP`: both families of a
+//!   dual-stack Service, as `ipFamilies` lists them), `spec.externalIPs`,
+//!   `status.loadBalancer.ingress[].ip`; one xvs service per (VIP,
+//!   protocol, port); SCTP ports are skipped;
+//! - backends: every EndpointSlice of the Service of the VIP's family
+//!   (`addressType` IPv4 or IPv6: kube-proxy's one proxier per family,
+//!   never NAT64; FQDN slices are skipped), the slice port
 //!   matched by name (and protocol), duplicates removed; ready endpoints
 //!   (a missing condition counts as ready); if none is ready, the serving
 //!   and terminating ones (kube-proxy's fallback); when some are ready, the
@@ -15,8 +18,9 @@
 //!   no endpoint at all leaves the service without backends, which xvs
 //!   rejects (TCP RST / ICMP port unreachable) like kube-proxy;
 //! - `sessionAffinity: ClientIP` → persistence for `timeoutSeconds`
-//!   (default 10800) over the whole client address;
-//! - `loadBalancerSourceRanges` → the source ACL of the load-balancer VIPs;
+//!   (default 10800) over the whole client address (/32, /128);
+//! - `loadBalancerSourceRanges` → the source ACL of the load-balancer VIPs
+//!   (each VIP takes the ranges of its family);
 //! - annotations `xvs.io/scheduler`, `xvs.io/scheduler-flags`,
 //!   `xvs.io/maglev-table-size`; a value that is not a scheduler, flag or
 //!   number is reported as a warning (for the Service's log line and
@@ -28,13 +32,14 @@
 //! Pure functions of the objects: the watcher feeds them, tests call them.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
-use ipnet::Ipv4Net;
+use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Service as KubeService;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use xvs_config::{
-    Backend, ForwardMethod, Persistence, Protocol, Scheduler, SchedulerFlag, Service, ServiceKey,
+    full_mask, Address, Backend, Family, ForwardMethod, Persistence, Protocol, Scheduler,
+    SchedulerFlag, Service, ServiceKey,
 };
 
 /// The label that assigns a Service to a proxy.
@@ -87,25 +92,40 @@ fn protocol(p: Option<&str>) -> Option<Protocol> {
     }
 }
 
-fn v4(s: &str) -> Option<Ipv4Addr> {
-    s.parse().ok()
+fn ip(s: &str) -> Option<IpAddr> {
+    s.trim().parse().ok()
+}
+
+/// An EndpointSlice's `addressType` for a family.
+fn address_type(f: Family) -> &'static str {
+    match f {
+        Family::V4 => "IPv4",
+        Family::V6 => "IPv6",
+    }
 }
 
 /// One endpoint address of a port, with its conditions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Candidate {
-    addr: Ipv4Addr,
+    addr: IpAddr,
     port: u16,
     ready: bool,
     serving: bool,
     terminating: bool,
 }
 
-/// The backends of one Service port from its slices, kube-proxy's way.
-fn backends(slices: &[&EndpointSlice], port_name: Option<&str>, proto: Protocol) -> Vec<Backend> {
-    let mut found: BTreeMap<(Ipv4Addr, u16), Candidate> = BTreeMap::new();
+/// The backends of one Service port from its slices of `family`,
+/// kube-proxy's way.
+fn backends(
+    slices: &[&EndpointSlice],
+    port_name: Option<&str>,
+    proto: Protocol,
+    family: Family,
+) -> Vec<Backend> {
+    let mut found: BTreeMap<(IpAddr, u16), Candidate> = BTreeMap::new();
     let wanted = port_name.unwrap_or("");
-    for s in slices.iter().filter(|s| s.address_type == "IPv4") {
+    let of_family = |s: &&&EndpointSlice| s.address_type == address_type(family);
+    for s in slices.iter().filter(of_family) {
         let Some(port) = s.ports.iter().flatten().find(|p| {
             p.name.as_deref().unwrap_or("") == wanted
                 && protocol(p.protocol.as_deref()) == Some(proto)
@@ -120,7 +140,8 @@ fn backends(slices: &[&EndpointSlice], port_name: Option<&str>, proto: Protocol)
             let ready = c.and_then(|c| c.ready).unwrap_or(true);
             let serving = c.and_then(|c| c.serving).unwrap_or(ready);
             let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
-            for a in e.addresses.iter().filter_map(|a| v4(a)) {
+            let mine = e.addresses.iter().filter_map(|a| ip(a));
+            for a in mine.filter(|a| a.family() == family) {
                 let cand = Candidate {
                     addr: a,
                     port,
@@ -224,20 +245,21 @@ pub fn translate(svc: &KubeService, slices: &[&EndpointSlice]) -> Translated {
             .and_then(|c| c.timeout_seconds)
             .and_then(|t| u32::try_from(t).ok())
             .unwrap_or(DEFAULT_AFFINITY_SECONDS),
-        netmask: Ipv4Addr::BROADCAST,
+        // Per VIP below: the whole address of the VIP's family.
+        netmask: IpAddr::V4(std::net::Ipv4Addr::BROADCAST),
     });
-    let mut source_ranges = Vec::new();
+    let mut source_ranges: Vec<IpNet> = Vec::new();
     for r in spec.load_balancer_source_ranges.iter().flatten() {
-        match r.trim().parse::<Ipv4Net>() {
-            Ok(n) => source_ranges.push(n),
+        match r.trim().parse::<IpNet>() {
+            Ok(n) => source_ranges.push(n.trunc()),
             Err(_) => out.warnings.push(format!(
-                "{name}: loadBalancerSourceRanges \"{r}\" is not an IPv4 CIDR; ignored"
+                "{name}: loadBalancerSourceRanges \"{r}\" is not a CIDR; ignored"
             )),
         }
     }
     // VIPs, with whether each is a load-balancer address (the source
     // ranges apply to those only, as in kube-proxy).
-    let mut vips: Vec<(Ipv4Addr, bool)> = Vec::new();
+    let mut vips: Vec<(IpAddr, bool)> = Vec::new();
     let cluster: Vec<&str> = match &spec.cluster_ips {
         Some(ips) if !ips.is_empty() => ips.iter().map(String::as_str).collect(),
         _ => spec.cluster_ip.iter().map(String::as_str).collect(),
@@ -246,7 +268,7 @@ pub fn translate(svc: &KubeService, slices: &[&EndpointSlice]) -> Translated {
         .into_iter()
         .chain(spec.external_ips.iter().flatten().map(String::as_str))
     {
-        if let Some(a) = v4(ip) {
+        if let Some(a) = self::ip(ip) {
             vips.push((a, false));
         }
     }
@@ -256,7 +278,7 @@ pub fn translate(svc: &KubeService, slices: &[&EndpointSlice]) -> Translated {
         .and_then(|s| s.load_balancer.as_ref())
         .and_then(|l| l.ingress.as_ref());
     for i in ingress.iter().copied().flatten() {
-        if let Some(a) = i.ip.as_deref().and_then(v4) {
+        if let Some(a) = i.ip.as_deref().and_then(ip) {
             vips.push((a, true));
         }
     }
@@ -269,8 +291,12 @@ pub fn translate(svc: &KubeService, slices: &[&EndpointSlice]) -> Translated {
         let Ok(port) = u16::try_from(p.port) else {
             continue;
         };
-        let backends = backends(slices, p.name.as_deref(), proto);
+        let mut by_family = BTreeMap::new();
         for &(vip, lb) in &vips {
+            let family = vip.family();
+            let backends = by_family
+                .entry(family)
+                .or_insert_with(|| backends(slices, p.name.as_deref(), proto, family));
             let mut s = Service::new(ServiceKey {
                 vip,
                 protocol: proto,
@@ -282,10 +308,17 @@ pub fn translate(svc: &KubeService, slices: &[&EndpointSlice]) -> Translated {
             });
             s.scheduler = scheduler;
             s.flags = flags;
-            s.persistence = persistence;
+            s.persistence = persistence.map(|p| Persistence {
+                netmask: full_mask(vip),
+                ..p
+            });
             s.maglev_table_size = maglev;
             if lb {
-                s.source_ranges = source_ranges.clone();
+                s.source_ranges = source_ranges
+                    .iter()
+                    .filter(|n| n.addr().family() == family)
+                    .copied()
+                    .collect();
             }
             s.backends = backends.clone();
             out.services.push(s);
