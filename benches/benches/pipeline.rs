@@ -120,6 +120,7 @@ fn setup(in_file: bool) -> Pipeline {
             mac: EthernetAddress(GW),
             backend_mac: EthernetAddress(GW),
             snat_addrs: vec![Ipv4Addr::new(198, 18, 254, 1)],
+            snat_addrs6: Vec::new(),
             snat_ports: PortRange {
                 first: 1024,
                 last: 65_535,
@@ -177,8 +178,8 @@ fn pipeline(c: &mut Criterion) {
 fn measure(c: &mut Criterion, group: &str, mut p: Pipeline) {
     println!(
         "pipeline: {} services, {} flows",
-        p.services.len(),
-        p.table.len()
+        p.v4.services.len(),
+        p.v4.table.len()
     );
     // Established flows in random order (a multiplicative permutation).
     let acks: Vec<[u8; 64]> = (0..FLOWS)
@@ -270,7 +271,7 @@ fn measure(c: &mut Criterion, group: &str, mut p: Pipeline) {
         b.iter(|| {
             n = (n + 7919) % SERVICES;
             black_box(
-                p.services
+                p.v4.services
                     .find(black_box(vip(n)), L4Proto::Tcp, 80)
                     .is_some(),
             )

@@ -79,6 +79,8 @@ pub trait Address:
     fn from_ip(ip: IpAddr) -> Option<Self>;
     /// `net` as this family's network, if it is of this family.
     fn net_from(net: IpNet) -> Option<Self::Net>;
+    /// This family's network as either family's.
+    fn net_wide(net: Self::Net) -> IpNet;
     /// As the standard enum.
     fn ip(&self) -> IpAddr;
 }
@@ -123,6 +125,9 @@ impl Address for Ipv4Addr {
             IpAddr::V6(_) => None,
         }
     }
+    fn net_wide(net: Ipv4Net) -> IpNet {
+        IpNet::V4(net)
+    }
     fn net_from(net: IpNet) -> Option<Ipv4Net> {
         match net {
             IpNet::V4(n) => Some(n),
@@ -160,6 +165,9 @@ impl Address for Ipv6Addr {
             IpAddr::V6(a) => Some(a),
             IpAddr::V4(_) => None,
         }
+    }
+    fn net_wide(net: Ipv6Net) -> IpNet {
+        IpNet::V6(net)
     }
     fn net_from(net: IpNet) -> Option<Ipv6Net> {
         match net {
@@ -224,6 +232,9 @@ impl Address for IpAddr {
     }
     fn from_ip(ip: IpAddr) -> Option<Self> {
         Some(ip)
+    }
+    fn net_wide(net: IpNet) -> IpNet {
+        net
     }
     fn net_from(net: IpNet) -> Option<IpNet> {
         Some(net)

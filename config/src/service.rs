@@ -160,6 +160,50 @@ impl<A: Address> Service<A> {
     }
 }
 
+impl<A: Address> Service<A> {
+    /// The same service with addresses of either family.
+    pub fn wide(&self) -> Service<IpAddr> {
+        Service {
+            key: ServiceKey {
+                vip: self.key.vip.ip(),
+                protocol: self.key.protocol,
+                port: self.key.port,
+            },
+            name: self.name.clone(),
+            scheduler: self.scheduler,
+            flags: self.flags,
+            persistence: self.persistence.map(|p| Persistence {
+                timeout_secs: p.timeout_secs,
+                netmask: p.netmask.ip(),
+            }),
+            source_ranges: self.source_ranges.iter().map(|n| A::net_wide(*n)).collect(),
+            maglev_table_size: self.maglev_table_size,
+            backends: self
+                .backends
+                .iter()
+                .map(|b| Backend {
+                    address: b.address.ip(),
+                    port: b.port,
+                    weight: b.weight,
+                    forward: b.forward,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<Service<Ipv4Addr>> for Service<IpAddr> {
+    fn from(s: Service<Ipv4Addr>) -> Self {
+        s.wide()
+    }
+}
+
+impl From<Service<Ipv6Addr>> for Service<IpAddr> {
+    fn from(s: Service<Ipv6Addr>) -> Self {
+        s.wide()
+    }
+}
+
 impl Service<IpAddr> {
     /// The service in its own family's types, if every address in it is
     /// of family `A` (what [`Service::check`] makes sure of).

@@ -805,6 +805,7 @@ pub fn log_adopted(r: &crate::api::RestartView) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
     use xvs_config::{ForwardMethod, Protocol};
 
     fn svc(port: u16, weight: u32) -> Service {
@@ -819,7 +820,7 @@ mod tests {
             weight,
             forward: ForwardMethod::Masq,
         }];
-        s
+        s.into()
     }
 
     #[test]
@@ -915,7 +916,7 @@ mod tests {
 
     fn key(port: u16) -> ServiceKey {
         ServiceKey {
-            vip: Ipv4Addr::new(198, 19, 0, 1),
+            vip: Ipv4Addr::new(198, 19, 0, 1).into(),
             protocol: Protocol::Tcp,
             port,
         }
@@ -933,7 +934,7 @@ mod tests {
 
     fn backend(last: u8, weight: u32) -> Backend {
         Backend {
-            address: Ipv4Addr::new(198, 18, 1, last),
+            address: Ipv4Addr::new(198, 18, 1, last).into(),
             port: 8080,
             weight,
             forward: ForwardMethod::Masq,
@@ -1084,14 +1085,14 @@ mod tests {
         assert!(matches!(
             e.edit(Edit::DeleteBackend(
                 key(90),
-                Ipv4Addr::new(198, 18, 1, 12),
+                Ipv4Addr::new(198, 18, 1, 12).into(),
                 8080
             )),
             Err(Refused::NoDestination(_))
         ));
         e.edit(Edit::DeleteBackend(
             key(90),
-            Ipv4Addr::new(198, 18, 1, 10),
+            Ipv4Addr::new(198, 18, 1, 10).into(),
             8080,
         ))
         .unwrap();
@@ -1134,7 +1135,7 @@ mod tests {
         let f = File::new(&services(&[(80, 1)]));
         let (mut e, log) = engine(&f);
         let mut bad = new_service(90);
-        bad.key.vip = Ipv4Addr::new(198, 18, 1, 2); // the SNAT address
+        bad.key.vip = Ipv4Addr::new(198, 18, 1, 2).into(); // the SNAT address
         let err = e.edit(Edit::AddService(bad)).unwrap_err().to_string();
         assert!(err.contains("is a SNAT address of this gateway"), "{err}");
         // A backend that is the VIP.
@@ -1142,7 +1143,7 @@ mod tests {
             .edit(Edit::AddBackend(
                 key(80),
                 Backend {
-                    address: Ipv4Addr::new(198, 19, 0, 1),
+                    address: Ipv4Addr::new(198, 19, 0, 1).into(),
                     ..backend(1, 1)
                 },
             ))
@@ -1288,7 +1289,7 @@ mod tests {
         let f = File::new(&services(&[(80, 1)]));
         let (mut e, log) = engine(&f);
         let mut set = kube(&[8080]);
-        set.get_mut(&key(8080)).unwrap().backends[0].address = Ipv4Addr::new(198, 18, 1, 2);
+        set.get_mut(&key(8080)).unwrap().backends[0].address = Ipv4Addr::new(198, 18, 1, 2).into();
         e.set_kube(set).unwrap();
         assert!(taken(&log).is_empty());
         assert!(

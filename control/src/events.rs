@@ -185,11 +185,11 @@ mod tests {
             kind,
             protocol: 6,
             src: Endpoint {
-                addr: Ipv4Addr::new(198, 18, 0, 2),
+                addr: Ipv4Addr::new(198, 18, 0, 2).into(),
                 port: 40000,
             },
             dst: Endpoint {
-                addr: Ipv4Addr::new(198, 19, 0, 1),
+                addr: Ipv4Addr::new(198, 19, 0, 1).into(),
                 port,
             },
             backend: FlowEvent::NONE,

@@ -358,7 +358,7 @@ mod tests {
             size: 1024,
             services: vec![ServiceView {
                 protocol: "tcp".into(),
-                vip: Ipv4Addr::new(198, 19, 0, 1),
+                vip: Ipv4Addr::new(198, 19, 0, 1).into(),
                 port: 80,
                 scheduler: "rr".into(),
                 flags: Vec::new(),
@@ -369,7 +369,7 @@ mod tests {
                 },
                 rates: Rates::default(),
                 backends: vec![BackendView {
-                    address: Ipv4Addr::new(198, 18, 1, 10),
+                    address: Ipv4Addr::new(198, 18, 1, 10).into(),
                     port: 80,
                     weight: 2,
                     active: 1,

@@ -317,7 +317,7 @@ pub fn listing(size: u32, samples: &[ServiceSample], est: &Estimator) -> Listing
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::IpAddr;
+    use std::net::Ipv4Addr;
     use xvs_config::Protocol;
 
     fn sample_with(conns: u64, pkts: u64) -> Vec<ServiceSample> {
@@ -329,7 +329,7 @@ mod tests {
         vec![ServiceSample {
             totals,
             key: ServiceKey {
-                vip: Ipv4Addr::new(198, 19, 0, 1),
+                vip: Ipv4Addr::new(198, 19, 0, 1).into(),
                 protocol: Protocol::Tcp,
                 port: 80,
             },
@@ -337,7 +337,7 @@ mod tests {
             flags: Vec::new(),
             persistence: None,
             backends: vec![BackendSample {
-                address: Ipv4Addr::new(198, 18, 1, 10),
+                address: Ipv4Addr::new(198, 18, 1, 10).into(),
                 port: 80,
                 weight: 1,
                 active: 0,

@@ -95,7 +95,7 @@ fn slice(name: &str, service: &str, ports: &[(&str, i64)], endpoints: Vec<Value>
 
 fn key(vip: [u8; 4], proto: Protocol, port: u16) -> ServiceKey {
     ServiceKey {
-        vip: Ipv4Addr::from(vip),
+        vip: Ipv4Addr::from(vip).into(),
         protocol: proto,
         port,
     }

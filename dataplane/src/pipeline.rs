@@ -970,8 +970,8 @@ impl Pipeline {
     }
 
     /// Answers ARP / neighbour solicitations and ping for `addr` (a VIP).
-    pub fn own(&mut self, addr: IpAddr) {
-        match addr {
+    pub fn own(&mut self, addr: impl Into<IpAddr>) {
+        match addr.into() {
             IpAddr::V4(a) => {
                 self.v4.owned.insert(a);
             }
@@ -982,8 +982,8 @@ impl Pipeline {
     }
 
     /// Stops answering for `addr` (never a SNAT address).
-    pub fn disown(&mut self, addr: IpAddr) {
-        match addr {
+    pub fn disown(&mut self, addr: impl Into<IpAddr>) {
+        match addr.into() {
             IpAddr::V4(a) if !self.v4.is_snat(a) => {
                 self.v4.owned.remove(&a);
             }

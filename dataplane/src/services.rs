@@ -522,7 +522,7 @@ mod tests {
     use super::*;
     use xvs_config::{Backend, ForwardMethod};
 
-    fn svc(hosts: &[u8]) -> Service {
+    fn svc(hosts: &[u8]) -> Service<Ipv4Addr> {
         let mut s = Service::new(ServiceKey {
             vip: Ipv4Addr::new(198, 19, 0, 1),
             protocol: Protocol::Tcp,

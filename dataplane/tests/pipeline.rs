@@ -30,7 +30,7 @@ const CLIENT: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 10);
 const BACKEND: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 1);
 const SNAT: Ipv4Addr = Ipv4Addr::new(198, 18, 2, 1);
 
-fn service(port: u16, proto: Protocol, backend_port: u16, weight: u32) -> Service {
+fn service(port: u16, proto: Protocol, backend_port: u16, weight: u32) -> Service<Ipv4Addr> {
     let mut s = Service::new(ServiceKey {
         vip: VIP,
         protocol: proto,
@@ -53,6 +53,7 @@ fn pipeline() -> Pipeline {
             mac: EthernetAddress(GW_MAC),
             backend_mac: EthernetAddress(GW_MAC),
             snat_addrs: vec![SNAT],
+            snat_addrs6: Vec::new(),
             snat_ports: PortRange {
                 first: 1024,
                 last: 1100,
@@ -126,9 +127,9 @@ fn a_tcp_flow_through_full_nat_and_back() {
     );
     assert_eq!(out, TCP_REPLY_FORWARDED);
     assert_eq!(p.counters().new_flows, 1);
-    assert_eq!(p.table.len(), 1);
+    assert_eq!(p.v4.table.len(), 1);
     // The service's global counts saw one inactive (SYN_RECV) flow.
-    let slot = p.services.by_id(1).unwrap();
+    let slot = p.v4.services.by_id(1).unwrap();
     assert_eq!(
         (slot.svc.counts.active(0), slot.svc.counts.inactive(0)),
         (0, 1)
@@ -213,7 +214,7 @@ fn no_eligible_backend_is_rejected_like_kube_proxy() {
     assert_eq!(v, Verdict::Answer(ICMP_PORT_UNREACHABLE.len()));
     assert_eq!(out, ICMP_PORT_UNREACHABLE);
     assert_eq!(p.counters().rejected, 2);
-    assert!(p.table.is_empty());
+    assert!(p.v4.table.is_empty());
     assert_counters_add_up(&p);
 }
 
@@ -226,14 +227,14 @@ fn everything_else_is_a_counted_drop() {
         run(&mut p, TCP_64, 0).0,
         Verdict::Drop(DropReason::TcpNoFlow)
     );
-    assert_eq!(p.table.stats().invalid, 1);
+    assert_eq!(p.v4.table.stats().invalid, 1);
     // A reply to the SNAT address for no flow.
     assert_eq!(
         run(&mut p, TCP_REPLY, 0).0,
         Verdict::Drop(DropReason::ReplyNoFlow)
     );
     // No service on the port.
-    p.services.remove(&ServiceKey {
+    p.v4.services.remove(&ServiceKey {
         vip: VIP,
         protocol: Protocol::Udp,
         port: 53,
@@ -260,10 +261,10 @@ fn an_unresolved_backend_is_counted_and_arp_requested() {
         run(&mut p, TCP_SYN, 0).0,
         Verdict::Drop(DropReason::NextHopUnresolved)
     );
-    let queued: Vec<Ipv4Addr> = std::iter::from_fn(|| p.next_arp()).collect();
+    let queued: Vec<std::net::IpAddr> = std::iter::from_fn(|| p.next_arp()).collect();
     assert_eq!(queued, [BACKEND]);
     let mut buf = [0u8; 64];
-    let len = p.build_arp_request(&mut buf, BACKEND).unwrap();
+    let len = p.build_arp_request(&mut buf, BACKEND.into()).unwrap();
     let Ok(Frame::Arp(arp)) = classify(&buf[..len]) else {
         panic!()
     };
@@ -347,6 +348,7 @@ fn every_snat_address_adds_the_port_slice_and_replies_find_their_flow() {
             mac: EthernetAddress(GW_MAC),
             backend_mac: EthernetAddress(GW_MAC),
             snat_addrs: vec![SNAT, SNAT2],
+            snat_addrs6: Vec::new(),
             snat_ports: PortRange {
                 first: 2000,
                 last: 2001,
@@ -395,7 +397,7 @@ fn every_snat_address_adds_the_port_slice_and_replies_find_their_flow() {
     let (v, out) = run(&mut p, &syn_from(40_004), 1);
     assert!(matches!(v, Verdict::Forward { .. }), "{v:?}");
     assert_eq!(source_of(&out), (SNAT, 2000));
-    assert_eq!(p.table.stats().reclaim, 1);
+    assert_eq!(p.v4.table.stats().reclaim, 1);
     // The backend's reply to the second address reaches the third client.
     let mut reply = forwarded[2].clone();
     let (src, dst) = (reply[26..30].to_vec(), reply[30..34].to_vec());

@@ -31,7 +31,7 @@ const SNAT: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 2);
 const B0: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 10);
 const B1: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 11);
 
-fn service(proto: Protocol, port: u16, backends: &[(Ipv4Addr, u32)]) -> Service {
+fn service(proto: Protocol, port: u16, backends: &[(Ipv4Addr, u32)]) -> Service<Ipv4Addr> {
     let mut s = Service::new(ServiceKey {
         vip: VIP,
         protocol: proto,
@@ -70,6 +70,7 @@ impl Gw {
                 mac: EthernetAddress(GW_MAC),
                 backend_mac: EthernetAddress(GW_MAC),
                 snat_addrs: vec![SNAT],
+                snat_addrs6: Vec::new(),
                 snat_ports: PortRange {
                     first: 2000,
                     last: 2000 + ports - 1,
@@ -165,8 +166,8 @@ impl Gw {
             dst_port: 80,
             proto: xvs_conntrack::L4Proto::Tcp,
         };
-        let (id, _) = self.p.table.lookup(&key)?;
-        Some(self.p.table.flow(id).state())
+        let (id, _) = self.p.v4.table.lookup(&key)?;
+        Some(self.p.v4.table.flow(id).state())
     }
 
     fn conns(&self) -> u64 {
@@ -272,7 +273,7 @@ fn a_syn_on_a_time_wait_or_closed_flow_is_a_new_connection() {
     );
     assert_eq!(to(&again), B1);
     assert_ne!(ends(&again).0, ends(&syn).0, "a fresh SNAT port");
-    assert_eq!(g.p.table.stats().reschedule, 1);
+    assert_eq!(g.p.v4.table.stats().reschedule, 1);
     assert_eq!(g.conns(), 2, "the reuse is a new connection in --stats");
     assert_eq!(g.p.counters().new_flows, 2);
     // Established, then reset by the client: CLOSE; the next SYN is new
@@ -318,7 +319,7 @@ fn a_quiesced_backend_takes_no_new_connection_even_on_a_reused_port() {
     // A SYN on that flow's port (the client's stack reused it): not B0.
     let (_, syn) = g.client(40_000, SYN);
     assert_eq!(to(&syn), B1);
-    assert_eq!(g.p.table.stats().reschedule, 1);
+    assert_eq!(g.p.v4.table.stats().reschedule, 1);
     let b0 = g.tcp.backends[0].id;
     assert_eq!(
         g.tcp.counts.flows(b0),
@@ -352,7 +353,7 @@ fn a_removed_backend_ends_its_flows_at_their_next_packet() {
     // The backend's side of another one: dropped, the flow gone.
     assert_eq!(g.backend(&c, ACK).0, Verdict::Drop(DropReason::ReplyNoFlow));
     assert_eq!(g.state(40_002), None);
-    assert_eq!(g.p.table.stats().nodest, 2);
+    assert_eq!(g.p.v4.table.stats().nodest, 2);
     assert_eq!(g.tcp.counts.flows(b0), 0);
     // A new connection from the same port goes to what is left.
     let (_, syn) = g.client(40_000, SYN);
@@ -373,7 +374,7 @@ fn without_expire_nodest_conn_flows_to_a_removed_backend_go_on() {
     let (v, data) = g.client(40_000, ACK);
     assert!(matches!(v, Verdict::Forward { .. }), "{v:?}");
     assert_eq!(to(&data), to(&a));
-    assert_eq!(g.p.table.stats().nodest, 0);
+    assert_eq!(g.p.v4.table.stats().nodest, 0);
 }
 
 #[test]
@@ -386,7 +387,7 @@ fn udp_to_a_removed_backend_is_scheduled_afresh() {
     let (v, next) = run(&mut g.p, &dgram, 2);
     assert!(matches!(v, Verdict::Forward { .. }), "{v:?}");
     assert_eq!(to(&next), B1);
-    assert_eq!(g.p.table.stats().nodest, 1);
+    assert_eq!(g.p.v4.table.stats().nodest, 1);
 }
 
 #[test]
@@ -394,9 +395,9 @@ fn flows_of_a_removed_service_end_at_their_next_packet() {
     let mut g = Gw::new(ConnRules::default(), UnknownPort::Drop);
     g.connect(40_000);
     let key = g.tcp.key;
-    g.p.services.remove(&key);
+    g.p.v4.services.remove(&key);
     assert!(matches!(g.client(40_000, ACK).0, Verdict::Answer(_)));
-    assert_eq!(g.p.table.stats().nodest, 1);
+    assert_eq!(g.p.v4.table.stats().nodest, 1);
 }
 
 #[test]
@@ -415,7 +416,7 @@ fn ttl_0_and_1_create_nothing_and_get_time_exceeded() {
         // The quote is the SYN's header.
         assert_eq!(&out[34 + 8..34 + 8 + 20], &f[14..34]);
     }
-    assert!(g.p.table.is_empty(), "no flow");
+    assert!(g.p.v4.table.is_empty(), "no flow");
     assert_eq!(g.conns(), 0, "no connection counted");
     assert_eq!(g.tcp.counts.flows(0) + g.tcp.counts.flows(1), 0);
     assert_eq!(g.p.counters().time_exceeded, 2);
@@ -452,8 +453,8 @@ fn a_first_packet_with_a_bad_l4_checksum_creates_nothing() {
         run(&mut g.p, &d, 1).0,
         Verdict::Drop(DropReason::L4BadChecksum)
     );
-    assert!(g.p.table.is_empty());
-    assert_eq!(g.p.table.stats().invalid, 2);
+    assert!(g.p.v4.table.is_empty());
+    assert_eq!(g.p.v4.table.stats().invalid, 2);
     // Fixed, it goes through.
     let f = tcp(CLIENT_MAC, (CLIENT, 40_000), (VIP, 80), SYN, 64);
     assert!(matches!(run(&mut g.p, &f, 1).0, Verdict::Forward { .. }));
@@ -477,7 +478,7 @@ fn an_unknown_port_drops_or_rejects_as_configured() {
     assert!(matches!(v, Verdict::Answer(_)), "{v:?}");
     assert_eq!((unreach[34], unreach[35]), (3, 3), "port unreachable");
     assert_eq!(g.p.counters().rejected, 2);
-    assert!(g.p.table.is_empty());
+    assert!(g.p.v4.table.is_empty());
 }
 
 #[test]
@@ -494,7 +495,7 @@ fn a_short_port_range_reclaims_closed_and_half_open_flows_never_established_ones
     // takes the oldest one's port at once.
     let (v, _) = g.client(41_000, SYN);
     assert!(matches!(v, Verdict::Forward { .. }), "{v:?}");
-    assert_eq!(g.p.table.stats().reclaim, 1);
+    assert_eq!(g.p.v4.table.stats().reclaim, 1);
     let time_wait = (40_000..40_008)
         .filter(|&p| g.state(p) == Some(FlowState::TimeWait))
         .count();
@@ -508,7 +509,7 @@ fn a_short_port_range_reclaims_closed_and_half_open_flows_never_established_ones
         g.client(41_000, SYN).0,
         Verdict::Drop(DropReason::SnatExhausted)
     );
-    assert_eq!(g.p.table.stats().reclaim, 0);
+    assert_eq!(g.p.v4.table.stats().reclaim, 0);
 }
 
 #[test]
@@ -537,13 +538,13 @@ fn a_syn_flood_is_reclaimed_and_its_flows_leave_sooner_under_pressure() {
     let syn = g.connect(40_000);
     assert!(matches!(g.backend(&syn, ACK).0, Verdict::Forward { .. }));
     assert_eq!(g.state(40_000), Some(FlowState::Established));
-    let reclaimed = g.p.table.stats().reclaim;
+    let reclaimed = g.p.v4.table.stats().reclaim;
     assert_eq!(reclaimed, 33, "one per new flow once the ports ran out");
     // Flows created under pressure leave after syn_recv_pressure (5 s),
     // not syn_recv (60 s); the real connection stays.
     g.p.advance(1 + 5 + 1, u32::MAX);
     let mut left = Vec::new();
-    g.p.table
+    g.p.v4.table
         .dump(&xvs_conntrack::Filter::default(), 0, u32::MAX, 7, &mut left);
     assert!(left.iter().any(|f| f.client.addr == CLIENT));
     for f in left.iter().filter(|f| f.client.addr != CLIENT) {

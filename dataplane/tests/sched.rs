@@ -87,7 +87,7 @@ fn no_eligible_backend_is_a_typed_outcome() {
             Err(NoBackend),
             "{kind}"
         );
-        let mut s = Scheduler::new(kind, flags, &[], MAGLEV, 1);
+        let mut s = Scheduler::new::<Ipv4Addr>(kind, flags, &[], MAGLEV, 1);
         assert_eq!(s.pick(&[], &req(1), &counts, 0), Err(NoBackend), "{kind}");
     }
 }

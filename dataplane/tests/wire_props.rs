@@ -306,6 +306,33 @@ fn exercise(bytes: &[u8]) {
             let _ = tcp_reset(&mut short, &ip);
             let _ = icmp_echo_reply(&mut short, &ip);
         }
+        Ok(Frame::Ipv6(ip)) => {
+            use xvs_dataplane::wire::{answer6, nat6, ndp};
+            let e = Endpoint {
+                addr: "2001:2:0:1::1".parse::<std::net::Ipv6Addr>().unwrap(),
+                port: 8080,
+            };
+            let n = Nat { src: e, dst: e };
+            let m = IcmpErrorNat {
+                outer_src: e.addr,
+                outer_dst: e.addr,
+                inner: n,
+            };
+            let half = bytes.len() / 2;
+            for mut f in [bytes.to_vec(), bytes[..half].to_vec()] {
+                let _ = nat6::forward6(&mut f, &ip, &n, MAC_A, MAC_B);
+                let _ = nat6::icmp_error_forward6(&mut f, &ip, &m, MAC_A, MAC_B);
+                let _ = answer6::echo_reply6(&mut f.clone(), &ip);
+                let _ = answer6::tcp_reset6(&mut f.clone(), &ip);
+                let _ = answer6::port_unreachable6(&mut f.clone(), &ip);
+                let mut big = f.clone();
+                big.resize(2048, 0);
+                let _ = answer6::time_exceeded6(&mut big, &ip);
+                if let L4::Neighbour(ns) = ip.l4 {
+                    let _ = ndp::advertise(&mut f, &ns, ip.src, MAC_A, MAC_B);
+                }
+            }
+        }
         Ok(Frame::Arp(arp)) => {
             let _ = arp_reply(&mut bytes.to_vec(), &arp, MAC_A);
             let _ = arp_reply(&mut bytes[..bytes.len() / 2].to_vec(), &arp, MAC_A);

@@ -93,6 +93,7 @@ impl Gateway {
                     mac: EthernetAddress(GW_MAC),
                     backend_mac: EthernetAddress(GW_MAC),
                     snat_addrs: vec![SNAT],
+                    snat_addrs6: Vec::new(),
                     snat_ports: *slice,
                     capacity: 4096,
                     timeouts: Default::default(),

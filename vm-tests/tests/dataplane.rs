@@ -337,7 +337,7 @@ fn service(port: u16, weights: &[(usize, u32)]) -> xvs_config::Service {
             forward: xvs_config::ForwardMethod::Masq,
         })
         .collect();
-    s
+    s.into()
 }
 
 #[test]

@@ -58,7 +58,7 @@ fn base(n: u8) -> Service {
             forward: ForwardMethod::Masq,
         })
         .collect();
-    s
+    s.into()
 }
 
 fn cases() -> Vec<Case> {
@@ -96,20 +96,20 @@ fn cases() -> Vec<Case> {
     ] {
         let e = format!("vip: {}", not_unicast(vip));
         let vip: Ipv4Addr = vip.parse().unwrap();
-        case("vip not unicast", &e, true, true, &move |s| s.key.vip = vip);
+        case("vip not unicast", &e, true, true, &move |s| s.key.vip = vip.into());
     }
     case(
         "vip is the SNAT address",
         "vip: 198.18.1.2 is a SNAT address of this gateway (a VIP must not be one)",
         true,
         true,
-        &|s| s.key.vip = Ipv4Addr::new(198, 18, 1, 2),
+        &|s| s.key.vip = Ipv4Addr::new(198, 18, 1, 2).into(),
     );
     for host in ["198.18.0.1", "198.18.1.1"] {
         let e = format!("vip: {host} is an address of this host: its own traffic to it would go to xvs (give the service an address of its own)");
         let a: Ipv4Addr = host.parse().unwrap();
         case("vip is the gateway's own", &e, true, true, &move |s| {
-            s.key.vip = a
+            s.key.vip = a.into()
         });
     }
     case(
@@ -146,7 +146,7 @@ fn cases() -> Vec<Case> {
         case("persistence timeout", e, t > 0, true, &move |s| {
             s.persistence = Some(Persistence {
                 timeout_secs: t,
-                netmask: Ipv4Addr::BROADCAST,
+                netmask: Ipv4Addr::BROADCAST.into(),
             })
         });
     }
@@ -157,7 +157,7 @@ fn cases() -> Vec<Case> {
         case("persistence netmask", &e, true, false, &move |s| {
             s.persistence = Some(Persistence {
                 timeout_secs: 300,
-                netmask: mask,
+                netmask: mask.into(),
             })
         });
     }
@@ -203,7 +203,7 @@ fn cases() -> Vec<Case> {
         let e = format!("backends[0].address: {}", not_unicast(a));
         let addr: Ipv4Addr = a.parse().unwrap();
         case("backend not unicast", &e, true, true, &move |s| {
-            s.backends[0].address = addr
+            s.backends[0].address = addr.into()
         });
     }
     case(
@@ -218,7 +218,7 @@ fn cases() -> Vec<Case> {
         "backends[0].address: 198.18.1.2 is a SNAT address of this gateway (a backend must be another host)",
         true,
         true,
-        &|s| s.backends[0].address = Ipv4Addr::new(198, 18, 1, 2),
+        &|s| s.backends[0].address = Ipv4Addr::new(198, 18, 1, 2).into(),
     );
     for host in ["198.18.0.1", "198.18.1.1"] {
         let e = format!(
@@ -226,7 +226,7 @@ fn cases() -> Vec<Case> {
         );
         let a: Ipv4Addr = host.parse().unwrap();
         case("backend is the gateway's own", &e, true, true, &move |s| {
-            s.backends[0].address = a
+            s.backends[0].address = a.into()
         });
     }
     // (xvsadm adds backends one by one: a second -a of the same one is
@@ -272,7 +272,7 @@ fn cases() -> Vec<Case> {
     case("valid persistent /24", "", true, false, &|s| {
         s.persistence = Some(Persistence {
             timeout_secs: 600,
-            netmask: Ipv4Addr::new(255, 255, 255, 0),
+            netmask: Ipv4Addr::new(255, 255, 255, 0).into(),
         })
     });
     case("valid sh with flags", "", true, true, &|s| {

@@ -430,7 +430,7 @@ mod tests {
 
     fn backend(last: u8, weight: u32, active: u64, inactive: u64) -> BackendView {
         BackendView {
-            address: Ipv4Addr::new(198, 18, 1, last),
+            address: Ipv4Addr::new(198, 18, 1, last).into(),
             port: 8080,
             weight,
             active,
@@ -443,7 +443,7 @@ mod tests {
     fn listing() -> Listing {
         let mut web = ServiceView {
             protocol: "tcp".into(),
-            vip: Ipv4Addr::new(198, 19, 0, 1),
+            vip: Ipv4Addr::new(198, 19, 0, 1).into(),
             port: 80,
             scheduler: "wlc".into(),
             flags: Vec::new(),
@@ -481,13 +481,13 @@ mod tests {
         };
         let dns = ServiceView {
             protocol: "udp".into(),
-            vip: Ipv4Addr::new(198, 19, 0, 2),
+            vip: Ipv4Addr::new(198, 19, 0, 2).into(),
             port: 53,
             scheduler: "rr".into(),
             flags: Vec::new(),
             persistence: Some(PersistView {
                 timeout: 360,
-                netmask: Ipv4Addr::new(255, 255, 255, 0),
+                netmask: Ipv4Addr::new(255, 255, 255, 0).into(),
             }),
             stats: Stats::default(),
             rates: Rates::default(),
@@ -628,10 +628,10 @@ TCP 120:00 FIN_WAIT    198.18.0.2:40000   198.19.0.1:80      198.18.1.10:8080
     fn long_names_are_cut_like_ipvsadm() {
         let mut l = listing();
         l.services.truncate(1);
-        l.services[0].vip = Ipv4Addr::new(255, 255, 255, 255);
+        l.services[0].vip = Ipv4Addr::new(255, 255, 255, 255).into();
         l.services[0].port = 65535;
         l.services[0].backends = vec![BackendView {
-            address: Ipv4Addr::new(255, 255, 255, 255),
+            address: Ipv4Addr::new(255, 255, 255, 255).into(),
             port: 65535,
             ..backend(1, 1, 0, 0)
         }];
@@ -694,7 +694,7 @@ TCP 120:00 FIN_WAIT    198.18.0.2:40000   198.19.0.1:80      198.18.1.10:8080
         // ipvsadm's comparison puts 198.19.0.1 first; 10.0.0.1 and
         // 100.64.0.1 compare normally.
         let svc = |vip: [u8; 4], port: u16| ServiceView {
-            vip: std::net::Ipv4Addr::from(vip),
+            vip: std::net::Ipv4Addr::from(vip).into(),
             port,
             backends: vec![],
             ..listing().services[1].clone()

@@ -173,16 +173,16 @@ mod tests {
     fn names_are_cut_like_ipvsadm() {
         struct Long;
         impl Names for Long {
-            fn host(&self, _: Ipv4Addr) -> Option<String> {
+            fn host(&self, _: IpAddr) -> Option<String> {
                 Some("a".repeat(70))
             }
             fn service(&self, _: u16, _: &str) -> Option<String> {
                 None
             }
         }
-        assert_eq!(addrport(&Long, Ipv4Addr::LOCALHOST, 80, "tcp").len(), 59);
+        assert_eq!(addrport(&Long, Ipv4Addr::LOCALHOST.into(), 80, "tcp").len(), 59);
         assert_eq!(
-            addrport(&Numeric, Ipv4Addr::new(198, 19, 0, 1), 0, "udp"),
+            addrport(&Numeric, Ipv4Addr::new(198, 19, 0, 1).into(), 0, "udp"),
             "198.19.0.1:0"
         );
     }

@@ -330,6 +330,7 @@ pub fn translate(svc: &KubeService, slices: &[&EndpointSlice]) -> Translated {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
     use k8s_openapi::api::core::v1::{
         ClientIPConfig, LoadBalancerIngress, LoadBalancerStatus, ServicePort, ServiceSpec,
         ServiceStatus, SessionAffinityConfig,
@@ -489,7 +490,7 @@ mod tests {
             t.services[0].persistence,
             Some(Persistence {
                 timeout_secs: DEFAULT_AFFINITY_SECONDS,
-                netmask: Ipv4Addr::BROADCAST
+                netmask: Ipv4Addr::BROADCAST.into()
             })
         );
         svc.spec.as_mut().unwrap().session_affinity_config = Some(SessionAffinityConfig {

@@ -139,7 +139,7 @@ mod tests {
         assert_eq!(&t.buckets()[..], &want[..]);
         let t = BucketHash::new(false, SchedulerFlags::default(), &backends(&[3, 1]));
         assert_eq!(&t.buckets()[..8], &[0, 0, 0, 1, 0, 0, 0, 1]);
-        let t = BucketHash::new(true, SchedulerFlags::default(), &[]);
+        let t = BucketHash::new::<Ipv4Addr>(true, SchedulerFlags::default(), &[]);
         assert!(t.buckets().iter().all(|&b| b == EMPTY));
     }
 

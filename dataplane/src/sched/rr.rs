@@ -95,7 +95,7 @@ mod tests {
         let seq: Vec<usize> = (0..7).map(|_| s.pick(&b).unwrap()).collect();
         assert_eq!(names(&seq), "ACDACDA");
         assert_eq!(RoundRobin::default().pick(&backends(&[0, 0])), None);
-        assert_eq!(RoundRobin::default().pick(&[]), None);
+        assert_eq!(RoundRobin::default().pick::<std::net::Ipv4Addr>(&[]), None);
     }
 
     #[test]
