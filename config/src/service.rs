@@ -357,7 +357,9 @@ impl<A: Address> Service<A> {
         let vip = self.key.vip;
         // An address check() refuses already is not reported twice.
         let unicast = is_unicast_any(vip);
-        if unicast && !gateway.snat.iter().any(|a| a.family() == vip.family()) {
+        // (No SNAT address at all is the snat section's own error.)
+        let snat_of_family = gateway.snat.iter().any(|a| a.family() == vip.family());
+        if unicast && !gateway.snat.is_empty() && !snat_of_family {
             out.push(RuleViolation {
                 field: ServiceField::Vip,
                 message: format!(
@@ -601,7 +603,11 @@ pub fn prefix_len<A: Address>(mask: A) -> u32 {
 
 /// The IPv6 mask of a prefix length (ipvsadm's `-M` for an IPv6 service).
 pub fn prefix_mask6(len: u8) -> Ipv6Addr {
-    Ipv6Addr::from(u128::MAX.checked_shl(128 - u32::from(len.min(128))).unwrap_or(0))
+    Ipv6Addr::from(
+        u128::MAX
+            .checked_shl(128 - u32::from(len.min(128)))
+            .unwrap_or(0),
+    )
 }
 
 /// Whether an IPv6 address can be a VIP, SNAT address or backend: not
@@ -651,12 +657,9 @@ pub fn parse_source_range(text: &str) -> Result<IpNet, String> {
     if let Ok(net) = text.parse::<IpNet>() {
         return Ok(net.trunc());
     }
-    text.parse::<IpAddr>()
-        .ok()
-        .map(IpNet::from)
-        .ok_or_else(|| {
-            format!("\"{text}\" is not a CIDR (e.g. \"198.18.0.0/24\" or \"2001:2::/64\")")
-        })
+    text.parse::<IpAddr>().ok().map(IpNet::from).ok_or_else(|| {
+        format!("\"{text}\" is not a CIDR (e.g. \"198.18.0.0/24\" or \"2001:2::/64\")")
+    })
 }
 
 /// An IPv4 source range ([`parse_source_range`] of that family).

@@ -483,9 +483,7 @@ impl<A: Family> Half<A> {
                 }
                 (id, dir)
             }
-            None if !self.owned.contains(&ip.dst()) => {
-                return Verdict::Drop(DropReason::NotOwned)
-            }
+            None if !self.owned.contains(&ip.dst()) => return Verdict::Drop(DropReason::NotOwned),
             None if self.is_snat(ip.dst()) => return Verdict::Drop(DropReason::ReplyNoFlow),
             // A new flow is inserted with its first packet accounted.
             None => match self.new_flow(core, buf, ip, key, src_mac, pkt, now) {
@@ -611,7 +609,12 @@ impl<A: Family> Half<A> {
                 Direction::Original => 0,
                 Direction::Reply => 1,
             };
-            t.packet(core.cfg.worker, f.backend_id(), d, u64::from(ip.total_len()));
+            t.packet(
+                core.cfg.worker,
+                f.backend_id(),
+                d,
+                u64::from(ip.total_len()),
+            );
         }
         let route = Plan::from_tag(f.plan()).route(&f, dir);
         let (ours, next) = match self.link(core, &route, true) {
@@ -870,7 +873,12 @@ impl Pipeline {
         table: FlowTable<Ipv4Addr>,
         table6: FlowTable<Ipv6Addr>,
     ) -> Pipeline {
-        let v4 = Half::new(table, cfg.snat_addrs.clone(), cfg.snat_ports, cfg.backend_mac);
+        let v4 = Half::new(
+            table,
+            cfg.snat_addrs.clone(),
+            cfg.snat_ports,
+            cfg.backend_mac,
+        );
         let v6 = Half::new(
             table6,
             cfg.snat_addrs6.clone(),

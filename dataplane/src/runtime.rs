@@ -24,10 +24,10 @@ use crate::eventfd::EventFd;
 use crate::events::FlowEvents;
 use crate::pipeline::{Pipeline, PipelineConfig};
 use crate::services::AnyService;
-use xvs_conntrack::FlowTable;
 use crate::steer::{SteerError, Steering};
 use crate::worker::{Control, Handoff, Peers, Snapshot, Worker, WorkerLinks, HANDOFF_RING};
 use crate::xsk::{XskError, XskPort};
+use xvs_conntrack::FlowTable;
 use xvs_conntrack::{Filter, FlowInfo};
 
 /// Capacity of each worker's control channel.
@@ -478,7 +478,8 @@ impl Dataplane {
                 rules: cfg.conntrack.rules,
                 unknown_port: cfg.vips.unknown_port,
             };
-            let (table, mut r) = crate::state::open_table(cfg, w, capacity, now).map_err(state_err)?;
+            let (table, mut r) =
+                crate::state::open_table(cfg, w, capacity, now).map_err(state_err)?;
             // The IPv6 table, in its own file, only when IPv6 flows can
             // be made.
             let table6 = if cfg.snat.addresses6.is_empty() {

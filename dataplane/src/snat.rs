@@ -103,8 +103,10 @@ mod tests {
         );
         s.resume_after(1);
         assert_eq!(s.advance().unwrap().1, 2);
-        assert!(SnatEndpoints::<Ipv4Addr>::new(vec![], PortRange { first: 1, last: 2 })
-            .advance()
-            .is_none());
+        assert!(
+            SnatEndpoints::<Ipv4Addr>::new(vec![], PortRange { first: 1, last: 2 })
+                .advance()
+                .is_none()
+        );
     }
 }

@@ -135,7 +135,10 @@ pub fn file_name(client: &str, worker: usize) -> String {
 pub fn is_state_file(client: &str, name: &str) -> bool {
     name.strip_prefix(client)
         .and_then(|r| r.strip_prefix(".w"))
-        .and_then(|r| r.strip_suffix(".flows").or_else(|| r.strip_suffix(".flows6")))
+        .and_then(|r| {
+            r.strip_suffix(".flows")
+                .or_else(|| r.strip_suffix(".flows6"))
+        })
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 

@@ -544,7 +544,8 @@ fn a_syn_flood_is_reclaimed_and_its_flows_leave_sooner_under_pressure() {
     // not syn_recv (60 s); the real connection stays.
     g.p.advance(1 + 5 + 1, u32::MAX);
     let mut left = Vec::new();
-    g.p.v4.table
+    g.p.v4
+        .table
         .dump(&xvs_conntrack::Filter::default(), 0, u32::MAX, 7, &mut left);
     assert!(left.iter().any(|f| f.client.addr == CLIENT));
     for f in left.iter().filter(|f| f.client.addr != CLIENT) {

@@ -96,7 +96,9 @@ fn cases() -> Vec<Case> {
     ] {
         let e = format!("vip: {}", not_unicast(vip));
         let vip: Ipv4Addr = vip.parse().unwrap();
-        case("vip not unicast", &e, true, true, &move |s| s.key.vip = vip.into());
+        case("vip not unicast", &e, true, true, &move |s| {
+            s.key.vip = vip.into()
+        });
     }
     case(
         "vip is the SNAT address",

@@ -9,8 +9,9 @@ use super::{every, Checker};
 use crate::names::{ForwardMethod, Protocol, Scheduler};
 use crate::raw::{RawBackend, RawService, Sp};
 use crate::service::{
-    full_mask, parse_netmask, parse_source_range, Backend, BackendField, Persistence, SchedulerFlags, Service, ServiceField,
-    ServiceKey, DEFAULT_WEIGHT, MAX_MAGLEV_TABLE_SIZE, MAX_WEIGHT,
+    full_mask, parse_netmask, parse_source_range, Backend, BackendField, Persistence,
+    SchedulerFlags, Service, ServiceField, ServiceKey, DEFAULT_WEIGHT, MAX_MAGLEV_TABLE_SIZE,
+    MAX_WEIGHT,
 };
 
 impl Checker<'_> {

@@ -956,15 +956,16 @@ pub fn parse(argv: &[String], in_restore: bool, names: &dyn Resolve) -> Result<I
                 set(&mut c.options, optc::NETMASK)?;
                 // ipvsadm reads -M by the family of the service given
                 // before it: a prefix length for IPv6.
-                c.netmask = if matches!(c.service, Some(Service::Addr(_, IpAddr::V6(_), _))) {
-                    let len = number(a, 1, 128)
-                        .ok_or_else(|| fail("illegal ipv6 netmask specified"))?;
-                    IpAddr::V6(xvs_config::prefix_mask6(len as u8))
-                } else {
-                    IpAddr::V4(inet_aton(a).or_else(|| names.host(a)).ok_or_else(|| {
-                        fail("illegal virtual server persistent mask specified")
-                    })?)
-                };
+                c.netmask =
+                    if matches!(c.service, Some(Service::Addr(_, IpAddr::V6(_), _))) {
+                        let len = number(a, 1, 128)
+                            .ok_or_else(|| fail("illegal ipv6 netmask specified"))?;
+                        IpAddr::V6(xvs_config::prefix_mask6(len as u8))
+                    } else {
+                        IpAddr::V4(inet_aton(a).or_else(|| names.host(a)).ok_or_else(|| {
+                            fail("illegal virtual server persistent mask specified")
+                        })?)
+                    };
             }
             Tag::Real => {
                 set(&mut c.options, optc::SERVER)?;

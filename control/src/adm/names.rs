@@ -180,7 +180,10 @@ mod tests {
                 None
             }
         }
-        assert_eq!(addrport(&Long, Ipv4Addr::LOCALHOST.into(), 80, "tcp").len(), 59);
+        assert_eq!(
+            addrport(&Long, Ipv4Addr::LOCALHOST.into(), 80, "tcp").len(),
+            59
+        );
         assert_eq!(
             addrport(&Numeric, Ipv4Addr::new(198, 19, 0, 1).into(), 0, "udp"),
             "198.19.0.1:0"

@@ -330,13 +330,13 @@ pub fn translate(svc: &KubeService, slices: &[&EndpointSlice]) -> Translated {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::Ipv4Addr;
     use k8s_openapi::api::core::v1::{
         ClientIPConfig, LoadBalancerIngress, LoadBalancerStatus, ServicePort, ServiceSpec,
         ServiceStatus, SessionAffinityConfig,
     };
     use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use std::net::Ipv4Addr;
 
     fn meta(name: &str, labels: &[(&str, &str)]) -> ObjectMeta {
         ObjectMeta {
@@ -568,7 +568,11 @@ mod tests {
         let mut svc = service(vec![port("", 443, "TCP")]);
         let spec = svc.spec.as_mut().unwrap();
         spec.external_ips = Some(vec!["198.19.1.1".into(), "2001:db8::1".into()]);
-        spec.load_balancer_source_ranges = Some(vec!["198.18.0.0/24".into(), "bogus".into()]);
+        spec.load_balancer_source_ranges = Some(vec![
+            "198.18.0.0/24".into(),
+            "2001:2::/48".into(),
+            "bogus".into(),
+        ]);
         svc.status = Some(ServiceStatus {
             load_balancer: Some(LoadBalancerStatus {
                 ingress: Some(vec![LoadBalancerIngress {
@@ -584,16 +588,76 @@ mod tests {
             .iter()
             .map(|s| (s.key.vip.to_string(), s.source_ranges.len()))
             .collect();
+        // Each load-balancer VIP takes the source ranges of its family.
         assert_eq!(
             vips,
             [
                 ("198.19.0.10".into(), 0),
                 ("198.19.1.1".into(), 0),
+                ("2001:db8::1".into(), 0),
                 ("198.19.2.2".into(), 1)
             ]
         );
         assert_eq!(t.warnings.len(), 1, "{:?}", t.warnings);
         assert!(t.warnings[0].contains("bogus"));
+    }
+
+    #[test]
+    fn a_dual_stack_service_is_one_service_per_family_with_that_familys_endpoints() {
+        let mut svc = service(vec![port("http", 80, "TCP")]);
+        let spec = svc.spec.as_mut().unwrap();
+        spec.cluster_ips = Some(vec!["198.19.0.10".into(), "2001:2:ff::10".into()]);
+        spec.ip_families = Some(vec!["IPv4".into(), "IPv6".into()]);
+        spec.ip_family_policy = Some("RequireDualStack".into());
+        spec.session_affinity = Some("ClientIP".into());
+        let v4 = slice(
+            "shop-a",
+            &[("http", 8080)],
+            vec![ep("198.18.1.10", None, None, None)],
+        );
+        let mut v6 = slice(
+            "shop-b",
+            &[("http", 8080)],
+            vec![
+                ep("2001:2:0:1::10", None, None, None),
+                ep("2001:2:0:1::11", Some(false), None, None),
+            ],
+        );
+        v6.address_type = "IPv6".into();
+        // An FQDN slice is no family's.
+        let mut fqdn = slice(
+            "shop-c",
+            &[("http", 8080)],
+            vec![ep("a.example", None, None, None)],
+        );
+        fqdn.address_type = "FQDN".into();
+        let t = translate(&svc, &[&v4, &v6, &fqdn]);
+        assert_eq!(t.services.len(), 2, "{:?}", t.services);
+        assert_eq!(t.services[0].key.vip.to_string(), "198.19.0.10");
+        assert_eq!(addrs(&t.services[0]), [("198.18.1.10".into(), 8080, 1)]);
+        assert_eq!(t.services[1].key.vip.to_string(), "2001:2:ff::10");
+        assert_eq!(addrs(&t.services[1]), [("2001:2:0:1::10".into(), 8080, 1)]);
+        // Affinity over the whole client address of each family.
+        let masks: Vec<String> = t
+            .services
+            .iter()
+            .map(|s| s.persistence.unwrap().netmask.to_string())
+            .collect();
+        assert_eq!(
+            masks,
+            ["255.255.255.255", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"]
+        );
+        for s in &t.services {
+            assert!(s.check().is_empty(), "{:?}", s.check());
+        }
+        // Single-stack IPv6.
+        let spec = svc.spec.as_mut().unwrap();
+        spec.cluster_ip = Some("2001:2:ff::10".into());
+        spec.cluster_ips = Some(vec!["2001:2:ff::10".into()]);
+        spec.ip_families = Some(vec!["IPv6".into()]);
+        let t = translate(&svc, &[&v4, &v6]);
+        assert_eq!(t.services.len(), 1);
+        assert_eq!(addrs(&t.services[0]), [("2001:2:0:1::10".into(), 8080, 1)]);
     }
 
     #[test]

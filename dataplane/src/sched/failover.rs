@@ -7,8 +7,8 @@
 //! top one is full. Ties go to the earlier backend in the list (the
 //! kernel's strict `>`).
 
-use xvs_config::Address;
 use super::{ConnCounts, SchedBackend};
+use xvs_config::Address;
 
 /// fo or ovf (no state: functions of the weights and counts).
 #[derive(Debug, Clone)]
@@ -21,7 +21,11 @@ impl Failover {
         Failover { overflow }
     }
 
-    pub(crate) fn pick<A: Address>(&self, backends: &[SchedBackend<A>], counts: &ConnCounts) -> Option<usize> {
+    pub(crate) fn pick<A: Address>(
+        &self,
+        backends: &[SchedBackend<A>],
+        counts: &ConnCounts,
+    ) -> Option<usize> {
         let mut best: Option<(usize, u32)> = None;
         for (i, b) in backends.iter().enumerate() {
             if b.weight == 0 || (self.overflow && counts.active(b.id) > b.weight) {

@@ -44,7 +44,11 @@ fn hash_32(val: u32) -> u32 {
 }
 
 impl BucketHash {
-    pub(crate) fn new<A: Address>(dest: bool, flags: SchedulerFlags, backends: &[SchedBackend<A>]) -> Self {
+    pub(crate) fn new<A: Address>(
+        dest: bool,
+        flags: SchedulerFlags,
+        backends: &[SchedBackend<A>],
+    ) -> Self {
         let mut buckets = Box::new([EMPTY; BUCKETS]);
         if !backends.is_empty() {
             let (mut p, mut count) = (0usize, 0u32);
@@ -89,7 +93,11 @@ impl BucketHash {
         ((offset + h) % BUCKETS as u32) as usize
     }
 
-    pub(crate) fn pick<A: Address>(&self, backends: &[SchedBackend<A>], req: &Request<A>) -> Option<usize> {
+    pub(crate) fn pick<A: Address>(
+        &self,
+        backends: &[SchedBackend<A>],
+        req: &Request<A>,
+    ) -> Option<usize> {
         let (addr, port) = self.key(req);
         let first = self.bucket(addr, port, 0);
         let take = |b: usize| {

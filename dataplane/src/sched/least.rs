@@ -24,7 +24,11 @@ impl Least {
         Least { kind }
     }
 
-    pub(crate) fn pick<A: Address>(&self, backends: &[SchedBackend<A>], counts: &ConnCounts) -> Option<usize> {
+    pub(crate) fn pick<A: Address>(
+        &self,
+        backends: &[SchedBackend<A>],
+        counts: &ConnCounts,
+    ) -> Option<usize> {
         let mut best: Option<(usize, u64)> = None;
         for (i, b) in backends.iter().enumerate().filter(|(_, b)| b.available()) {
             let active = u64::from(counts.active(b.id));

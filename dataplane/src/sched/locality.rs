@@ -26,9 +26,9 @@
 //! backend in a set until it is erased, but never uses it). The set's
 //! capacity is the number of backends, so inserting never allocates.
 
-use xvs_config::Address;
 use super::least::{wlc_overhead, Least};
 use super::{ConnCounts, SchedBackend};
+use xvs_config::Address;
 use xvs_config::Scheduler as Kind;
 
 /// IPVS's `lblc_expiration` and `lblcr_expiration` default: one day.
@@ -71,7 +71,11 @@ fn overloaded<A: Address>(i: usize, backends: &[SchedBackend<A>], counts: &ConnC
 
 /// `ip_vs_dest_set_min`: the set's weighted least-connection member with
 /// a weight.
-fn set_min<A: Address>(set: &[usize], backends: &[SchedBackend<A>], counts: &ConnCounts) -> Option<usize> {
+fn set_min<A: Address>(
+    set: &[usize],
+    backends: &[SchedBackend<A>],
+    counts: &ConnCounts,
+) -> Option<usize> {
     let mut it = set.iter().copied();
     let mut least = it.find(|&i| backends[i].weight > 0)?;
     let mut loh = wlc_overhead(&backends[least], counts);
@@ -87,7 +91,11 @@ fn set_min<A: Address>(set: &[usize], backends: &[SchedBackend<A>], counts: &Con
 
 /// `ip_vs_dest_set_max`: the set's weighted most-connection member with
 /// a weight.
-fn set_max<A: Address>(set: &[usize], backends: &[SchedBackend<A>], counts: &ConnCounts) -> Option<usize> {
+fn set_max<A: Address>(
+    set: &[usize],
+    backends: &[SchedBackend<A>],
+    counts: &ConnCounts,
+) -> Option<usize> {
     let mut it = set.iter().copied();
     let mut most = it.find(|&i| backends[i].weight > 0)?;
     let mut moh = wlc_overhead(&backends[most], counts);

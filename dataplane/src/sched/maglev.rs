@@ -14,8 +14,8 @@
 //! keyed from the seed. Quiesced backends take no slot (`turns = 0`), as in
 //! the kernel.
 
-use xvs_config::Address;
 use std::sync::Arc;
+use xvs_config::Address;
 
 use siphasher::sip::SipHasher13;
 use xvs_config::SchedulerFlags;
@@ -151,7 +151,11 @@ pub struct Maglev {
 }
 
 impl Maglev {
-    pub(crate) fn new<A: Address>(flags: SchedulerFlags, backends: &[SchedBackend<A>], p: MaglevParams) -> Self {
+    pub(crate) fn new<A: Address>(
+        flags: SchedulerFlags,
+        backends: &[SchedBackend<A>],
+        p: MaglevParams,
+    ) -> Self {
         Maglev {
             table: MaglevTable::build(backends, p.size, p.seed),
             flags,
@@ -163,7 +167,11 @@ impl Maglev {
         self.table.memory_bytes()
     }
 
-    pub(crate) fn pick<A: Address>(&self, backends: &[SchedBackend<A>], req: &Request<A>) -> Option<usize> {
+    pub(crate) fn pick<A: Address>(
+        &self,
+        backends: &[SchedBackend<A>],
+        req: &Request<A>,
+    ) -> Option<usize> {
         let m = self.table.len() as u64;
         if m == 0 {
             return None;

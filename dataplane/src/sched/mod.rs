@@ -18,8 +18,8 @@ mod maglev;
 mod random;
 mod rr;
 
-use xvs_config::Address;
 use std::net::Ipv4Addr;
+use xvs_config::Address;
 
 use crate::forward::Plan;
 pub use counts::{ConnCounts, CountsObserver};
@@ -128,7 +128,12 @@ impl Scheduler {
     /// edit of the service, as IPVS keeps its scheduler's data when a
     /// destination is added, edited or removed: lblc's and lblcr's
     /// entries, by stable backend id. Other schedulers start afresh.
-    pub fn carry<A: Address>(&mut self, prev: &Scheduler, before: &[SchedBackend<A>], backends: &[SchedBackend<A>]) {
+    pub fn carry<A: Address>(
+        &mut self,
+        prev: &Scheduler,
+        before: &[SchedBackend<A>],
+        backends: &[SchedBackend<A>],
+    ) {
         if let (Scheduler::Locality(new), Scheduler::Locality(old)) = (self, prev) {
             new.carry(old, before, backends);
         }

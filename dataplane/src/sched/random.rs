@@ -7,9 +7,9 @@
 //! weight (ties: the first drawn). The generator is a seeded `fastrand`
 //! (wyrand): deterministic for tests, per-worker in the data plane.
 
-use xvs_config::Address;
 use super::least::wlc_overhead;
 use super::{ConnCounts, SchedBackend};
+use xvs_config::Address;
 
 /// random / twos state.
 #[derive(Debug, Clone)]
@@ -50,7 +50,11 @@ impl WeightedRandom {
         Some(self.prefix.partition_point(|&s| s <= r))
     }
 
-    pub(crate) fn pick<A: Address>(&mut self, backends: &[SchedBackend<A>], counts: &ConnCounts) -> Option<usize> {
+    pub(crate) fn pick<A: Address>(
+        &mut self,
+        backends: &[SchedBackend<A>],
+        counts: &ConnCounts,
+    ) -> Option<usize> {
         let a = self.draw()?;
         if !self.twos {
             return Some(a);

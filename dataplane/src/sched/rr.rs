@@ -6,8 +6,8 @@
 //! end of each pass over the list; a backend is chosen when its weight is
 //! at least `cw`. Weights 4, 3, 2 give A A B A B C A B C.
 
-use xvs_config::Address;
 use super::{gcd, SchedBackend};
+use xvs_config::Address;
 
 /// rr state: where the next search starts.
 #[derive(Debug, Clone, Default)]

@@ -25,5 +25,5 @@ pub use classify::{classify, Fragment, Frame, IcmpError, Inner, Ipv4, TcpFlags, 
 pub use drop_reason::{DropReason, Drops};
 pub use icmp_error::IcmpErrorNat;
 pub use ipv6::Ipv6;
-pub use ndp::Ndp;
 pub use nat::{Endpoint, Nat};
+pub use ndp::Ndp;

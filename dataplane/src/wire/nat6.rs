@@ -80,7 +80,11 @@ pub fn forward6(
             put16(frame, at + off, to);
         }
         let c = get16(frame, sum_at);
-        put16(frame, sum_at, if is_udp { d.apply_udp(c) } else { d.apply(c) });
+        put16(
+            frame,
+            sum_at,
+            if is_udp { d.apply_udp(c) } else { d.apply(c) },
+        );
     }
     put_macs(frame, src_mac, dst_mac);
     Ok(())
@@ -112,10 +116,8 @@ pub fn icmp_error_forward6(
     let mut sum = swap_addr(frame, SRC, nat.outer_src);
     sum.add(swap_addr(frame, DST, nat.outer_dst));
     let mut quoted = Delta::ZERO;
-    let ends: [(usize, usize, Endpoint<Ipv6Addr>); 2] = [
-        (ipv6::SRC, 0, nat.inner.src),
-        (ipv6::DST, 2, nat.inner.dst),
-    ];
+    let ends: [(usize, usize, Endpoint<Ipv6Addr>); 2] =
+        [(ipv6::SRC, 0, nat.inner.src), (ipv6::DST, 2, nat.inner.dst)];
     for (addr_at, port_off, to) in ends {
         let d = swap_addr(frame, inner_at + addr_at, to.addr);
         quoted.add(d);

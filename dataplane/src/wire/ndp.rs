@@ -264,7 +264,10 @@ mod tests {
         let L4::Neighbour(na) = ip.l4 else {
             panic!("not NDP");
         };
-        assert_eq!((na.solicit, na.target, na.lladdr), (false, ns.target, Some(MAC)));
+        assert_eq!(
+            (na.solicit, na.target, na.lladdr),
+            (false, ns.target, Some(MAC))
+        );
         let n = advertise(&mut buf, &ns, Ipv6Addr::UNSPECIFIED, PEER, MAC).unwrap();
         assert_eq!(&buf[..6], &[0x33, 0x33, 0, 0, 0, 1]);
         assert_eq!(buf[54 + 4] >> 5, 0b001, "unsolicited: to all nodes");
