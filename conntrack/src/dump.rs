@@ -149,7 +149,7 @@ impl<A: Address> FlowInfo<A> {
             state: e.state(),
             expires_in: e.deadline().saturating_sub(now),
             packets: e.packets,
-            bytes: e.bytes,
+            bytes: e.bytes(),
             service: e.service,
             backend_id: e.backend_id,
             template: e.is_template(),

@@ -34,7 +34,7 @@ use crate::Timeouts;
 
 /// Version of the state file layout: bump it whenever [`Entry`] or the
 /// header changes (`layout_signature_is_pinned` fails until it is).
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 
 const MAGIC: [u8; 8] = *b"XVSFLOWS";
 
@@ -164,10 +164,11 @@ pub fn layout_signature<A: Address>() -> u64 {
         std::mem::offset_of!(Entry<A>, backend_id),
         std::mem::offset_of!(Entry<A>, last_seen),
         std::mem::offset_of!(Entry<A>, timeout),
-        std::mem::offset_of!(Entry<A>, bytes),
+        std::mem::offset_of!(Entry<A>, client_mac),
+        std::mem::offset_of!(Entry<A>, bytes_hi),
+        std::mem::offset_of!(Entry<A>, bytes_lo),
         std::mem::offset_of!(Entry<A>, packets),
         std::mem::offset_of!(Entry<A>, links),
-        std::mem::offset_of!(Entry<A>, client_mac),
     ];
     digest(parts.iter().map(|&p| p as u64))
 }
@@ -412,11 +413,11 @@ mod tests {
                 layout_signature::<Ipv6Addr>()
             ),
             (
-                1,
-                96,
-                9_521_227_140_753_481_757,
-                144,
-                14_385_085_927_992_295_021
+                2,
+                88,
+                3_357_201_085_506_562_853,
+                136,
+                9_261_486_008_361_045_509
             ),
             "the flow entry layout changed: bump LAYOUT_VERSION and update this test"
         );

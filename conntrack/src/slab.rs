@@ -29,10 +29,18 @@ pub(crate) const FLAG_AGED: u8 = 0x04;
 /// Entry flag: live (not on the free list).
 pub(crate) const FLAG_LIVE: u8 = 0x80;
 
-/// One tracked flow or persistence template: 96 bytes for IPv4. The fields
-/// a lookup compares (addresses, ports, protocol, flags) come first, within
-/// [`key_bytes`] (29 for IPv4), so verifying a key touches at most two
-/// cache lines.
+/// One tracked flow or persistence template: 88 bytes for IPv4, 136 for
+/// IPv6. The fields a lookup compares (addresses, ports, protocol, flags)
+/// come first, within [`key_bytes`] (29 for IPv4), so verifying a key
+/// touches at most two cache lines.
+///
+/// Layout, as Katran's `flow_key` and `real_pos_lru` keep theirs small:
+/// the four addresses are the family's own (4 or 16 bytes each: an IPv4
+/// flow never pays for IPv6's), the fields are ordered so that no padding
+/// is left (every field at its alignment, the u8s and the MAC filling the
+/// gap before the u32s), and the byte counters are 48 bits (a low u32 and
+/// a high u16 each: 256 TiB per direction per flow, where a u64 would
+/// have cost IPv6 the 8 bytes that keep it under 140).
 #[derive(Debug, Clone, Copy)]
 #[repr(C)]
 pub(crate) struct Entry<A: Address> {
@@ -45,9 +53,14 @@ pub(crate) struct Entry<A: Address> {
     pub(crate) proto: L4Proto,
     pub(crate) state: u8,
     pub(crate) flags: u8,
-    /// The caller's forwarding plan tag (opaque here; in what was the
-    /// padding before `service`, outside the compared key bytes).
+    /// The caller's forwarding plan tag (opaque here; outside the
+    /// compared key bytes).
     pub(crate) plan: u8,
+    /// The Ethernet address the client's packets came from: replies go
+    /// back to it.
+    pub(crate) client_mac: [u8; 6],
+    /// Bits 32..48 of the byte counters, `[original, reply]`.
+    pub(crate) bytes_hi: [u16; 2],
     /// Service id (the scheduler's).
     pub(crate) service: u32,
     /// Backend id (the scheduler's).
@@ -56,15 +69,12 @@ pub(crate) struct Entry<A: Address> {
     pub(crate) last_seen: u32,
     /// Seconds the entry lives after `last_seen`.
     pub(crate) timeout: u32,
-    /// Bytes seen, `[original, reply]`.
-    pub(crate) bytes: [u64; 2],
     /// Packets seen, `[original, reply]`.
     pub(crate) packets: [u32; 2],
+    /// Bits 0..32 of the byte counters, `[original, reply]`.
+    pub(crate) bytes_lo: [u32; 2],
     /// `[wheel, age][next, prev]`; the free list uses `links[WHEEL][0]`.
     pub(crate) links: [[u32; 2]; 2],
-    /// The Ethernet address the client's packets came from: replies go
-    /// back to it.
-    pub(crate) client_mac: [u8; 6],
 }
 
 /// Bytes of an entry that key comparison reads, from its start: the four
@@ -80,7 +90,8 @@ const SNAT: usize = 3;
 
 impl<A: Address> Entry<A> {
     pub(crate) const FREE: Entry<A> = Entry {
-        bytes: [0; 2],
+        bytes_lo: [0; 2],
+        bytes_hi: [0; 2],
         packets: [0; 2],
         links: [[NIL; 2]; 2],
         client_mac: [0; 6],
@@ -96,6 +107,28 @@ impl<A: Address> Entry<A> {
         flags: 0,
         plan: 0,
     };
+
+    /// Bytes seen, `[original, reply]` (48-bit counters).
+    #[inline]
+    pub(crate) fn bytes(&self) -> [u64; 2] {
+        [0, 1].map(|d| u64::from(self.bytes_hi[d]) << 32 | u64::from(self.bytes_lo[d]))
+    }
+
+    /// Counts `len` bytes in direction `d` (wrapping at 2^48).
+    #[inline]
+    pub(crate) fn add_bytes(&mut self, d: usize, len: u32) {
+        let v = (u64::from(self.bytes_hi[d]) << 32 | u64::from(self.bytes_lo[d]))
+            .wrapping_add(u64::from(len));
+        self.bytes_lo[d] = v as u32;
+        self.bytes_hi[d] = (v >> 32) as u16;
+    }
+
+    /// Sets the byte counters to `len` original bytes and no reply.
+    #[inline]
+    pub(crate) fn set_first_bytes(&mut self, len: u32) {
+        self.bytes_lo = [len, 0];
+        self.bytes_hi = [0, 0];
+    }
 
     pub(crate) fn endpoint(&self, which: usize) -> Endpoint<A> {
         Endpoint {
@@ -281,9 +314,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_entry_is_96_bytes() {
-        assert_eq!(std::mem::size_of::<Entry<std::net::Ipv4Addr>>(), 96);
-        assert_eq!(key_bytes::<std::net::Ipv4Addr>(), 29);
+    fn an_entry_is_88_bytes_for_ipv4_and_136_for_ipv6_with_no_padding() {
+        use std::net::{Ipv4Addr, Ipv6Addr};
+        assert_eq!(std::mem::size_of::<Entry<Ipv4Addr>>(), 88);
+        assert_eq!(std::mem::size_of::<Entry<Ipv6Addr>>(), 136);
+        assert_eq!(key_bytes::<Ipv4Addr>(), 29);
+        // The byte counters hold 48 bits per direction.
+        let mut e = Entry::<Ipv6Addr>::FREE;
+        e.set_first_bytes(u32::MAX);
+        e.add_bytes(0, u32::MAX);
+        e.add_bytes(1, 7);
+        assert_eq!(e.bytes(), [2 * u64::from(u32::MAX), 7]);
+        e.bytes_hi[0] = u16::MAX;
+        e.bytes_lo[0] = u32::MAX;
+        e.add_bytes(0, 1);
+        assert_eq!(e.bytes()[0], 0, "wraps at 2^48");
     }
 
     #[test]

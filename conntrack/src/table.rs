@@ -146,7 +146,7 @@ impl<A: Address> FlowRef<'_, A> {
     }
     /// Bytes `[original, reply]`.
     pub fn bytes(&self) -> [u64; 2] {
-        self.0.bytes
+        self.0.bytes()
     }
     /// Time of the last packet.
     pub fn last_seen(&self) -> u32 {
@@ -287,7 +287,7 @@ impl<A: Address> FlowTable<A> {
 
     /// Heap bytes a table of `capacity` entries takes (what
     /// [`FlowTable::memory_bytes`] will say once it is built), without
-    /// building it: the slab (`capacity` entries of 96 bytes), hashbrown's
+    /// building it: the slab (`capacity` entries of 88 bytes for IPv4, 136 for IPv6), hashbrown's
     /// index for two keys per entry (buckets: the next power of two of
     /// 8/7 of the keys, 4 bytes and a control byte each, plus a group),
     /// and the wheel. To refuse a capacity the host cannot hold before
@@ -407,7 +407,7 @@ impl<A: Address> FlowTable<A> {
         let e = &mut self.slab.entries[id.0 as usize];
         let d = dir as usize;
         e.packets[d] = e.packets[d].wrapping_add(1);
-        e.bytes[d] += u64::from(pkt.len);
+        e.add_bytes(d, pkt.len);
         e.last_seen = now;
         let old = e.state();
         let new = tcp_next(old, dir, pkt.tcp_flags);
@@ -569,7 +569,7 @@ impl<A: Address> FlowTable<A> {
         e.timeout = state.timeout(&self.timeouts);
         e.last_seen = now;
         e.packets[0] = 1;
-        e.bytes[0] = u64::from(pkt.len);
+        e.set_first_bytes(pkt.len);
         self.index_insert(h_orig, slot);
         self.index_insert(h_reply, slot | DIR_BIT);
         self.states[state.index()] += 1;
