@@ -1,0 +1,264 @@
+//! The pipeline over IPv6 on byte fixtures (`fixtures/gen6.py`), beside
+//! IPv4 in the same pipeline: a flow through full NAT and back (with
+//! extension headers too), neighbour discovery both ways, echo, REJECT,
+//! the hop-limit answer, packet too big translated for PMTU discovery, and
+//! every refusal counted by its reason.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+mod support;
+
+#[path = "fixtures/fixtures.rs"]
+mod fixtures;
+#[path = "fixtures/fixtures6.rs"]
+mod fixtures6;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+use fixtures6::*;
+use smoltcp::wire::EthernetAddress;
+use support::run;
+use xvs_config::{
+    Backend, ForwardMethod, PortRange, Protocol, Scheduler, Service, ServiceKey, Timeouts,
+    UnknownPort,
+};
+use xvs_dataplane::pipeline::{AnyService, Pipeline, PipelineConfig, Side, Verdict};
+use xvs_dataplane::services::CompiledService;
+use xvs_dataplane::wire::DropReason;
+
+const GW_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
+const VIP4: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
+const BACKEND4: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 1);
+
+fn a6(s: &str) -> Ipv6Addr {
+    s.parse().unwrap()
+}
+
+fn vip() -> Ipv6Addr {
+    a6("2001:2:ff::1")
+}
+
+fn backend() -> Ipv6Addr {
+    a6("2001:2:0:1::1")
+}
+
+fn service<A: xvs_config::Address>(vip: A, backend: A, proto: Protocol, weight: u32) -> Service<A> {
+    let (port, backend_port) = match proto {
+        Protocol::Tcp => (80, 8080),
+        Protocol::Udp => (53, 5353),
+    };
+    let mut s = Service::new(ServiceKey {
+        vip,
+        protocol: proto,
+        port,
+    });
+    s.scheduler = Scheduler::Rr;
+    s.backends = vec![Backend {
+        address: backend,
+        port: backend_port,
+        weight,
+        forward: ForwardMethod::Masq,
+    }];
+    s
+}
+
+/// A dual-stack pipeline: the IPv4 fixtures' services and the IPv6 ones,
+/// backends of weight `weight`.
+fn pipeline(weight: u32, unknown_port: UnknownPort) -> Pipeline {
+    let mut p = Pipeline::new(
+        PipelineConfig {
+            worker: 0,
+            mac: EthernetAddress(GW_MAC),
+            backend_mac: EthernetAddress(GW_MAC),
+            snat_addrs: vec![Ipv4Addr::new(198, 18, 2, 1)],
+            snat_addrs6: vec![a6("2001:2:0:2::1")],
+            snat_ports: PortRange {
+                first: 1024,
+                last: 1100,
+            },
+            capacity: 1024,
+            timeouts: Timeouts::default(),
+            rules: xvs_config::ConnRules::default(),
+            unknown_port,
+        },
+        0,
+    );
+    p.own(vip());
+    p.own(VIP4);
+    let mut id = 0;
+    let mut next = || {
+        id += 1;
+        id
+    };
+    for proto in [Protocol::Tcp, Protocol::Udp] {
+        let s6 = service(vip(), backend(), proto, weight);
+        p.upsert_any(AnyService::V6(Arc::new(CompiledService::new(
+            next(),
+            &s6,
+            1,
+            None,
+        ))));
+        let s4 = service(VIP4, BACKEND4, proto, weight);
+        p.upsert_any(AnyService::V4(Arc::new(CompiledService::new(
+            next(),
+            &s4,
+            1,
+            None,
+        ))));
+    }
+    p
+}
+
+fn forward(to: Side, out: &[u8]) -> Verdict {
+    Verdict::Forward { len: out.len(), to }
+}
+
+#[test]
+fn an_ipv6_tcp_flow_through_full_nat_and_back_beside_an_ipv4_one() {
+    let mut p = pipeline(1, UnknownPort::Drop);
+    // Both next hops learned: the IPv6 backend from its advertisement,
+    // the IPv4 one from its ARP reply.
+    assert_eq!(run(&mut p, NA6_FROM_BACKEND, 0).0, Verdict::Consumed);
+    let arp = {
+        let mut f = vec![0u8; 60];
+        f[0..6].copy_from_slice(&GW_MAC);
+        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 3]);
+        f[12..14].copy_from_slice(&[0x08, 0x06]);
+        f[14..22].copy_from_slice(&[0, 1, 0x08, 0, 6, 4, 0, 2]);
+        f[22..28].copy_from_slice(&[2, 0, 0, 0, 0, 3]);
+        f[28..32].copy_from_slice(&BACKEND4.octets());
+        f
+    };
+    assert_eq!(run(&mut p, &arp, 0).0, Verdict::Consumed);
+
+    let (v, out) = run(&mut p, TCP6_SYN, 1);
+    assert_eq!(v, forward(Side::Backend, TCP6_SYN_FORWARDED));
+    assert_eq!(out, TCP6_SYN_FORWARDED);
+    let (v, out) = run(&mut p, TCP6_REPLY, 1);
+    assert_eq!(v, forward(Side::Client, TCP6_REPLY_FORWARDED));
+    assert_eq!(out, TCP6_REPLY_FORWARDED);
+    // The IPv4 flow of the same ports, side by side.
+    let (v, out) = run(&mut p, fixtures::TCP_SYN, 1);
+    assert_eq!(out, fixtures::TCP_SYN_FORWARDED, "{v:?}");
+    assert_eq!((p.v6.table.len(), p.v4.table.len()), (1, 1));
+    assert_eq!(p.flows(), 2);
+    assert_eq!(p.counters().new_flows, 2);
+    // UDP (on a fresh pipeline: its first SNAT port is the fixture's).
+    let mut p = pipeline(1, UnknownPort::Drop);
+    run(&mut p, NA6_FROM_BACKEND, 0);
+    let (v, out) = run(&mut p, UDP6, 1);
+    assert_eq!(v, forward(Side::Backend, UDP6_FORWARDED));
+    assert_eq!(out, UDP6_FORWARDED);
+}
+
+#[test]
+fn extension_headers_are_walked_and_kept() {
+    let mut p = pipeline(1, UnknownPort::Drop);
+    run(&mut p, NA6_FROM_BACKEND, 0);
+    let (v, out) = run(&mut p, TCP6_SYN_EXT, 1);
+    assert_eq!(v, forward(Side::Backend, TCP6_SYN_EXT_FORWARDED));
+    assert_eq!(out, TCP6_SYN_EXT_FORWARDED);
+}
+
+#[test]
+fn neighbour_discovery_answers_for_the_vip_and_resolves_from_an_empty_cache() {
+    let mut p = pipeline(1, UnknownPort::Drop);
+    let (v, out) = run(&mut p, NS6_FOR_VIP, 0);
+    assert_eq!(v, Verdict::Answer(NA6_FROM_VIP.len()));
+    assert_eq!(out, NA6_FROM_VIP);
+    // The backend is not known yet: the SYN is dropped (the client
+    // retransmits) and a solicitation for it is queued, once.
+    assert_eq!(
+        run(&mut p, TCP6_SYN, 1).0,
+        Verdict::Drop(DropReason::NextHopUnresolved)
+    );
+    let queued: Vec<IpAddr> = std::iter::from_fn(|| p.next_arp()).collect();
+    assert!(queued.contains(&IpAddr::V6(backend())), "{queued:?}");
+    let mut buf = [0u8; 128];
+    let n = p
+        .build_arp_request(&mut buf, IpAddr::V6(backend()))
+        .unwrap();
+    assert_eq!(&buf[..n], NS6_FOR_BACKEND);
+    run(&mut p, NA6_FROM_BACKEND, 1);
+    let (_, out) = run(&mut p, TCP6_SYN, 2);
+    assert_eq!(out, TCP6_SYN_FORWARDED);
+    // Not for an address xvs owns, or not from a neighbour: refused.
+    let mut other = NS6_FOR_VIP.to_vec();
+    other[54 + 8 + 15] ^= 1; // the target
+    assert_eq!(
+        run(&mut p, &other, 2).0,
+        Verdict::Drop(DropReason::NdpMalformed),
+        "the group no longer matches the target"
+    );
+    assert_eq!(
+        run(&mut p, NS6_HOP_64, 2).0,
+        Verdict::Drop(DropReason::NdpMalformed)
+    );
+}
+
+#[test]
+fn echo_requests_to_the_vip_are_answered() {
+    let mut p = pipeline(1, UnknownPort::Drop);
+    let (v, out) = run(&mut p, ECHO6_REQUEST, 0);
+    assert_eq!(v, Verdict::Answer(ECHO6_REPLY.len()));
+    assert_eq!(out, ECHO6_REPLY);
+}
+
+#[test]
+fn no_eligible_backend_is_a_rst_or_a_port_unreachable() {
+    let mut p = pipeline(0, UnknownPort::Drop);
+    let (v, out) = run(&mut p, TCP6_SYN, 0);
+    assert_eq!(v, Verdict::Answer(TCP6_RST_FOR_SYN.len()));
+    assert_eq!(out, TCP6_RST_FOR_SYN);
+    let (v, out) = run(&mut p, UDP6, 0);
+    assert_eq!(v, Verdict::Answer(UDP6_PORT_UNREACHABLE.len()));
+    assert_eq!(out, UDP6_PORT_UNREACHABLE);
+    assert_eq!(p.counters().rejected, 2);
+    assert!(p.v6.table.is_empty());
+}
+
+#[test]
+fn hop_limit_one_is_answered_with_time_exceeded_and_creates_nothing() {
+    let mut p = pipeline(1, UnknownPort::Drop);
+    let (v, out) = run(&mut p, TCP6_HOP1, 0);
+    assert_eq!(v, Verdict::Answer(TCP6_HOP1_TIME_EXCEEDED.len()));
+    assert_eq!(out, TCP6_HOP1_TIME_EXCEEDED);
+    assert!(p.v6.table.is_empty());
+    assert_eq!(p.counters().time_exceeded, 1);
+}
+
+#[test]
+fn packet_too_big_about_a_flow_reaches_the_client_translated() {
+    for (ptb, translated) in [
+        (PTB6_FULL, PTB6_FULL_TRANSLATED),
+        (PTB6_QUOTE8, PTB6_QUOTE8_TRANSLATED),
+    ] {
+        let mut p = pipeline(1, UnknownPort::Drop);
+        run(&mut p, NA6_FROM_BACKEND, 0);
+        // The client's MAC is known from its SYN.
+        assert_eq!(run(&mut p, TCP6_SYN, 1).1, TCP6_SYN_FORWARDED);
+        let mut buf = vec![0u8; 2048];
+        buf[..ptb.len()].copy_from_slice(ptb);
+        let v = p.process_on(Side::Backend, &mut buf, ptb.len(), 1);
+        assert_eq!(v, forward(Side::Client, translated));
+        assert_eq!(&buf[..translated.len()], translated);
+    }
+}
+
+#[test]
+fn what_cannot_be_served_is_dropped_by_its_reason() {
+    let mut p = pipeline(1, UnknownPort::Drop);
+    for (frame, why) in [
+        (UDP6_ZERO_CHECKSUM, DropReason::UdpZeroChecksum),
+        (UDP6_FRAGMENT, DropReason::Fragment),
+        (IPV6_UNKNOWN_HEADER, DropReason::Ipv6UnknownHeader),
+        (IPV6_ROUTING_LEFT, DropReason::Ipv6RoutingHeader),
+        (IPV6_TRUNCATED, DropReason::Ipv6Truncated),
+        (IPV6_PAYLOAD_LONG, DropReason::Ipv6Malformed),
+    ] {
+        assert_eq!(run(&mut p, frame, 0).0, Verdict::Drop(why), "{why}");
+        assert_eq!(p.counters().drops[why.index()], 1, "{why}");
+    }
+    assert!(p.v6.table.is_empty());
+}
