@@ -158,7 +158,11 @@ struct Plan {
 
 /// Formats a key like ipvsadm: `TCP 198.19.0.1:80`.
 pub fn key_name(k: &ServiceKey) -> String {
-    format!("{} {}:{}", k.protocol.name().to_uppercase(), k.vip, k.port)
+    format!(
+        "{} {}",
+        k.protocol.name().to_uppercase(),
+        xvs_config::HostPort(k.vip, k.port)
+    )
 }
 
 /// The state the engine thread owns.

@@ -7,6 +7,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use xvs_config::HostPort;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
@@ -60,12 +61,12 @@ impl EventView {
                 _ => None,
             },
             protocol: proto_name(e.protocol),
-            src: format!("{}:{}", e.src.addr, e.src.port),
-            dst: format!("{}:{}", e.dst.addr, e.dst.port),
+            src: HostPort(e.src.addr, e.src.port).to_string(),
+            dst: HostPort(e.dst.addr, e.dst.port).to_string(),
             backend: (e.backend.addr != FlowEvent::NONE.addr)
-                .then(|| format!("{}:{}", e.backend.addr, e.backend.port)),
+                .then(|| HostPort(e.backend.addr, e.backend.port).to_string()),
             snat: (e.snat.addr != FlowEvent::NONE.addr)
-                .then(|| format!("{}:{}", e.snat.addr, e.snat.port)),
+                .then(|| HostPort(e.snat.addr, e.snat.port).to_string()),
         }
     }
 

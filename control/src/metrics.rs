@@ -123,7 +123,11 @@ pub fn render(
         .iter()
         .flat_map(|s| {
             s.backends.iter().map(move |b| {
-                let label = format!("{},backend=\"{}:{}\"", svc_label(s), b.address, b.port);
+                let label = format!(
+                    "{},backend=\"{}\"",
+                    svc_label(s),
+                    xvs_config::HostPort(b.address, b.port)
+                );
                 (label, b)
             })
         })

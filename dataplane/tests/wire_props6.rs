@@ -29,7 +29,11 @@ fn endpoint() -> impl Strategy<Value = Ep> {
 fn sum_into(seg: &mut [u8], at: usize, src: Ipv6Addr, dst: Ipv6Addr, proto: IpProtocol) {
     seg[at..at + 2].fill(0);
     let c = l4_checksum6(src, dst, proto, seg);
-    let c = if c == 0 && proto == IpProtocol::Udp { 0xffff } else { c };
+    let c = if c == 0 && proto == IpProtocol::Udp {
+        0xffff
+    } else {
+        c
+    };
     seg[at..at + 2].copy_from_slice(&c.to_be_bytes());
 }
 

@@ -162,6 +162,21 @@ impl Netns {
             })
     }
 
+    /// A counter of the namespace's IPv6 stack from `/proc/net/snmp6`
+    /// (e.g. `Icmp6OutPktTooBigs`).
+    pub fn snmp6(&self, field: &str) -> Result<u64, CmdError> {
+        let out = self.exec("cat", &["/proc/net/snmp6"])?;
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| {
+                let mut w = l.split_whitespace();
+                (w.next()? == field).then(|| w.next()?.parse().ok())?
+            })
+            .ok_or_else(|| CmdError::Parse {
+                what: format!("{field} in /proc/net/snmp6 of {}", self.name),
+            })
+    }
+
     /// A link's packet counters: `(rx packets, rx dropped, tx packets, tx
     /// dropped)`, as `ip -s link` shows them.
     pub fn link_stats(&self, ifname: &str) -> Result<(u64, u64, u64, u64), CmdError> {

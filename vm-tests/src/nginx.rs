@@ -7,7 +7,7 @@
 //! Invariant: the server is killed (by its own PID) and its folder removed
 //! when the guard drops, also when a test panics.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -38,6 +38,19 @@ impl Nginx {
     /// Starts nginx in `ns` on `addr:port`, answering `name`; waits until
     /// it accepts connections.
     pub fn start(ns: &Netns, addr: Ipv4Addr, port: u16, name: &str) -> std::io::Result<Nginx> {
+        Nginx::start_on(ns, &[SocketAddr::from((addr, port))], name)
+    }
+
+    /// Starts nginx in `ns` listening on every address of `on` (the first
+    /// is the one its status is read on), answering `name`.
+    pub fn start_on(ns: &Netns, on: &[SocketAddr], name: &str) -> std::io::Result<Nginx> {
+        let Some(first) = on.first() else {
+            return Err(std::io::Error::other("nginx: no address to listen on"));
+        };
+        let listen: String = on
+            .iter()
+            .map(|a| format!("                 listen {a} backlog=4096;\n"))
+            .collect();
         let dir = std::env::temp_dir().join(format!("xvs-nginx-{}-{name}", ns.name()));
         std::fs::create_dir_all(&dir)?;
         let d = dir.display();
@@ -55,7 +68,7 @@ impl Nginx {
                scgi_temp_path {d}/scgi;\n\
                keepalive_requests 1000000;\n\
                server {{\n\
-                 listen {addr}:{port} backlog=4096;\n\
+{listen}\
                  location = /status {{ stub_status; }}\n\
                  location / {{ default_type text/plain; return 200 \"{name}\\n\"; }}\n\
                }}\n\
@@ -67,7 +80,7 @@ impl Nginx {
         cmd.args(["-p", &d.to_string(), "-c"])
             .arg(&path)
             .args(["-g", "daemon off; master_process off;"]);
-        let url = format!("http://{addr}:{port}/status");
+        let url = format!("http://{first}/status");
         let proc = Spawned::start_until(cmd, "nginx", Duration::from_secs(10), || {
             ns.exec("curl", &["-sf", "-m", "1", &url]).is_ok()
         })

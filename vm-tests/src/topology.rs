@@ -1,7 +1,11 @@
 //! Declarative test topologies: a client host, a gateway, N backends, in
 //! network namespaces joined by veth pairs, addressed only from the
-//! benchmarking range 198.18.0.0/15 (clients 198.18.0.0/24, backends
-//! 198.18.1.0/24; VIPs are 198.19.0.0/16).
+//! benchmarking ranges, dual-stack: 198.18.0.0/15 (clients
+//! 198.18.0.0/24, backends 198.18.1.0/24; VIPs are 198.19.0.0/16) and
+//! 2001:2::/48 (clients 2001:2::/64, backends 2001:2:0:1::/64; VIPs are
+//! 2001:2:ff::/64, SNAT addresses 2001:2:0:1::/64 above ::100). IPv6
+//! addresses skip duplicate address detection, so they are usable at
+//! once.
 //!
 //! - two-arm: client ↔ gateway `gc` (198.18.0.1), and gateway `gb`
 //!   (198.18.1.1) ↔ a switch namespace bridging the backends;
@@ -13,7 +17,7 @@
 //! queues. Invariant: the whole topology lives in namespaces created here,
 //! so dropping it (also on panic) removes every namespace and link.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::netns::{unique_tag, CmdError, Netns};
 
@@ -57,6 +61,8 @@ pub struct Host {
     pub ifname: String,
     /// Its address.
     pub addr: Ipv4Addr,
+    /// Its IPv6 address.
+    pub addr6: Ipv6Addr,
 }
 
 /// A built topology; everything is removed on drop.
@@ -88,6 +94,22 @@ pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 /// The address of backend `i`.
 pub fn backend_addr(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(198, 18, 1, 10 + i as u8)
+}
+
+/// Client IPv6 address.
+pub const CLIENT_ADDR6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, 0, 2);
+/// Gateway IPv6 address on the client side.
+pub const GATEWAY_CLIENT_ADDR6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, 0, 1);
+/// Gateway IPv6 address on the backend side.
+pub const GATEWAY_BACKEND_ADDR6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0, 1, 0, 0, 0, 1);
+/// An IPv6 SNAT address for xvs (on the backends' link, no host has it).
+pub const SNAT_ADDR6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0, 1, 0, 0, 0, 0x100);
+/// The first IPv6 VIP (VIPs are 2001:2:ff::/64, routed via the gateway).
+pub const VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0xff, 0, 0, 0, 0, 1);
+
+/// The IPv6 address of backend `i`.
+pub fn backend_addr6(i: usize) -> Ipv6Addr {
+    Ipv6Addr::new(0x2001, 2, 0, 1, 0, 0, 0, 0x10 + i as u16)
 }
 
 fn offloads_off(ns: &Netns, ifname: &str) -> Result<(), CmdError> {
@@ -131,7 +153,24 @@ fn veth(ns_a: &Netns, a: &str, ns_b: &Netns, b: &str, queues: u32) -> Result<(),
     Ok(())
 }
 
+/// A veth pair `a` in `ns_a` and `b` in `ns_b` (one queue, offloads off,
+/// both up): for tests that add hosts or routers to a topology.
+pub fn link(ns_a: &Netns, a: &str, ns_b: &Netns, b: &str) -> Result<(), CmdError> {
+    veth(ns_a, a, ns_b, b, 1)
+}
+
+/// Adds `cidr` to `ifname` in `ns` (IPv6 without duplicate address
+/// detection).
+pub fn address(ns: &Netns, ifname: &str, cidr: &str) -> Result<(), CmdError> {
+    addr(ns, ifname, cidr)
+}
+
 fn addr(ns: &Netns, ifname: &str, cidr: &str) -> Result<(), CmdError> {
+    if cidr.contains(':') {
+        return ns
+            .ip(&["-6", "addr", "add", cidr, "dev", ifname, "nodad"])
+            .map(|_| ());
+    }
     ns.ip(&["addr", "add", cidr, "dev", ifname]).map(|_| ())
 }
 
@@ -169,6 +208,8 @@ impl Topology {
                 port("p-gw")?;
                 addr(&gateway, "gc", "198.18.0.1/24")?;
                 addr(&gateway, "gb", "198.18.1.1/24")?;
+                addr(&gateway, "gc", "2001:2::1/64")?;
+                addr(&gateway, "gb", "2001:2:0:1::1/64")?;
                 ("gc".to_owned(), Some("gb".to_owned()))
             }
             Arms::One => {
@@ -178,12 +219,17 @@ impl Topology {
                 port("p-cl")?;
                 addr(&gateway, "g0", "198.18.0.1/24")?;
                 addr(&gateway, "g0", "198.18.1.1/24")?;
+                addr(&gateway, "g0", "2001:2::1/64")?;
+                addr(&gateway, "g0", "2001:2:0:1::1/64")?;
                 ("g0".to_owned(), None)
             }
         };
         addr(&client_ns, "c0", "198.18.0.2/24")?;
         client_ns.ip(&["route", "add", "default", "via", "198.18.0.1"])?;
+        addr(&client_ns, "c0", "2001:2::2/64")?;
+        client_ns.ip(&["-6", "route", "add", "default", "via", "2001:2::1"])?;
         gateway.sysctl("net.ipv4.ip_forward", "1")?;
+        gateway.sysctl("net.ipv6.conf.all.forwarding", "1")?;
 
         let mut backends = Vec::new();
         for i in 0..spec.backends {
@@ -194,10 +240,14 @@ impl Topology {
             let a = backend_addr(i);
             addr(&ns, "b0", &format!("{a}/24"))?;
             ns.ip(&["route", "add", "default", "via", "198.18.1.1"])?;
+            let a6 = backend_addr6(i);
+            addr(&ns, "b0", &format!("{a6}/64"))?;
+            ns.ip(&["-6", "route", "add", "default", "via", "2001:2:0:1::1"])?;
             backends.push(Host {
                 ns,
                 ifname: "b0".into(),
                 addr: a,
+                addr6: a6,
             });
         }
         Ok(Topology {
@@ -206,6 +256,7 @@ impl Topology {
                 ns: client_ns,
                 ifname: "c0".into(),
                 addr: CLIENT_ADDR,
+                addr6: CLIENT_ADDR6,
             },
             gateway,
             gateway_client_if,

@@ -340,10 +340,10 @@ fn one_connection(
 /// server's FIN, then closes: LAST_ACK lasts one round trip).
 fn http_from_port(to: SocketAddr, local_port: u16, timeout: Duration) -> Result<String, String> {
     use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-    let local = SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), local_port);
+    let local = SocketAddr::new(any_of(to), local_port);
     let mut attempts = 0;
     let mut stream = loop {
-        let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
+        let s = Socket::new(Domain::for_address(to), Type::STREAM, Some(Protocol::TCP))
             .map_err(|e| e.to_string())?;
         s.set_reuse_address(true).map_err(|e| e.to_string())?;
         let r = s
@@ -387,7 +387,7 @@ fn http_from_port(to: SocketAddr, local_port: u16, timeout: Duration) -> Result<
 
 #[allow(clippy::disallowed_types)] // a load generator measures real time
 fn blast(to: SocketAddr, seconds: u64, size: usize) -> ExitCode {
-    let Ok(sock) = UdpSocket::bind("0.0.0.0:0") else {
+    let Ok(sock) = UdpSocket::bind(SocketAddr::new(any_of(to), 0)) else {
         eprintln!("xvs-testnet: cannot bind");
         return ExitCode::from(2);
     };
@@ -617,8 +617,16 @@ fn tcp_load(
     report(ok, failed.load(Ordering::Relaxed), &by)
 }
 
+/// The unspecified address of `to`'s family (what a client binds to).
+fn any_of(to: SocketAddr) -> std::net::IpAddr {
+    match to {
+        SocketAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
+        SocketAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+    }
+}
+
 fn udp_load(to: SocketAddr, requests: u32, timeout: Duration) -> ExitCode {
-    let sock = match UdpSocket::bind("0.0.0.0:0") {
+    let sock = match UdpSocket::bind(SocketAddr::new(any_of(to), 0)) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("xvs-testnet: udp bind: {e}");
