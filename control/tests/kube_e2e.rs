@@ -18,7 +18,7 @@ use xvs_vm_tests::fakekube::{FakeKube, Kind};
 use xvs_vm_tests::netns::Netns;
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
-use xvs_vm_tests::topology::{backend_addr, Spec, Topology};
+use xvs_vm_tests::topology::{backend_addr, backend_addr6, Spec, Topology, SNAT_ADDR6};
 
 const XVS: &str = env!("CARGO_BIN_EXE_xvs");
 
@@ -97,15 +97,14 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i]
 }
 
-#[test]
-fn services_from_the_api_server_serve_scale_and_go() {
-    if !privileged("services_from_the_api_server_serve_scale_and_go") {
-        return;
-    }
-    let t = Topology::build(Spec::one_arm(3)).unwrap();
-    let _servers = t
-        .echo_servers(testnet().to_str().unwrap(), "b", 8080, None)
-        .unwrap();
+/// The fake API server in the gateway namespace of `t`, and `xvs run`
+/// watching it with `snat` addresses and the file's `services`: (fake,
+/// xvs, admin socket, config path, scratch folder).
+fn start_with_kube(
+    t: &Topology,
+    snat: &str,
+    services: &str,
+) -> (FakeKube, Spawned, Endpoint, PathBuf, PathBuf) {
     // The API server listens on the gateway namespace's loopback.
     let gw = t.gateway.name().to_owned();
     let fake = std::thread::spawn(move || {
@@ -124,22 +123,36 @@ fn services_from_the_api_server_serve_scale_and_go() {
         &cfg,
         format!(
             "[interfaces]\nmode = \"one-arm\"\nclient = \"{}\"\nqueues = [0]\ncores = [0]\npoll = \"adaptive\"\nzero_copy = \"off\"\n\n\
-             [snat]\naddresses = [\"198.18.1.2\"]\n\n[admin]\nsocket = \"{}\"\n\n\
+             [snat]\naddresses = [{snat}]\n\n[admin]\nsocket = \"{}\"\n\n\
              [kubernetes]\nenabled = true\nkubeconfig = \"{}\"\n\n\
-             [restart]\nhold = \"300ms\"\nstate_dir = \"{}\"\n\n\
-             [[services]]\nvip = \"198.19.0.1\"\nport = 81\nscheduler = \"rr\"\nbackends = [{{ address = \"{}\", port = 8080 }}]\n",
+             [restart]\nhold = \"300ms\"\nstate_dir = \"{}\"\n\n{services}",
             t.gateway_client_if,
             socket.display(),
             kubeconfig.display(),
             dir.join("state").display(),
-            backend_addr(2)
         ),
     )
     .unwrap();
     let mut cmd = t.gateway.command(XVS);
     cmd.args(["run", "--config", cfg.to_str().unwrap()]);
     let (xvs, _) = Spawned::start(cmd, "xvs", Duration::from_secs(20)).unwrap();
-    let to = Endpoint::Unix(socket.clone());
+    (fake, xvs, Endpoint::Unix(socket), cfg, dir)
+}
+
+#[test]
+fn services_from_the_api_server_serve_scale_and_go() {
+    if !privileged("services_from_the_api_server_serve_scale_and_go") {
+        return;
+    }
+    let t = Topology::build(Spec::one_arm(3)).unwrap();
+    let _servers = t
+        .echo_servers(testnet().to_str().unwrap(), "b", 8080, None)
+        .unwrap();
+    let file_service = format!(
+        "[[services]]\nvip = \"198.19.0.1\"\nport = 81\nscheduler = \"rr\"\nbackends = [{{ address = \"{}\", port = 8080 }}]\n",
+        backend_addr(2)
+    );
+    let (fake, xvs, to, cfg, dir) = start_with_kube(&t, "\"198.18.1.2\"", &file_service);
 
     // Created: the VIP serves.
     fake.apply(Kind::Service, service());
@@ -303,6 +316,104 @@ fn services_from_the_api_server_serve_scale_and_go() {
     assert!(
         on81.starts_with("ok=6 failed=0 by=") && !on81.contains("b2"),
         "port 81 should be Kubernetes' (b0, b1): {on81}"
+    );
+
+    let (_, printed) = xvs.stop(libc::SIGTERM, Duration::from_secs(10));
+    assert!(printed.contains("worker 0:"));
+    drop(fake);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A dual-stack Service (clusterIPs of both families, `ipFamilies`
+/// IPv4 and IPv6) with an EndpointSlice per family: each VIP serves from
+/// its own family's endpoints; losing the IPv6 slice leaves the IPv6 VIP
+/// without backends (REJECT) and IPv4 untouched; a single-stack IPv6
+/// Service serves as well.
+#[test]
+fn a_dual_stack_service_serves_each_family_from_its_own_endpoints() {
+    if !privileged("a_dual_stack_service_serves_each_family_from_its_own_endpoints") {
+        return;
+    }
+    let t = Topology::build(Spec::one_arm(2)).unwrap();
+    let net = testnet();
+    let net = net.to_str().unwrap();
+    let _v4 = t.echo_servers(net, "b", 8080, None).unwrap();
+    let _v6: Vec<Spawned> = t
+        .backends
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let mut cmd = b.ns.command(net);
+            cmd.args(["serve", "--name", &format!("s{i}"), "--tcp"])
+                .arg(format!("[{}]:8080", b.addr6));
+            Spawned::start(cmd, "echo server", Duration::from_secs(5))
+                .unwrap()
+                .0
+        })
+        .collect();
+    let snat = format!("\"198.18.1.2\", \"{SNAT_ADDR6}\"");
+    let (fake, xvs, to, _cfg, dir) = start_with_kube(&t, &snat, "");
+    let vip6 = "2001:2:ff::1";
+    fake.apply(
+        Kind::Service,
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "shop", "namespace": "web",
+                         "labels": {"service.kubernetes.io/service-proxy-name": "xvs"}},
+            "spec": {"clusterIP": "198.19.0.1", "clusterIPs": ["198.19.0.1", vip6],
+                     "ipFamilies": ["IPv4", "IPv6"], "ipFamilyPolicy": "RequireDualStack",
+                     "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]},
+        }),
+    );
+    fake.apply(Kind::EndpointSlice, slice(&[0, 1]));
+    let mut v6 = slice(&[0, 1]);
+    v6["metadata"]["name"] = json!("shop-v6");
+    v6["addressType"] = json!("IPv6");
+    v6["endpoints"] = json!((0..2)
+        .map(
+            |i| json!({"addresses": [backend_addr6(i).to_string()], "conditions": {"ready": true}})
+        )
+        .collect::<Vec<_>>());
+    fake.apply(Kind::EndpointSlice, v6);
+    let count = |vip: &str| -> usize {
+        let Some(Ok(body)) = request(&to, Method::GET, "/v1/services", None)
+            .ok()
+            .map(|r| r.ok())
+        else {
+            return 0;
+        };
+        let l: Listing = serde_json::from_str(&body).unwrap();
+        l.services
+            .iter()
+            .find(|s| s.vip.to_string() == vip && s.port == 80)
+            .map_or(0, |s| s.backends.len())
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (count("198.19.0.1"), count(vip6)) != (2, 2) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let v4 = t.tcp_load(net, "198.19.0.1:80", 20, 2000);
+    let v6 = t.tcp_load(net, &format!("[{vip6}]:80"), 20, 2000);
+    assert_eq!(v4, "ok=20 failed=0 by=b0:10,b1:10");
+    assert_eq!(v6, "ok=20 failed=0 by=s0:10,s1:10");
+    assert!(
+        steered(&to).contains(&vip6.to_owned()),
+        "{:?}",
+        steered(&to)
+    );
+
+    // The IPv6 slice goes: the IPv6 VIP has no backend, IPv4 serves on.
+    fake.delete(Kind::EndpointSlice, "web", "shop-v6");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while count(vip6) != 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(count(vip6), 0);
+    let v6 = t.tcp_load(net, &format!("[{vip6}]:80"), 3, 2000);
+    assert_eq!(v6, "ok=0 failed=3 by=");
+    assert_eq!(
+        t.tcp_load(net, "198.19.0.1:80", 4, 2000),
+        "ok=4 failed=0 by=b0:2,b1:2"
     );
 
     let (_, printed) = xvs.stop(libc::SIGTERM, Duration::from_secs(10));
