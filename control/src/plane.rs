@@ -88,7 +88,7 @@ impl Plane for Dataplane {
             v.adopted_flows += u64::from(r.adopted.flows);
             v.adopted_templates += u64::from(r.adopted.templates);
             v.adopted_dropped += u64::from(r.adopted.dropped);
-            if let Some(f) = &r.file {
+            for f in r.file.iter().chain(&r.file6) {
                 v.state_files.push(f.display().to_string());
             }
             if let Some(why) = &r.plain_pages {

@@ -489,6 +489,7 @@ impl Dataplane {
                 if r.fresh.is_none() {
                     r.fresh = r6.fresh;
                 }
+                r.file6 = r6.file;
                 t
             };
             let mut pipeline = Pipeline::with_tables(pcfg, table, table6);

@@ -192,6 +192,8 @@ pub struct Restored {
     pub worker: usize,
     /// The file (none with restart survival off).
     pub file: Option<PathBuf>,
+    /// The IPv6 table's file (none without IPv6 SNAT addresses).
+    pub file6: Option<PathBuf>,
     /// Why it started empty, if it did.
     pub fresh: Option<String>,
     /// Why the file is in plain pages, if it is.
@@ -212,6 +214,7 @@ pub fn open_table<A: xvs_conntrack::FlatAddress>(
     let mut restored = Restored {
         worker,
         file: None,
+        file6: None,
         fresh: None,
         plain_pages: None,
         adopted: Adopted::default(),

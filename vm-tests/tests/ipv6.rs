@@ -32,8 +32,8 @@ fn url6(path: &str) -> String {
 }
 
 /// A dual-stack config: TCP 80 on an IPv4 and an IPv6 VIP (each with its
-/// family's backends, rr), UDP 53 on the IPv6 one, `extra` before the
-/// services.
+/// family's backends, rr), UDP 53 and TCP 9090 (echo, mh) on the IPv6 one,
+/// `extra` before the services.
 fn config(t: &Topology, extra: &str) -> String {
     let n = t.backends.len();
     let b4: Vec<String> = (0..n)
@@ -47,12 +47,17 @@ fn config(t: &Topology, extra: &str) -> String {
          [snat]\naddresses = [\"198.18.1.2\", \"{SNAT_ADDR6}\"]\n\n{extra}\n\
          [[services]]\nvip = \"{VIP4}\"\nport = 80\nscheduler = \"rr\"\nbackends = [{}]\n\n\
          [[services]]\nvip = \"{VIP6}\"\nport = 80\nscheduler = \"rr\"\nbackends = [{}]\n\n\
-         [[services]]\nvip = \"{VIP6}\"\nprotocol = \"udp\"\nport = 53\nscheduler = \"rr\"\nbackends = [{}]\n",
+         [[services]]\nvip = \"{VIP6}\"\nprotocol = \"udp\"\nport = 53\nscheduler = \"rr\"\nbackends = [{}]\n\n\
+         [[services]]\nvip = \"{VIP6}\"\nport = 9090\nscheduler = \"mh\"\nbackends = [{}]\n",
         t.gateway_client_if,
         b4.join(", "),
         b6.join(", "),
         b6.iter()
             .map(|b| b.replace("8080", "5353"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        b6.iter()
+            .map(|b| b.replace("8080", "9090"))
             .collect::<Vec<_>>()
             .join(", "),
     )
@@ -97,7 +102,7 @@ fn lab(extra: &str) -> Lab {
         })
         .collect();
     let (gw, ready) = Daemon::start(&t, "ipv6", &bins(), &config(&t, extra), &[]).unwrap();
-    assert!(ready.starts_with("ready: 3 services on "), "{ready}");
+    assert!(ready.starts_with("ready: 4 services on "), "{ready}");
     Lab {
         t,
         nginx,
@@ -543,4 +548,85 @@ fn ipv6_pmtu_discovery_through_a_1280_link_completes_transfers() {
         .unwrap();
     let route = String::from_utf8_lossy(&route.stdout);
     assert!(route.contains("mtu 1280"), "{route}");
+}
+
+/// IPv6 flows live in their own state file and survive kill -9 like
+/// IPv4's: 20 long-lived echo streams to the IPv6 VIP (mh) go on across a
+/// kill and a start, each with its backend and SNAT endpoint.
+#[test]
+fn ipv6_flows_survive_kill_9_and_a_restart() {
+    if !privileged("ipv6_flows_survive_kill_9_and_a_restart") {
+        return;
+    }
+    // The state outlives the daemon's own folder (removed with it).
+    struct State(PathBuf);
+    impl Drop for State {
+        fn drop(&mut self) {
+            xvs_vm_tests::daemon::unmount_under(&self.0);
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let state = State(std::env::temp_dir().join(format!(
+        "xvs-ipv6-state-{}-{}",
+        std::process::id(),
+        xvs_vm_tests::netns::unique_tag()
+    )));
+    let extra = format!(
+        "[restart]\nhold = \"300ms\"\nstate_dir = \"{}\"\n",
+        state.0.display()
+    );
+    let lab = lab(&extra);
+    let mut cmd = lab.t.client.ns.command(TESTNET);
+    cmd.args([
+        "streams",
+        "--connect",
+        &format!("[{VIP6}]:9090"),
+        "--connections",
+        "20",
+        "--seconds",
+        "6",
+    ]);
+    let (streams, _) = Spawned::start(cmd, "streams", Duration::from_secs(20)).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = lab.gw.adm_ok(&["-Lnc"]);
+    let ours = |text: &str| -> Vec<String> {
+        let mut v: Vec<String> = text
+            .lines()
+            .filter(|l| l.contains(&format!("[{VIP6}]:9090")))
+            .map(|l| l.split_whitespace().skip(2).collect::<Vec<_>>().join(" "))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(ours(&before).len(), 20, "{before}");
+    let Lab { t, nginx, _udp, gw } = lab;
+    let (status, _) = gw.kill(libc::SIGKILL);
+    assert!(status.is_some());
+    let (gw, _) = Daemon::start(&t, "ipv6", &bins(), &config(&t, &extra), &[]).unwrap();
+    let restart: serde_json::Value = serde_json::from_str(&gw.get("/v1/status")).unwrap();
+    let restart = &restart["restart"];
+    assert!(
+        restart["state_files"].as_array().is_some_and(|f| f
+            .iter()
+            .any(|p| p.as_str().unwrap_or("").ends_with(".flows6"))),
+        "{restart}"
+    );
+    assert!(
+        restart["adopted_flows"].as_u64().unwrap_or(0) >= 20,
+        "{restart}"
+    );
+    assert_eq!(restart["adopted_dropped"].as_u64(), Some(0), "{restart}");
+    let after = gw.adm_ok(&["-Lnc"]);
+    // Same client, backend and SNAT endpoint for each (state and expiry
+    // columns aside).
+    let ends = |v: Vec<String>| -> Vec<String> {
+        v.iter()
+            .map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+            .collect()
+    };
+    assert_eq!(ends(ours(&before)), ends(ours(&after)));
+    let (_, out) = streams.wait(Duration::from_secs(60));
+    let summary = out.lines().find(|l| l.starts_with("ok=")).unwrap_or("");
+    assert!(summary.starts_with("ok=20 failed=0"), "{out}");
+    drop((nginx, _udp));
 }

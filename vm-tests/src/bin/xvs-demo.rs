@@ -1,6 +1,6 @@
 //! `make demo`: xvs's main job on a built-in network-namespace topology —
 //! a client, a gateway running xvs (AF_XDP, full NAT) and three backends
-//! running real TCP servers — then real connections to the VIP, the
+//! running real TCP servers — then real connections to the IPv4 and the IPv6 VIP, the
 //! per-backend connection counts and the throughput, and cleanup.
 
 #![allow(clippy::disallowed_types)] // a demo measures real time
@@ -11,9 +11,12 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use xvs_vm_tests::procs::Spawned;
-use xvs_vm_tests::topology::{backend_addr, Spec, Topology};
+use xvs_vm_tests::topology::{
+    backend_addr, backend_addr6, Spec, Topology, SNAT_ADDR6, VIP6 as VIP6_ADDR,
+};
 
 const VIP: &str = "198.19.0.1:80";
+const VIP6: &str = "[2001:2:ff::1]:80";
 
 fn sibling(name: &str) -> Result<PathBuf, String> {
     let mut p = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -37,22 +40,40 @@ fn demo() -> Result<(), String> {
     let testnet = sibling("xvs-testnet")?;
     let t = Topology::build(Spec::one_arm(3)).map_err(|e| e.to_string())?;
     println!(
-        "topology {}: client 198.18.0.2 -> gateway (xvs on {}) -> backends 198.18.1.10-12:8080",
+        "topology {}: client 198.18.0.2 and 2001:2::2 -> gateway (xvs on {}) -> backends 198.18.1.10-12:8080 and [2001:2:0:1::10-12]:8080",
         t.tag, t.gateway_client_if
     );
 
     let servers = t
         .echo_servers(testnet.to_str().unwrap_or_default(), "backend-", 8080, None)
         .map_err(|e| e.to_string())?;
+    // The same backends on IPv6, for the IPv6 service.
+    let servers6 = t
+        .backends
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let mut cmd = b.ns.command(testnet.to_str().unwrap_or_default());
+            cmd.args(["serve", "--name", &format!("backend6-{i}"), "--tcp"])
+                .arg(format!("[{}]:8080", b.addr6));
+            Spawned::start(cmd, "echo server", Duration::from_secs(5)).map(|(s, _)| s)
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
     let backends: Vec<String> = (0..3)
         .map(|i| format!("{{ address = \"{}\", port = 8080 }}", backend_addr(i)))
         .collect();
+    let backends6: Vec<String> = (0..3)
+        .map(|i| format!("{{ address = \"{}\", port = 8080 }}", backend_addr6(i)))
+        .collect();
     let config = format!(
         "[interfaces]\nmode = \"one-arm\"\nclient = \"{}\"\nqueues = [0]\ncores = [0]\npoll = \"adaptive\"\nzero_copy = \"off\"\n\n\
-         [snat]\naddresses = [\"198.18.1.2\"]\n\n\
-         [[services]]\nvip = \"198.19.0.1\"\nport = 80\nscheduler = \"wlc\"\nbackends = [{}]\n",
+         [snat]\naddresses = [\"198.18.1.2\", \"{SNAT_ADDR6}\"]\n\n\
+         [[services]]\nvip = \"198.19.0.1\"\nport = 80\nscheduler = \"wlc\"\nbackends = [{}]\n\n\
+         [[services]]\nvip = \"{VIP6_ADDR}\"\nport = 80\nscheduler = \"wlc\"\nbackends = [{}]\n",
         t.gateway_client_if,
-        backends.join(", ")
+        backends.join(", "),
+        backends6.join(", ")
     );
     let dir = std::env::temp_dir().join(format!("xvs-demo-{}", t.tag));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -104,6 +125,19 @@ fn demo() -> Result<(), String> {
             println!("  {name}: {count} connections");
         }
     }
+    let (summary, took) = load(&[
+        "tcp",
+        "--connect",
+        VIP6,
+        "--connections",
+        "1000",
+        "--concurrency",
+        "32",
+        "--payload",
+        "1000",
+    ])?;
+    println!("\n1000 connections to the IPv6 VIP {VIP6}: {summary}");
+    println!("  {:.0} connections/s", 1000.0 / took.as_secs_f64());
     let bytes = 3 * 64 * 1024 * 1024u64;
     let (summary, took) = load(&[
         "tcp",
@@ -177,6 +211,7 @@ fn demo() -> Result<(), String> {
         println!("  {line}");
     }
     drop(servers);
+    drop(servers6);
     drop(t);
     let _ = std::fs::remove_dir_all(&dir);
     println!("\nnamespaces removed; done.");
