@@ -6,20 +6,22 @@
 //! alone. Twice: with the flow table in anonymous memory, and in a state
 //! file mapped shared, as `xvs run` keeps it to survive a restart (in a
 //! folder prepared as `xvs prepare-state` prepares `/run/xvs/flows`: a
-//! tmpfs with huge pages).
+//! tmpfs with huge pages). The same over IPv6 (an IPv6 table, services and
+//! 84-byte frames: the IPv6 header is 20 bytes longer), beside IPv4 in the
+//! same run.
 
 #![allow(clippy::unwrap_used)] // benches: a failed unwrap is a broken bench
 #![allow(clippy::disallowed_types)] // a benchmark measures wall-clock time
 
 use std::hint::black_box;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use smoltcp::wire::{EthernetAddress, IpAddress, Ipv4Packet, TcpPacket};
 use xvs_config::{
-    Backend, ForwardMethod, PortRange, Protocol, Scheduler, Service, ServiceKey, Timeouts,
+    Address, Backend, ForwardMethod, PortRange, Protocol, Scheduler, Service, ServiceKey, Timeouts,
 };
 use xvs_conntrack::{Filter, L4Proto};
 use xvs_dataplane::pipeline::{Pipeline, PipelineConfig, Prepared, Side, Verdict};
@@ -28,6 +30,136 @@ use xvs_dataplane::services::CompiledService;
 const SERVICES: u32 = 100_000;
 const FLOWS: u32 = 1_000_000;
 const GW: [u8; 6] = [2, 0, 0, 0, 0, 2];
+
+/// What the bench needs of an address family: its addresses, its frames,
+/// and how the pipeline learns a backend's Ethernet address.
+trait Fam {
+    type A: xvs_config::Address;
+    /// Frame length of a TCP packet with 10 bytes of data.
+    const LEN: usize;
+    fn vip(n: u32) -> Self::A;
+    fn backend(n: u32, k: u32) -> Self::A;
+    fn backend_at(a: u32) -> Self::A;
+    fn client_of(i: u32) -> (Self::A, u16);
+    fn frame(client: Self::A, port: u16, dst: Self::A, flags: u8) -> [u8; 96];
+    /// Teaches `p` that backend `a` is at 02:00:00:00:00:03.
+    fn learn(p: &mut Pipeline, a: Self::A);
+    fn upsert(p: &mut Pipeline, id: u32, s: &Service<Self::A>);
+    fn half_len(p: &Pipeline) -> (usize, u32);
+    fn find(p: &Pipeline, vip: Self::A) -> bool;
+}
+
+struct V4;
+struct V6;
+
+impl Fam for V4 {
+    type A = Ipv4Addr;
+    const LEN: usize = 64;
+    fn vip(n: u32) -> Ipv4Addr {
+        vip(n)
+    }
+    fn backend(n: u32, k: u32) -> Ipv4Addr {
+        backend(n, k)
+    }
+    fn backend_at(a: u32) -> Ipv4Addr {
+        Ipv4Addr::from(0xc612_0100 + a)
+    }
+    fn client_of(i: u32) -> (Ipv4Addr, u16) {
+        client_of(i)
+    }
+    fn frame(client: Ipv4Addr, port: u16, dst: Ipv4Addr, flags: u8) -> [u8; 96] {
+        let mut f = [0u8; 96];
+        f[..64].copy_from_slice(&tcp_frame(client, port, dst, flags));
+        f
+    }
+    fn learn(p: &mut Pipeline, a: Ipv4Addr) {
+        let mut f = arp_reply(a);
+        p.process(&mut f, 60, 0);
+    }
+    fn upsert(p: &mut Pipeline, id: u32, s: &Service<Ipv4Addr>) {
+        p.upsert_service(Arc::new(CompiledService::new(id, s, 1, None)));
+    }
+    fn half_len(p: &Pipeline) -> (usize, u32) {
+        (p.v4.services.len(), p.v4.table.len())
+    }
+    fn find(p: &Pipeline, vip: Ipv4Addr) -> bool {
+        p.v4.services.find(vip, L4Proto::Tcp, 80).is_some()
+    }
+}
+
+fn v6(prefix: [u16; 4], n: u32) -> Ipv6Addr {
+    let [a, b, c, d] = prefix;
+    Ipv6Addr::new(a, b, c, d, 0, 0, (n >> 16) as u16, n as u16)
+}
+
+impl Fam for V6 {
+    type A = Ipv6Addr;
+    const LEN: usize = 84;
+    fn vip(n: u32) -> Ipv6Addr {
+        v6([0x2001, 2, 0xff, 0], n + 1)
+    }
+    fn backend(n: u32, k: u32) -> Ipv6Addr {
+        Self::backend_at((n * 3 + k) % 60_000)
+    }
+    fn backend_at(a: u32) -> Ipv6Addr {
+        v6([0x2001, 2, 0, 1], 0x100 + a)
+    }
+    fn client_of(i: u32) -> (Ipv6Addr, u16) {
+        (v6([0x2001, 2, 0, 0], 0x8000 + (i >> 14)), (i & 0x3fff) as u16 + 1024)
+    }
+    fn frame(client: Ipv6Addr, port: u16, dst: Ipv6Addr, flags: u8) -> [u8; 96] {
+        let mut f = [0u8; 96];
+        f[0..6].copy_from_slice(&GW);
+        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+        f[12..14].copy_from_slice(&[0x86, 0xdd]);
+        f[14] = 0x60;
+        f[18..20].copy_from_slice(&30u16.to_be_bytes());
+        f[20] = 6;
+        f[21] = 64;
+        f[22..38].copy_from_slice(&client.octets());
+        f[38..54].copy_from_slice(&dst.octets());
+        let t = &mut f[54..84];
+        t[0..2].copy_from_slice(&port.to_be_bytes());
+        t[2..4].copy_from_slice(&80u16.to_be_bytes());
+        t[12] = 5 << 4;
+        t[13] = flags;
+        t[14..16].copy_from_slice(&1000u16.to_be_bytes());
+        TcpPacket::new_unchecked(&mut t[..30])
+            .fill_checksum(&IpAddress::Ipv6(client), &IpAddress::Ipv6(dst));
+        f
+    }
+    fn learn(p: &mut Pipeline, a: Ipv6Addr) {
+        let ns = xvs_dataplane::wire::Ndp {
+            solicit: true,
+            target: a,
+            lladdr: None,
+        };
+        let mut f = [0u8; 128];
+        let n = xvs_dataplane::wire::ndp::advertise(
+            &mut f,
+            &ns,
+            snat6(),
+            EthernetAddress(GW),
+            EthernetAddress([2, 0, 0, 0, 0, 3]),
+        )
+        .unwrap();
+        p.process(&mut f, n, 0);
+    }
+    fn upsert(p: &mut Pipeline, id: u32, s: &Service<Ipv6Addr>) {
+        let c = CompiledService::new(id, s, 1, None);
+        p.upsert_any(xvs_dataplane::pipeline::AnyService::V6(Arc::new(c)));
+    }
+    fn half_len(p: &Pipeline) -> (usize, u32) {
+        (p.v6.services.len(), p.v6.table.len())
+    }
+    fn find(p: &Pipeline, vip: Ipv6Addr) -> bool {
+        p.v6.services.find(vip, L4Proto::Tcp, 80).is_some()
+    }
+}
+
+fn snat6() -> Ipv6Addr {
+    Ipv6Addr::new(0x2001, 2, 0, 0xfe, 0, 0, 0, 1)
+}
 
 fn vip(n: u32) -> Ipv4Addr {
     Ipv4Addr::from(0xc613_0000 + n)
@@ -90,8 +222,11 @@ fn state_dir() -> std::path::PathBuf {
     std::env::temp_dir().join(format!("xvs-bench-pipeline-{}", std::process::id()))
 }
 
-fn setup(in_file: bool) -> Pipeline {
+fn setup<F: Fam>(in_file: bool) -> Pipeline {
     let capacity = FLOWS + 200_000;
+    // The family under test gets the big table; the other a token one.
+    let ipv6 = <F::A as Address>::LEN == 16;
+    let (cap4, cap6) = if ipv6 { (64, capacity) } else { (capacity, 64) };
     let table = if in_file {
         let identity = xvs_conntrack::StateIdentity {
             worker: 0,
@@ -112,15 +247,15 @@ fn setup(in_file: bool) -> Pipeline {
         std::fs::remove_file(&path).unwrap();
         t
     } else {
-        xvs_conntrack::FlowTable::new(capacity, Timeouts::default(), 0)
+        xvs_conntrack::FlowTable::new(cap4, Timeouts::default(), 0)
     };
-    let mut p = Pipeline::with_table(
+    let mut p = Pipeline::with_tables(
         PipelineConfig {
             worker: 0,
             mac: EthernetAddress(GW),
             backend_mac: EthernetAddress(GW),
             snat_addrs: vec![Ipv4Addr::new(198, 18, 254, 1)],
-            snat_addrs6: Vec::new(),
+            snat_addrs6: vec![snat6()],
             snat_ports: PortRange {
                 first: 1024,
                 last: 65_535,
@@ -131,62 +266,65 @@ fn setup(in_file: bool) -> Pipeline {
             unknown_port: xvs_config::UnknownPort::Drop,
         },
         table,
+        xvs_conntrack::FlowTable::new(cap6, Timeouts::default(), 0),
     );
     for n in 0..SERVICES {
         let mut s = Service::new(ServiceKey {
-            vip: vip(n),
+            vip: F::vip(n),
             protocol: Protocol::Tcp,
             port: 80,
         });
         s.scheduler = Scheduler::Rr;
         s.backends = (0..3)
             .map(|k| Backend {
-                address: backend(n, k),
+                address: F::backend(n, k),
                 port: 8080,
                 weight: 1,
                 forward: ForwardMethod::Masq,
             })
             .collect();
-        p.upsert_service(Arc::new(CompiledService::new(n + 1, &s, 1, None)));
-        p.own(vip(n));
+        F::upsert(&mut p, n + 1, &s);
+        p.own(F::vip(n).ip());
     }
     for a in 0..60_000 {
-        let mut f = arp_reply(Ipv4Addr::from(0xc612_0100 + a));
-        p.process(&mut f, 60, 0);
+        F::learn(&mut p, F::backend_at(a));
     }
     // 1M flows, 10 per service, ESTABLISHED.
     for i in 0..FLOWS {
-        let (c, port) = client_of(i);
-        let mut syn = tcp_frame(c, port, vip(i % SERVICES), 0x02);
+        let (c, port) = F::client_of(i);
+        let mut syn = F::frame(c, port, F::vip(i % SERVICES), 0x02);
         assert!(matches!(
-            p.process(&mut syn, 64, 0),
+            p.process(&mut syn, F::LEN, 0),
             Verdict::Forward { .. }
         ));
-        let mut ack = tcp_frame(c, port, vip(i % SERVICES), 0x10);
-        p.process(&mut ack, 64, 0);
+        let mut ack = F::frame(c, port, F::vip(i % SERVICES), 0x10);
+        p.process(&mut ack, F::LEN, 0);
     }
     p
 }
 
 fn pipeline(c: &mut Criterion) {
-    measure(c, "pipeline_100k_services_1M_flows", setup(false));
-    measure(c, "pipeline_100k_services_1M_flows_state_file", setup(true));
+    measure::<V4>(c, "pipeline_100k_services_1M_flows", setup::<V4>(false));
+    measure::<V6>(c, "pipeline_ipv6_100k_services_1M_flows", setup::<V6>(false));
+    measure::<V4>(
+        c,
+        "pipeline_100k_services_1M_flows_state_file",
+        setup::<V4>(true),
+    );
     xvs_dataplane::state::unmount_dir(&state_dir());
     let _ = std::fs::remove_dir_all(state_dir());
 }
 
-fn measure(c: &mut Criterion, group: &str, mut p: Pipeline) {
-    println!(
-        "pipeline: {} services, {} flows",
-        p.v4.services.len(),
-        p.v4.table.len()
-    );
+fn measure<F: Fam>(c: &mut Criterion, group: &str, mut p: Pipeline) {
+    let (services, flows) = F::half_len(&p);
+    println!("{group}: {services} services, {flows} flows");
+    let len = F::LEN;
     // Established flows in random order (a multiplicative permutation).
-    let acks: Vec<[u8; 64]> = (0..FLOWS)
+    let acks: Vec<[u8; 96]> = (0..FLOWS)
         .map(|k| {
             let i = ((u64::from(k) * 2_654_435_761) % u64::from(FLOWS)) as u32;
-            let (c, port) = client_of(i);
-            tcp_frame(c, port, vip(i % SERVICES), 0x10)
+            let (c, port) = F::client_of(i);
+            F::frame(c, port, F::vip(i % SERVICES), 0x10)
         })
         .collect();
     let mut g = c.benchmark_group(group);
@@ -198,8 +336,8 @@ fn measure(c: &mut Criterion, group: &str, mut p: Pipeline) {
     g.bench_function("established_packet", |b| {
         b.iter(|| {
             k = (k + 1) % acks.len();
-            buf[..64].copy_from_slice(&acks[k]);
-            let v = p.process(&mut buf, 64, 1);
+            buf[..len].copy_from_slice(&acks[k][..len]);
+            let v = p.process(&mut buf, len, 1);
             debug_assert!(matches!(v, Verdict::Forward { .. }));
             black_box(v)
         })
@@ -216,12 +354,12 @@ fn measure(c: &mut Criterion, group: &str, mut p: Pipeline) {
             preps.clear();
             for buf in bufs.iter_mut() {
                 k = (k + 1) % acks.len();
-                buf[..64].copy_from_slice(&acks[k]);
-                preps.push(Prepared::of(&buf[..64]));
+                buf[..len].copy_from_slice(&acks[k][..len]);
+                preps.push(Prepared::of(&buf[..len]));
             }
             p.lookup_prepared(&preps, &mut looked);
             for ((buf, prep), look) in bufs.iter_mut().zip(&preps).zip(&looked) {
-                black_box(p.process_prepared(Side::Client, buf, 64, 1, prep, *look));
+                black_box(p.process_prepared(Side::Client, buf, len, 1, prep, *look));
             }
         })
     });
@@ -234,18 +372,18 @@ fn measure(c: &mut Criterion, group: &str, mut p: Pipeline) {
             let mut left = iters;
             while left > 0 {
                 let n = left.min(20_000) as u32;
-                let frames: Vec<[u8; 64]> = (0..n)
+                let frames: Vec<[u8; 96]> = (0..n)
                     .map(|j| {
                         let i = next + j;
-                        let (c, port) = client_of(i);
+                        let (c, port) = F::client_of(i);
                         let s = ((u64::from(i) * 2_654_435_761) % u64::from(SERVICES)) as u32;
-                        tcp_frame(c, port, vip(s), 0x02)
+                        F::frame(c, port, F::vip(s), 0x02)
                     })
                     .collect();
                 let start = Instant::now();
                 for f in &frames {
-                    buf[..64].copy_from_slice(f);
-                    black_box(p.process(&mut buf, 64, 2));
+                    buf[..len].copy_from_slice(&f[..len]);
+                    black_box(p.process(&mut buf, len, 2));
                 }
                 spent += start.elapsed();
                 // Take the new flows out again (not timed).
@@ -259,6 +397,15 @@ fn measure(c: &mut Criterion, group: &str, mut p: Pipeline) {
                 while let Some(c) = cursor {
                     cursor = p.delete_matching(&filter, c, u32::MAX).1;
                 }
+                let filter6 = Filter::<Ipv6Addr> {
+                    state: Some(xvs_conntrack::FlowState::SynRecv),
+                    proto: Some(L4Proto::Tcp),
+                    ..Filter::default()
+                };
+                let mut cursor = Some(0);
+                while let Some(c) = cursor {
+                    cursor = p.delete_matching6(&filter6, c, u32::MAX).1;
+                }
                 next = FLOWS + (next - FLOWS + n) % (1 << 22);
                 left -= u64::from(n);
             }
@@ -270,11 +417,7 @@ fn measure(c: &mut Criterion, group: &str, mut p: Pipeline) {
     g.bench_function("service_lookup", |b| {
         b.iter(|| {
             n = (n + 7919) % SERVICES;
-            black_box(
-                p.v4.services
-                    .find(black_box(vip(n)), L4Proto::Tcp, 80)
-                    .is_some(),
-            )
+            black_box(F::find(&p, black_box(F::vip(n))))
         })
     });
     g.finish();
