@@ -105,7 +105,10 @@ impl Fam for V6 {
         v6([0x2001, 2, 0, 1], 0x100 + a)
     }
     fn client_of(i: u32) -> (Ipv6Addr, u16) {
-        (v6([0x2001, 2, 0, 0], 0x8000 + (i >> 14)), (i & 0x3fff) as u16 + 1024)
+        (
+            v6([0x2001, 2, 0, 0], 0x8000 + (i >> 14)),
+            (i & 0x3fff) as u16 + 1024,
+        )
     }
     fn frame(client: Ipv6Addr, port: u16, dst: Ipv6Addr, flags: u8) -> [u8; 96] {
         let mut f = [0u8; 96];
@@ -305,7 +308,11 @@ fn setup<F: Fam>(in_file: bool) -> Pipeline {
 
 fn pipeline(c: &mut Criterion) {
     measure::<V4>(c, "pipeline_100k_services_1M_flows", setup::<V4>(false));
-    measure::<V6>(c, "pipeline_ipv6_100k_services_1M_flows", setup::<V6>(false));
+    measure::<V6>(
+        c,
+        "pipeline_ipv6_100k_services_1M_flows",
+        setup::<V6>(false),
+    );
     measure::<V4>(
         c,
         "pipeline_100k_services_1M_flows_state_file",

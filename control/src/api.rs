@@ -322,7 +322,7 @@ async fn edit_backend(
 ) -> Result<Json<Applied>, ApiError> {
     let k = key(&proto, vip, port)?;
     let b = BackendSpec {
-        address: Some(addr.into()),
+        address: Some(addr),
         port: Some(bport),
         ..b
     };

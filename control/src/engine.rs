@@ -542,8 +542,7 @@ impl Engine {
             Edit::DeleteBackend(k, addr, port) => {
                 let mut cur = current(plan, &k)?;
                 let before = cur.backends.len();
-                cur.backends
-                    .retain(|x| (x.address, x.port) != (addr.into(), port));
+                cur.backends.retain(|x| (x.address, x.port) != (addr, port));
                 if cur.backends.len() == before {
                     return Err(no_destination(&k, addr, port));
                 }

@@ -13,13 +13,13 @@ mod sections;
 mod services;
 mod shape;
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::ops::Range;
 use std::path::PathBuf;
 
 use crate::error::{Diagnostic, Invalid, Locator};
 use crate::raw::{RawFile, Sp};
-use crate::service::{is_unicast, is_unicast_any, not_unicast, not_unicast_any, MAX_TIMEOUT_SECS};
+use crate::service::{is_unicast_any, not_unicast_any, MAX_TIMEOUT_SECS};
 use crate::settings::{Config, Vips};
 use shape::read_raw;
 
@@ -181,20 +181,6 @@ impl Checker<'_> {
         }
     }
 
-    fn ipv4(&mut self, v: &Sp<String>, field: &str) -> Option<Ipv4Addr> {
-        match v.get_ref().parse::<Ipv4Addr>() {
-            Ok(a) => Some(a),
-            Err(_) => {
-                self.report(
-                    &v.span(),
-                    field,
-                    format!("\"{}\" is not an IPv4 address", v.get_ref()),
-                );
-                None
-            }
-        }
-    }
-
     fn ip(&mut self, v: &Sp<String>, field: &str) -> Option<IpAddr> {
         match v.get_ref().parse::<IpAddr>() {
             Ok(a) => Some(a),
@@ -215,17 +201,6 @@ impl Checker<'_> {
             Some(a)
         } else {
             self.report(&v.span(), field, not_unicast_any(a));
-            None
-        }
-    }
-
-    #[allow(dead_code)]
-    fn unicast(&mut self, v: &Sp<String>, field: &str) -> Option<Ipv4Addr> {
-        let a = self.ipv4(v, field)?;
-        if is_unicast(a) {
-            Some(a)
-        } else {
-            self.report(&v.span(), field, not_unicast(a));
             None
         }
     }
