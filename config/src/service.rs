@@ -305,6 +305,15 @@ impl<A: Address> Service<A> {
             }
         }
         self.check_maglev(&mut violation);
+        for (i, n) in self.source_ranges.iter().enumerate() {
+            let net = A::net_wide(*n);
+            if net.addr().family() != self.key.vip.family() {
+                violation(
+                    ServiceField::SourceRange(i),
+                    format!("{net} is not of the VIP's family ({})", self.key.vip),
+                );
+            }
+        }
         self.check_backends(&mut violation);
         out
     }
@@ -472,6 +481,8 @@ pub enum ServiceField {
     PersistenceNetmask,
     /// `maglev_table_size`.
     MaglevTableSize,
+    /// One of `source_ranges`.
+    SourceRange(usize),
     /// A field of one backend.
     Backend {
         /// Index in `backends`.
@@ -503,7 +514,8 @@ impl ServiceField {
             ServiceField::PersistenceTimeout => (4, 0, 0),
             ServiceField::PersistenceNetmask => (5, 0, 0),
             ServiceField::MaglevTableSize => (6, 0, 0),
-            ServiceField::Backend { index, field } => (7, index, field as usize),
+            ServiceField::SourceRange(i) => (7, i, 0),
+            ServiceField::Backend { index, field } => (8, index, field as usize),
         }
     }
 }
@@ -518,6 +530,7 @@ impl fmt::Display for ServiceField {
             ServiceField::PersistenceTimeout => f.write_str("persistence.timeout"),
             ServiceField::PersistenceNetmask => f.write_str("persistence.netmask"),
             ServiceField::MaglevTableSize => f.write_str("maglev_table_size"),
+            ServiceField::SourceRange(i) => write!(f, "source_ranges[{i}]"),
             ServiceField::Backend { index, field } => {
                 let name = match field {
                     BackendField::Address => "address",

@@ -606,3 +606,73 @@ fn load_names_the_file() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+// ---- IPv6 and dual-stack ----
+
+const BASE6: &str =
+    "[interfaces]\nclient = \"eth0\"\n[snat]\naddresses = [\"198.18.2.1\", \"2001:2:0:2::1\"]\n";
+
+#[test]
+fn a_dual_stack_file_is_one_service_per_family() {
+    let text = format!(
+        "{BASE6}[[services]]\nvip = \"198.19.0.1\"\nport = 80\nbackends = [{{ address = \"198.18.1.10\" }}]\n\
+         [[services]]\nvip = \"2001:2:ff::1\"\nport = 80\npersistence = {{ netmask = \"64\" }}\n\
+         source_ranges = [\"2001:2::/48\"]\nbackends = [{{ address = \"2001:2:0:1::10\" }}]\n"
+    );
+    let c = parse_str("xvs.toml", &text).unwrap();
+    assert_eq!(c.snat.addresses.len(), 1);
+    assert_eq!(
+        c.snat.addresses6,
+        ["2001:2:0:2::1".parse::<std::net::Ipv6Addr>().unwrap()]
+    );
+    assert_eq!(c.services.len(), 2);
+    let v6 = &c.services[1];
+    assert_eq!(v6.key.to_string(), "tcp [2001:2:ff::1]:80");
+    assert_eq!(
+        v6.persistence.unwrap().netmask.to_string(),
+        "ffff:ffff:ffff:ffff::",
+        "a prefix length, as ipvsadm's -M takes for IPv6"
+    );
+    assert!(v6.narrow::<std::net::Ipv6Addr>().is_some());
+    assert!(v6.narrow::<std::net::Ipv4Addr>().is_none());
+}
+
+#[test]
+fn a_service_of_mixed_families_is_refused_at_its_backend() {
+    let all = errors(&format!(
+        "{BASE6}[[services]]\nvip = \"2001:2:ff::1\"\nport = 80\nbackends = [{{ address = \"198.18.1.10\" }}]\n"
+    ));
+    assert_eq!(
+        all,
+        ["xvs.toml:8:25: services[0].backends[0].address: 198.18.1.10 is not of the VIP's family (2001:2:ff::1): a service's backends are of its VIP's family (NAT64 is not done; a dual-stack service is one service per family)"]
+    );
+    let all = errors(&format!(
+        "{BASE6}[[services]]\nvip = \"2001:2:ff::1\"\nport = 80\nsource_ranges = [\"198.18.0.0/24\"]\n"
+    ));
+    assert_eq!(
+        all,
+        ["xvs.toml:8:18: services[0].source_ranges[0]: 198.18.0.0/24 is not of the VIP's family (2001:2:ff::1)"]
+    );
+}
+
+#[test]
+fn an_ipv6_service_needs_an_ipv6_snat_address_and_unicast_addresses() {
+    assert_eq!(
+        error("[[services]]\nvip = \"2001:2:ff::1\"\nport = 80\n"),
+        "xvs.toml:6:7: services[0].vip: 2001:2:ff::1 needs a SNAT address of its family in snat.addresses (full NAT sources its backends' flows from one)"
+    );
+    let all = errors(&format!(
+        "{BASE6}[[services]]\nvip = \"fe80::1\"\nport = 80\n"
+    ));
+    assert_eq!(
+        all,
+        ["xvs.toml:6:7: services[0].vip: fe80::1 is not a unicast address (not ::, loopback, multicast, link-local fe80::/10 or IPv4-mapped)"]
+    );
+    let all = errors(&format!(
+        "{BASE6}[[services]]\nvip = \"2001:2:ff::1\"\nport = 80\npersistence = {{ netmask = \"129\" }}\n"
+    ));
+    assert_eq!(
+        all,
+        ["xvs.toml:8:27: services[0].persistence.netmask: prefix length 129 is out of range for 2001:2:ff::1"]
+    );
+}

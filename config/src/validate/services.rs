@@ -197,6 +197,7 @@ fn service_field_span(r: &RawService, header: &Range<usize>, field: ServiceField
             });
             or_header(inner.or_else(|| p.map(|p| p.span())))
         }
+        ServiceField::SourceRange(i) => or_header(r.source_ranges.get(i).map(|c| c.span())),
         ServiceField::MaglevTableSize => or_header(
             r.maglev_table_size
                 .as_ref()
