@@ -1,6 +1,7 @@
 //! The end-to-end bench's test bed: one two-arm namespace topology
 //! (client → gateway → switch → one sink host answering for the three
-//! endpoint addresses 198.18.1.10-12), the generator on the client, the
+//! endpoint addresses 198.18.1.10-12 and 2001:2:0:1::10-12), the generator
+//! on the client, the
 //! sink on the sink host, and on the gateway one of: the raw forwarder,
 //! xvs (in process, busy poll), or the kernel with a rule set loaded.
 //!
@@ -13,7 +14,7 @@
 #![allow(clippy::disallowed_types)] // a benchmark measures real time
 
 use std::io::Write;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Sender};
@@ -26,16 +27,31 @@ use xvs_dataplane::wire::Endpoint;
 use xvs_vm_tests::netns::Netns;
 use xvs_vm_tests::topology::{Arms, Spec, Topology};
 
-use crate::frames::{ep, L4Kind};
+use crate::frames::{ep_any, L4Kind};
 use crate::pktgen::{generate, Flows, GenReport, GenSpec, Sink, SinkSpec};
 use crate::raw::{forward, RawSpec};
 
 /// The endpoints that receive traffic (all on the sink host).
-pub fn target_endpoints() -> Vec<Endpoint> {
+pub fn target_endpoints() -> Vec<Endpoint<IpAddr>> {
     (10..13)
-        .map(|h| ep(Ipv4Addr::new(198, 18, 1, h), 9000))
+        .map(|h| ep_any(Ipv4Addr::new(198, 18, 1, h), 9000))
         .collect()
 }
+
+/// The IPv6 endpoints that receive traffic (the sink host's too).
+pub fn target_endpoints6() -> Vec<Endpoint<IpAddr>> {
+    (0x10..0x13)
+        .map(|h| ep_any(Ipv6Addr::new(0x2001, 2, 0, 1, 0, 0, 0, h), 9000))
+        .collect()
+}
+
+/// xvs's IPv6 SNAT addresses (2001:2:0:1::2-5, on the sink's link).
+pub const SNAT_ADDRS6: [Ipv6Addr; 4] = [
+    Ipv6Addr::new(0x2001, 2, 0, 1, 0, 0, 0, 2),
+    Ipv6Addr::new(0x2001, 2, 0, 1, 0, 0, 0, 3),
+    Ipv6Addr::new(0x2001, 2, 0, 1, 0, 0, 0, 4),
+    Ipv6Addr::new(0x2001, 2, 0, 1, 0, 0, 0, 5),
+];
 
 /// The SNAT addresses xvs uses (198.18.1.2-5): 4 x 64k flows per
 /// endpoint. The kernel masquerades to the node's one address, as
@@ -117,6 +133,8 @@ impl Bed {
         for h in 11..13 {
             b.ns.ip(&["addr", "add", &format!("198.18.1.{h}/24"), "dev", &b.ifname])
                 .map_err(|e| e.to_string())?;
+            xvs_vm_tests::topology::address(&b.ns, &b.ifname, &format!("2001:2:0:1::{h}/64"))
+                .map_err(|e| e.to_string())?;
         }
         let gateway_mac = topo
             .gateway
@@ -143,7 +161,11 @@ impl Bed {
         let spec = SinkSpec {
             ifname: b.ifname.clone(),
             queues: vec![0],
-            addrs: target_endpoints().iter().map(|e| e.addr).collect(),
+            addrs: target_endpoints()
+                .iter()
+                .chain(&target_endpoints6())
+                .map(|e| e.addr)
+                .collect(),
             mac: sink_mac,
             reflect: false,
         };
@@ -212,14 +234,21 @@ impl Bed {
     /// the bed's duration, after a slow warm-up (neighbour resolution,
     /// and for established flows every tuple seen once); returns what was
     /// sent and what reached the sink.
-    pub fn measure(&mut self, dst: Endpoint, workload: Workload) -> Result<Measured, String> {
+    pub fn measure(
+        &mut self,
+        dst: Endpoint<IpAddr>,
+        workload: Workload,
+    ) -> Result<Measured, String> {
         let base = GenSpec {
             ifname: self.topo.client.ifname.clone(),
             queues: vec![0],
             cores: vec![GEN_CPU],
             src_mac: self.client_mac,
             dst_mac: self.gateway_mac,
-            src_base: Ipv4Addr::new(198, 18, 0, 2),
+            src_base: match dst.addr {
+                IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)),
+                IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, 0, 2)),
+            },
             src_count: SOURCES,
             dst,
             l4: L4Kind::Udp { payload: 18 },

@@ -1,8 +1,9 @@
 //! Test frames built from scratch with full checksums: the generator's
 //! templates and the micro-benchmarks' packets. Every frame is Ethernet II,
-//! IPv4 without options, TTL 64, padded to at least 60 bytes.
+//! IPv4 without options, TTL 64, padded to at least 60 bytes; or IPv6
+//! without extension headers, hop limit 64 ([`frame6`], [`frame_any`]).
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use smoltcp::wire::{IpAddress, Ipv4Packet, TcpPacket, UdpPacket};
 use xvs_dataplane::wire::Endpoint;
@@ -56,28 +57,102 @@ pub fn frame(
         Ipv4Packet::new_unchecked(ip).fill_checksum();
     }
     let (s, d) = (IpAddress::Ipv4(src.addr), IpAddress::Ipv4(dst.addr));
-    let t = &mut f[L3..L3 + l4_len];
-    t[0..2].copy_from_slice(&src.port.to_be_bytes());
-    t[2..4].copy_from_slice(&dst.port.to_be_bytes());
+    fill_l4(&mut f[L3..L3 + l4_len], src.port, dst.port, l4, &s, &d);
+    f
+}
+
+/// Fills the L4 header of `t` (ports from `src`/`dst`) and its checksum
+/// over the pseudo-header of `s` and `d`.
+fn fill_l4(t: &mut [u8], sp: u16, dp: u16, l4: L4Kind, s: &IpAddress, d: &IpAddress) {
+    t[0..2].copy_from_slice(&sp.to_be_bytes());
+    t[2..4].copy_from_slice(&dp.to_be_bytes());
     match l4 {
         L4Kind::Udp { .. } => {
-            t[4..6].copy_from_slice(&(l4_len as u16).to_be_bytes());
-            UdpPacket::new_unchecked(t).fill_checksum(&s, &d);
+            let len = t.len() as u16;
+            t[4..6].copy_from_slice(&len.to_be_bytes());
+            UdpPacket::new_unchecked(t).fill_checksum(s, d);
         }
         L4Kind::Tcp { flags } => {
             t[4..8].copy_from_slice(&1u32.to_be_bytes());
             t[12] = 5 << 4;
             t[13] = flags;
             t[14..16].copy_from_slice(&64240u16.to_be_bytes());
-            TcpPacket::new_unchecked(t).fill_checksum(&s, &d);
+            TcpPacket::new_unchecked(t).fill_checksum(s, d);
         }
     }
+}
+
+/// Builds an IPv6 frame `src_mac → dst_mac`, `src → dst` with `l4`.
+pub fn frame6(
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: Endpoint<Ipv6Addr>,
+    dst: Endpoint<Ipv6Addr>,
+    l4: L4Kind,
+) -> Vec<u8> {
+    let l4_len = match l4 {
+        L4Kind::Udp { payload } => 8 + payload,
+        L4Kind::Tcp { .. } => 20,
+    };
+    let mut f = vec![0u8; 14 + 40 + l4_len];
+    f[0..6].copy_from_slice(&dst_mac);
+    f[6..12].copy_from_slice(&src_mac);
+    f[12..14].copy_from_slice(&[0x86, 0xdd]);
+    f[14] = 0x60;
+    f[18..20].copy_from_slice(&(l4_len as u16).to_be_bytes());
+    f[20] = match l4 {
+        L4Kind::Udp { .. } => 17,
+        L4Kind::Tcp { .. } => 6,
+    };
+    f[21] = 64;
+    f[22..38].copy_from_slice(&src.addr.octets());
+    f[38..54].copy_from_slice(&dst.addr.octets());
+    let (s, d) = (IpAddress::Ipv6(src.addr), IpAddress::Ipv6(dst.addr));
+    fill_l4(&mut f[54..], src.port, dst.port, l4, &s, &d);
     f
+}
+
+/// [`frame`] or [`frame6`], by the endpoints' family (`None` when they
+/// differ).
+pub fn frame_any(
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: Endpoint<IpAddr>,
+    dst: Endpoint<IpAddr>,
+    l4: L4Kind,
+) -> Option<Vec<u8>> {
+    Some(match (src.addr, dst.addr) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            frame(src_mac, dst_mac, ep(a, src.port), ep(b, dst.port), l4)
+        }
+        (IpAddr::V6(a), IpAddr::V6(b)) => frame6(
+            src_mac,
+            dst_mac,
+            Endpoint {
+                addr: a,
+                port: src.port,
+            },
+            Endpoint {
+                addr: b,
+                port: dst.port,
+            },
+            l4,
+        ),
+        _ => return None,
+    })
 }
 
 /// An endpoint.
 pub fn ep(addr: Ipv4Addr, port: u16) -> Endpoint {
     Endpoint { addr, port }
+}
+
+/// An endpoint of either family.
+pub fn ep_any(addr: impl Into<IpAddr>, port: u16) -> Endpoint<IpAddr> {
+    Endpoint {
+        addr: addr.into(),
+        port,
+    }
 }
 
 #[cfg(test)]
@@ -115,6 +190,18 @@ mod tests {
             };
             assert_eq!((ip.src, ip.dst), (a.addr, b.addr));
             assert!(matches!(ip.l4, L4::Udp { .. } | L4::Tcp { .. }));
+            // The same over IPv6.
+            let (a6, b6) = (
+                ep_any("2001:2::2".parse::<Ipv6Addr>().unwrap(), 1234),
+                ep_any("2001:2:ff::1".parse::<Ipv6Addr>().unwrap(), 80),
+            );
+            let f = frame_any([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], a6, b6, l4).unwrap();
+            let c = classify(&f).unwrap();
+            let xvs_dataplane::wire::Frame::Ipv6(ip) = c else {
+                panic!("not IPv6: {c:?}")
+            };
+            assert_eq!((IpAddr::V6(ip.src), IpAddr::V6(ip.dst)), (a6.addr, b6.addr));
+            assert!(xvs_dataplane::wire::checksum::l4_verifies6(&f, &ip));
         }
     }
 }

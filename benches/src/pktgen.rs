@@ -17,12 +17,17 @@
 //! ARP requests for owned addresses come to the sockets too (the steering
 //! program sends them there): both answer them.
 //!
+//! IPv6 works the same way: the template is an IPv6 frame, every packet's
+//! source is rewritten with the IPv6 NAT (its checksum updated
+//! incrementally), and neighbour solicitations for owned addresses are
+//! answered as ARP requests are; reflection is IPv4 only.
+//!
 //! Invariant: every frame taken from a port goes back to it (sent,
 //! released or reflected); the ports' frame accounting checks it on stop.
 
 #![allow(clippy::disallowed_types)] // a generator paces itself by real time
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -32,10 +37,10 @@ use smoltcp::wire::EthernetAddress;
 use xsk_rs::FrameDesc;
 use xvs_config::XdpAttachMode;
 use xvs_dataplane::steer::Steering;
-use xvs_dataplane::wire::{answer, classify, nat, Endpoint, Frame, Ipv4, L4};
+use xvs_dataplane::wire::{answer, classify, nat, nat6, ndp, Endpoint, Frame, Ipv4, Ipv6, Nat, L4};
 use xvs_dataplane::xsk::{XskPort, BATCH};
 
-use crate::frames::{frame, L4Kind};
+use crate::frames::{frame_any, L4Kind};
 
 /// Ports a source address cycles through before the next address.
 const PORTS: u32 = 64_512;
@@ -64,12 +69,12 @@ pub struct GenSpec {
     pub src_mac: [u8; 6],
     /// Destination MAC (the next hop's).
     pub dst_mac: [u8; 6],
-    /// First source address.
-    pub src_base: Ipv4Addr,
+    /// First source address (of the destination's family).
+    pub src_base: IpAddr,
     /// Source addresses to use from `src_base` on.
     pub src_count: u32,
     /// Destination.
-    pub dst: Endpoint,
+    pub dst: Endpoint<IpAddr>,
     /// UDP or TCP (flags).
     pub l4: L4Kind,
     /// New or fixed flows.
@@ -117,7 +122,7 @@ fn per_second(n: u64, seconds: f64) -> f64 {
 }
 
 /// The source of packet number `k`.
-pub fn source_of(spec: &GenSpec, k: u64) -> Endpoint {
+pub fn source_of(spec: &GenSpec, k: u64) -> Endpoint<IpAddr> {
     let k = match spec.flows {
         Flows::New => k,
         Flows::Fixed(n) => k % u64::from(n.max(1)),
@@ -125,8 +130,75 @@ pub fn source_of(spec: &GenSpec, k: u64) -> Endpoint {
     let port = FIRST_PORT + (k % u64::from(PORTS)) as u32;
     let host = (k / u64::from(PORTS)) % u64::from(spec.src_count.max(1));
     Endpoint {
-        addr: Ipv4Addr::from(u32::from(spec.src_base) + host as u32),
+        addr: nth(spec.src_base, host as u32),
         port: port as u16,
+    }
+}
+
+/// The address `n` after `base`.
+fn nth(base: IpAddr, n: u32) -> IpAddr {
+    match base {
+        IpAddr::V4(a) => IpAddr::V4(Ipv4Addr::from(u32::from(a) + n)),
+        IpAddr::V6(a) => IpAddr::V6(Ipv6Addr::from(u128::from(a) + u128::from(n))),
+    }
+}
+
+/// The generator's template, classified: how each packet's source is
+/// rewritten.
+#[derive(Clone, Copy)]
+enum Template {
+    V4(Ipv4),
+    V6(Ipv6, Endpoint<Ipv6Addr>),
+}
+
+impl Template {
+    fn of(frame: &[u8], dst: Endpoint<IpAddr>) -> Result<Template, String> {
+        match (classify(frame), dst.addr) {
+            (Ok(Frame::Ipv4(ip)), _) => Ok(Template::V4(ip)),
+            (Ok(Frame::Ipv6(ip)), IpAddr::V6(a)) => Ok(Template::V6(
+                ip,
+                Endpoint {
+                    addr: a,
+                    port: dst.port,
+                },
+            )),
+            (other, _) => Err(format!("template does not classify: {other:?}")),
+        }
+    }
+
+    /// Rewrites the source of a copy of the template in `buf`.
+    fn set_source(&self, buf: &mut [u8], src: Endpoint<IpAddr>) -> bool {
+        match (self, src.addr) {
+            (Template::V4(ip), IpAddr::V4(a)) => nat::set_source(
+                buf,
+                ip,
+                Endpoint {
+                    addr: a,
+                    port: src.port,
+                },
+            )
+            .is_ok(),
+            (Template::V6(ip, dst), IpAddr::V6(a)) => {
+                let n = Nat {
+                    src: Endpoint {
+                        addr: a,
+                        port: src.port,
+                    },
+                    dst: *dst,
+                };
+                let mut macs = [0u8; 12];
+                macs.copy_from_slice(&buf[..12]);
+                let mac = |o: usize| {
+                    let mut m = [0u8; 6];
+                    m.copy_from_slice(&macs[o..o + 6]);
+                    EthernetAddress(m)
+                };
+                // (The template's hop limit goes from 64 to 63: a copy
+                // is rewritten, never the template.)
+                nat6::forward6(buf, ip, &n, mac(6), mac(0)).is_ok()
+            }
+            _ => false,
+        }
     }
 }
 
@@ -143,7 +215,7 @@ pub fn generate(spec: &GenSpec, stop: &AtomicBool) -> Result<GenReport, String> 
         let st =
             Steering::attach(&spec.ifname, XdpAttachMode::Native).map_err(|e| e.to_string())?;
         for h in 0..spec.src_count {
-            st.add_address(Ipv4Addr::from(u32::from(spec.src_base) + h))
+            st.add_address(nth(spec.src_base, h))
                 .map_err(|e| e.to_string())?;
         }
         Some(st)
@@ -195,17 +267,15 @@ fn send_queue(
     step: u64,
     stop: &AtomicBool,
 ) -> Result<GenReport, String> {
-    let template = frame(
+    let template = frame_any(
         spec.src_mac,
         spec.dst_mac,
         source_of(spec, first),
         spec.dst,
         spec.l4,
-    );
-    let ip: Ipv4 = match classify(&template) {
-        Ok(Frame::Ipv4(ip)) => ip,
-        other => return Err(format!("template does not classify: {other:?}")),
-    };
+    )
+    .ok_or("the source and the destination are of different families")?;
+    let tpl = Template::of(&template, spec.dst)?;
     let rate = spec.rate.map(|r| r as f64 / step as f64);
     let mut descs: Vec<FrameDesc> = Vec::with_capacity(BATCH);
     let mut rx = vec![FrameDesc::default(); BATCH];
@@ -235,7 +305,7 @@ fn send_queue(
             let ok = unsafe {
                 port.with_frame(&mut d, |buf, _| {
                     buf[..template.len()].copy_from_slice(&template);
-                    nat::set_source(&mut buf[..template.len()], &ip, src).is_ok()
+                    tpl.set_source(&mut buf[..template.len()], src)
                 })
             };
             // SAFETY: as above; the frame holds `template.len()` bytes.
@@ -276,9 +346,9 @@ pub struct SinkSpec {
     pub ifname: String,
     /// Queues: one socket and one thread each.
     pub queues: Vec<u32>,
-    /// Addresses it owns (frames to them are counted; ARP requests for
-    /// them are answered).
-    pub addrs: Vec<Ipv4Addr>,
+    /// Addresses it owns (frames to them are counted; ARP requests and
+    /// neighbour solicitations for them are answered).
+    pub addrs: Vec<IpAddr>,
     /// The interface's MAC address (for ARP replies).
     pub mac: [u8; 6],
     /// Send every UDP/TCP frame back to its sender.
@@ -418,6 +488,19 @@ fn serve(
                     counted += 1;
                     (reflect && swap(&mut buf[..len])).then_some(len)
                 }
+                // The steering program sends only solicitations for the
+                // owned addresses.
+                Ok(Frame::Ipv6(ip)) => match ip.l4 {
+                    L4::Neighbour(ns) if ns.solicit => {
+                        let asker = EthernetAddress::from_bytes(&buf[6..12]);
+                        ndp::advertise(buf, &ns, ip.src, asker, EthernetAddress(mac))
+                    }
+                    L4::Udp { .. } | L4::Tcp { .. } => {
+                        counted += 1;
+                        None
+                    }
+                    _ => None,
+                },
                 _ => None,
             })
         };
@@ -473,7 +556,7 @@ fn swap(buf: &mut [u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frames::ep;
+    use crate::frames::{ep, ep_any, frame};
 
     fn spec(flows: Flows) -> GenSpec {
         GenSpec {
@@ -482,9 +565,9 @@ mod tests {
             cores: vec![],
             src_mac: [2, 0, 0, 0, 0, 1],
             dst_mac: [2, 0, 0, 0, 0, 2],
-            src_base: Ipv4Addr::new(198, 18, 0, 2),
+            src_base: Ipv4Addr::new(198, 18, 0, 2).into(),
             src_count: 3,
-            dst: ep(Ipv4Addr::new(198, 19, 0, 1), 80),
+            dst: ep_any(Ipv4Addr::new(198, 19, 0, 1), 80),
             l4: L4Kind::Udp { payload: 18 },
             flows,
             first: 0,
@@ -497,18 +580,44 @@ mod tests {
     #[test]
     fn new_flows_advance_ports_then_addresses_and_fixed_flows_cycle() {
         let s = spec(Flows::New);
-        assert_eq!(source_of(&s, 0), ep(Ipv4Addr::new(198, 18, 0, 2), 1024));
-        assert_eq!(source_of(&s, 1), ep(Ipv4Addr::new(198, 18, 0, 2), 1025));
+        assert_eq!(source_of(&s, 0), ep_any(Ipv4Addr::new(198, 18, 0, 2), 1024));
+        assert_eq!(source_of(&s, 1), ep_any(Ipv4Addr::new(198, 18, 0, 2), 1025));
         let next_host = u64::from(PORTS);
         assert_eq!(
             source_of(&s, next_host),
-            ep(Ipv4Addr::new(198, 18, 0, 3), 1024)
+            ep_any(Ipv4Addr::new(198, 18, 0, 3), 1024)
         );
         // Wraps after every address was used.
         assert_eq!(source_of(&s, 3 * next_host), source_of(&s, 0));
         let f = spec(Flows::Fixed(4));
         assert_eq!(source_of(&f, 4), source_of(&f, 0));
         assert_ne!(source_of(&f, 3), source_of(&f, 0));
+        // IPv6 sources advance the same way.
+        let s6 = GenSpec {
+            src_base: "2001:2::2".parse::<Ipv6Addr>().unwrap().into(),
+            ..spec(Flows::New)
+        };
+        assert_eq!(
+            source_of(&s6, next_host + 1),
+            ep_any("2001:2::3".parse::<Ipv6Addr>().unwrap(), 1025)
+        );
+    }
+
+    #[test]
+    fn an_ipv6_template_gets_each_source_with_a_valid_checksum() {
+        let dst = ep_any("2001:2:ff::1".parse::<Ipv6Addr>().unwrap(), 5000);
+        let src = ep_any("2001:2::2".parse::<Ipv6Addr>().unwrap(), 1024);
+        let l4 = L4Kind::Udp { payload: 18 };
+        let t = frame_any([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], src, dst, l4).unwrap();
+        let tpl = Template::of(&t, dst).unwrap();
+        let next = ep_any("2001:2::7".parse::<Ipv6Addr>().unwrap(), 4242);
+        let mut f = t.clone();
+        assert!(tpl.set_source(&mut f, next));
+        let want = frame_any([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], next, dst, l4).unwrap();
+        // The same frame, but for the hop limit the rewrite decremented.
+        assert_eq!(f[..21], want[..21]);
+        assert_eq!(f[21], 63);
+        assert_eq!(f[22..], want[22..]);
     }
 
     #[test]

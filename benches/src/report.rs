@@ -88,12 +88,14 @@ pub fn fill_ratios(rows: &mut [Row]) {
         let Some(pps) = r.pps else { continue };
         let ratio = |base: Option<f64>| base.filter(|b| *b > 0.0).map(|b| pps / b);
         r.of_ceiling = ratio(find(&snapshot, "raw", None, &r.workload));
-        r.of_iptables_legacy = ratio(find(
-            &snapshot,
-            "iptables-legacy",
-            Some(r.services),
-            &r.workload,
-        ));
+        // IPv6 rows against ip6tables-legacy, IPv4 ones against
+        // iptables-legacy.
+        let legacy = if r.mode.ends_with("-ipv6") || r.mode.starts_with("ip6") {
+            "ip6tables-legacy"
+        } else {
+            "iptables-legacy"
+        };
+        r.of_iptables_legacy = ratio(find(&snapshot, legacy, Some(r.services), &r.workload));
     }
 }
 

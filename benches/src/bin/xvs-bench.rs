@@ -7,28 +7,33 @@
 //! a table, writes JSON and an SVG chart, and checks the targets (reading
 //! the criterion results of `cargo bench` for the per-packet ones).
 //!
+//! Then the same over IPv6 (`--ipv6`, at 1 and 10,000 services by
+//! default): xvs against ip6tables-legacy and nftables (`ip6` table) with
+//! kube-proxy's IPv6 rule shapes, and how xvs's IPv6 new-flow rate
+//! compares with its IPv4 one.
+//!
 //! Run as root, after `cargo bench` (or without it: the per-packet
 //! targets are then reported as not measured): `make bench`.
 
 #![allow(clippy::disallowed_types)] // a benchmark measures real time
 #![allow(clippy::print_stdout)]
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use xvs_benches::e2e::{
-    feed_timed, target_endpoints, with_raw_forwarder, Bed, Measured, Workload, XvsRunner, FWD_CPU,
-    SNAT_ADDRS, UDP_TIMEOUT,
+    feed_timed, target_endpoints, target_endpoints6, with_raw_forwarder, Bed, Measured, Workload,
+    XvsRunner, FWD_CPU, SNAT_ADDRS, SNAT_ADDRS6, UDP_TIMEOUT,
 };
-use xvs_benches::frames::ep;
+use xvs_benches::frames::ep_any;
 use xvs_benches::report::{
     fill_ratios, table, write_chart, write_json, Change, Report, Row, Target,
 };
 use xvs_benches::rulesets::{
-    iptables, iptables_change, nftables, nftables_change, services, vip_of, xvs_services, Svc,
+    iptables, iptables_change, nftables, nftables_change, services, xvs_services, Svc,
 };
 use xvs_dataplane::counters::CountersReading;
 use xvs_dataplane::runtime::Dataplane;
@@ -67,6 +72,44 @@ struct Cli {
     /// Service count at which one endpoint change is timed.
     #[arg(long, default_value_t = 10_000)]
     change_at: usize,
+    /// Service counts of the IPv6 rows (xvs, ip6tables-legacy, nftables
+    /// over IPv6); `0` for none.
+    #[arg(long, value_delimiter = ',', default_value = "1,10000")]
+    ipv6: Vec<usize>,
+}
+
+/// Which family a run of rows is over.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fam {
+    V4,
+    V6,
+}
+
+impl Fam {
+    /// The service counts of this family's rows.
+    fn counts(self, cli: &Cli) -> Vec<usize> {
+        match self {
+            Fam::V4 => cli.services.clone(),
+            Fam::V6 => cli.ipv6.iter().copied().filter(|&n| n > 0).collect(),
+        }
+    }
+
+    /// The endpoints that receive traffic.
+    fn targets(self) -> Vec<xvs_dataplane::wire::Endpoint<IpAddr>> {
+        match self {
+            Fam::V4 => target_endpoints(),
+            Fam::V6 => target_endpoints6(),
+        }
+    }
+
+    /// A mode's name in this family's rows.
+    fn mode(self, v4: &str) -> String {
+        match self {
+            Fam::V4 => v4.to_owned(),
+            Fam::V6 if v4 == "iptables-legacy" => "ip6tables-legacy".to_owned(),
+            Fam::V6 => format!("{v4}-ipv6"),
+        }
+    }
 }
 
 const WORKLOADS: [Workload; 2] = [Workload::NewFlows, Workload::Established];
@@ -143,7 +186,7 @@ fn failed(mode: &str, services: usize, e: &str, rows: &mut Vec<Row>) {
 fn changed(svc: &Svc) -> Svc {
     let mut new = svc.clone();
     if let Some(e) = new.endpoints.last_mut() {
-        e.addr = Ipv4Addr::new(198, 18, 1, 13);
+        e.addr = Ipv4Addr::new(198, 18, 1, 13).into();
     }
     new
 }
@@ -154,8 +197,12 @@ fn bench_state_dir() -> std::path::PathBuf {
     std::env::temp_dir().join(format!("xvs-bench-state-{}", std::process::id()))
 }
 
-fn xvs_header() -> String {
-    let snat: Vec<String> = SNAT_ADDRS.iter().map(|a| format!("\"{a}\"")).collect();
+fn xvs_header(fam: Fam) -> String {
+    let mut snat: Vec<String> = SNAT_ADDRS.iter().map(|a| format!("\"{a}\"")).collect();
+    // IPv6 SNAT addresses only for the IPv6 rows (they add a flow table).
+    if fam == Fam::V6 {
+        snat.extend(SNAT_ADDRS6.iter().map(|a| format!("\"{a}\"")));
+    }
     format!(
         "[interfaces]\nmode = \"two-arm\"\nclient = \"gc\"\nbackend = \"gb\"\nqueues = [0]\ncores = [{FWD_CPU}]\n\
          poll = \"busy\"\nzero_copy = \"off\"\n\n[snat]\naddresses = [{}]\nports = \"1024-65535\"\n\n\
@@ -168,15 +215,17 @@ fn xvs_header() -> String {
 
 fn run_xvs(
     cli: &Cli,
+    fam: Fam,
     bed: &mut Bed,
     rows: &mut Vec<Row>,
     changes: &mut Vec<Change>,
 ) -> Result<(), String> {
     let runner = XvsRunner::new(bed.gateway())?;
-    for &n in &cli.services {
-        let svcs = services(n, "udp", &target_endpoints());
-        let text = format!("{}{}", xvs_header(), xvs_services(&svcs));
-        eprintln!("xvs: {n} services");
+    let mode = fam.mode("xvs");
+    for n in fam.counts(cli) {
+        let svcs = services(n, "udp", &fam.targets());
+        let text = format!("{}{}", xvs_header(fam), xvs_services(&svcs));
+        eprintln!("{mode}: {n} services");
         let loaded = runner.run(move |dp: &mut Option<Dataplane>| -> Result<f64, String> {
             if let Some(old) = dp.take() {
                 old.stop();
@@ -194,22 +243,22 @@ fn run_xvs(
         let load = match loaded {
             Ok(s) => s,
             Err(e) => {
-                failed("xvs", n, &e, rows);
+                failed(&mode, n, &e, rows);
                 continue;
             }
         };
-        let dst = ep(vip_of(n - 1), svcs[n - 1].port);
+        let dst = ep_any(svcs[n - 1].vip, svcs[n - 1].port);
         for w in WORKLOADS {
             let before = xvs_totals(&runner)?;
             let m = bed.measure(dst, w);
             let after = xvs_totals(&runner)?;
-            let mut r = row("xvs", n, w, m, Some(load));
+            let mut r = row(&mode, n, w, m, Some(load));
             r.note = Some(xvs_note(&before, &after));
             rows.push(r);
         }
-        if n == cli.change_at {
+        if n == cli.change_at && fam == Fam::V4 {
             let new = changed(&svcs[n - 1]);
-            let one = format!("{}{}", xvs_header(), xvs_services(&[new]));
+            let one = format!("{}{}", xvs_header(fam), xvs_services(&[new]));
             let cfg = xvs_config::parse_str("change.toml", &one).map_err(|e| e.to_string())?;
             let svc = cfg.services[0].clone();
             let took = runner.run(move |dp: &mut Option<Dataplane>| -> Result<f64, String> {
@@ -240,6 +289,7 @@ fn run_xvs(
 /// A kernel mode: how to load, empty and change its rules.
 struct Kernel {
     mode: &'static str,
+    fam: Fam,
     program: &'static str,
     load_args: &'static [&'static str],
     change_args: &'static [&'static str],
@@ -251,6 +301,7 @@ struct Kernel {
 const KERNELS: [Kernel; 3] = [
     Kernel {
         mode: "iptables-legacy",
+        fam: Fam::V4,
         program: "iptables-legacy-restore",
         load_args: &[],
         change_args: &["--noflush"],
@@ -260,6 +311,7 @@ const KERNELS: [Kernel; 3] = [
     },
     Kernel {
         mode: "iptables-nft",
+        fam: Fam::V4,
         program: "iptables-nft-restore",
         load_args: &[],
         change_args: &["--noflush"],
@@ -269,10 +321,36 @@ const KERNELS: [Kernel; 3] = [
     },
     Kernel {
         mode: "nftables",
+        fam: Fam::V4,
         program: "nft",
         load_args: &["-f", "-"],
         change_args: &["-f", "-"],
         empty: "table ip kube-proxy\ndelete table ip kube-proxy\n",
+        full: nftables,
+        change: nftables_change,
+    },
+];
+
+/// kube-proxy's IPv6 proxier: the same shapes in ip6tables and an `ip6`
+/// nftables table.
+const KERNELS6: [Kernel; 2] = [
+    Kernel {
+        mode: "ip6tables-legacy",
+        fam: Fam::V6,
+        program: "ip6tables-legacy-restore",
+        load_args: &[],
+        change_args: &["--noflush"],
+        empty: "*nat\nCOMMIT\n",
+        full: iptables,
+        change: iptables_change,
+    },
+    Kernel {
+        mode: "nftables-ipv6",
+        fam: Fam::V6,
+        program: "nft",
+        load_args: &["-f", "-"],
+        change_args: &["-f", "-"],
+        empty: "table ip6 kube-proxy\ndelete table ip6 kube-proxy\n",
         full: nftables,
         change: nftables_change,
     },
@@ -289,7 +367,7 @@ fn run_kernel(
     let gw = bed.gateway().name().to_owned();
     let ns = xvs_vm_tests::netns::Netns::existing(&gw);
     let mut previous: Option<(usize, f64)> = None;
-    for &n in &cli.services {
+    for n in k.fam.counts(cli) {
         eprintln!("{}: {n} services", k.mode);
         if let Some((m, took)) = previous {
             let expected = took * n as f64 / m as f64;
@@ -302,7 +380,7 @@ fn run_kernel(
                 continue;
             }
         }
-        let svcs = services(n, "udp", &target_endpoints());
+        let svcs = services(n, "udp", &k.fam.targets());
         feed_timed(&ns, k.program, k.load_args, k.empty, timeout)?;
         let text = (k.full)(&svcs);
         let commit_line = format!("line {} failed", text.lines().count());
@@ -333,11 +411,11 @@ fn run_kernel(
                 .sysctl(key, &UDP_TIMEOUT.to_string())
                 .map_err(|e| e.to_string())?;
         }
-        let dst = ep(vip_of(n - 1), svcs[n - 1].port);
+        let dst = ep_any(svcs[n - 1].vip, svcs[n - 1].port);
         for w in WORKLOADS {
             rows.push(row(k.mode, n, w, bed.measure(dst, w), Some(load)));
         }
-        if n == cli.change_at {
+        if n == cli.change_at && k.fam == Fam::V4 {
             let took = feed_timed(
                 &ns,
                 k.program,
@@ -439,6 +517,29 @@ fn targets(cli: &Cli, rows: &[Row]) -> Vec<Target> {
         missed_by: below.join("; "),
         cause: "the generator and the kernel path share the bottleneck at small rule counts".into(),
     });
+    // IPv6's new-flow rate against IPv4's, at the counts both ran.
+    let xvs_new6 = pps("xvs-ipv6", "new");
+    let pairs: Vec<(usize, f64, f64)> = xvs_new6
+        .iter()
+        .filter_map(|&(n, p6)| Some((n, xvs_new.iter().find(|v| v.0 == n)?.1, p6)))
+        .collect();
+    if !pairs.is_empty() {
+        let worst = pairs
+            .iter()
+            .map(|&(_, p4, p6)| p6 / p4.max(1.0))
+            .fold(f64::INFINITY, f64::min);
+        out.push(Target {
+            goal: "xvs IPv6 new-flow pps within 10% of IPv4's".into(),
+            measured: pairs
+                .iter()
+                .map(|(n, p4, p6)| format!("{n} services: IPv6 {p6:.0} / IPv4 {p4:.0} = {:.2}", p6 / p4.max(1.0)))
+                .collect::<Vec<_>>()
+                .join("; "),
+            met: worst >= 0.9,
+            missed_by: format!("{:.2}", 0.9 - worst),
+            cause: "an IPv6 frame is 20 bytes longer and its entry 48 bytes larger (136 against 88): more bytes per packet through the same CPU".into(),
+        });
+    }
     let group = "pipeline_100k_services_1M_flows";
     let est = criterion_ns(&cli.criterion, group, "established_batch64", 64.0);
     let est1 = criterion_ns(&cli.criterion, group, "established_packet", 1.0);
@@ -500,7 +601,7 @@ fn bench(cli: Cli) -> Result<(), String> {
         match kind.as_str() {
             "iptables" => print!("{}", iptables(&svcs)),
             "nftables" => print!("{}", nftables(&svcs)),
-            _ => print!("{}{}", xvs_header(), xvs_services(&svcs)),
+            _ => print!("{}{}", xvs_header(Fam::V4), xvs_services(&svcs)),
         }
         return Ok(());
     }
@@ -523,8 +624,8 @@ fn bench(cli: Cli) -> Result<(), String> {
 
     // 1. The ceiling: the raw forwarder, aimed at an endpoint directly.
     eprintln!("raw AF_XDP forwarder");
-    let spec = bed.raw_spec(target_endpoints()[0].addr)?;
-    let dst = ep(target_endpoints()[0].addr, PORT_OF_TARGET);
+    let spec = bed.raw_spec(Ipv4Addr::new(198, 18, 1, 10))?;
+    let dst = ep_any(target_endpoints()[0].addr, PORT_OF_TARGET);
     let (raw, _) = with_raw_forwarder(&mut bed, spec, |bed| {
         WORKLOADS.map(|w| (w, bed.measure(dst, w)))
     })?;
@@ -532,12 +633,13 @@ fn bench(cli: Cli) -> Result<(), String> {
         rows.push(row("raw", 0, w, m, None));
     }
 
-    // 2. xvs.
-    run_xvs(&cli, &mut bed, &mut rows, &mut changes)?;
+    // 2. xvs, over IPv4 then IPv6.
+    run_xvs(&cli, Fam::V4, &mut bed, &mut rows, &mut changes)?;
+    run_xvs(&cli, Fam::V6, &mut bed, &mut rows, &mut changes)?;
 
     // 3. The kernel, with RPS giving it the forwarding CPU.
     bed.set_rps(1 << FWD_CPU)?;
-    for k in &KERNELS {
+    for k in KERNELS.iter().chain(&KERNELS6) {
         if let Err(e) = run_kernel(&cli, k, &mut bed, &mut rows, &mut changes) {
             eprintln!("{}: {e}", k.mode);
         }

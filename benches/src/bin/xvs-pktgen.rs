@@ -11,13 +11,13 @@
 
 #![allow(clippy::print_stdout)]
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use xvs_benches::frames::{ep, L4Kind};
+use xvs_benches::frames::{ep_any, L4Kind};
 use xvs_benches::pktgen::{generate, Flows, GenSpec, Sink, SinkSpec};
 
 #[derive(Parser)]
@@ -53,13 +53,13 @@ enum Cmd {
         dst_mac: [u8; 6],
         /// First source address.
         #[arg(long)]
-        src: Ipv4Addr,
+        src: IpAddr,
         /// Source addresses from --src on.
         #[arg(long, default_value_t = 1)]
         src_count: u32,
         /// Destination address:port.
         #[arg(long)]
-        dst: SocketAddrV4,
+        dst: SocketAddr,
         /// UDP or TCP SYN.
         #[arg(long, value_enum, default_value = "udp")]
         proto: Proto,
@@ -89,7 +89,7 @@ enum Cmd {
         queues: Vec<u32>,
         /// Addresses owned (repeatable).
         #[arg(long = "addr", required = true)]
-        addrs: Vec<Ipv4Addr>,
+        addrs: Vec<IpAddr>,
         /// Seconds to run (at most 600).
         #[arg(long, default_value_t = 10.0)]
         seconds: f64,
@@ -174,7 +174,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 dst_mac,
                 src_base: src,
                 src_count,
-                dst: ep(*dst.ip(), dst.port()),
+                dst: ep_any(dst.ip(), dst.port()),
                 l4: match proto {
                     Proto::Udp => L4Kind::Udp { payload },
                     Proto::Syn => L4Kind::Tcp { flags: 0x02 },
