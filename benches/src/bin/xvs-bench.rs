@@ -369,7 +369,9 @@ fn run_kernel(
     let mut previous: Option<(usize, f64)> = None;
     for n in k.fam.counts(cli) {
         eprintln!("{}: {n} services", k.mode);
-        if let Some((m, took)) = previous {
+        // A load time extrapolates linearly only from a count near
+        // enough (at 1 service the fixed cost of the tool dominates).
+        if let Some((m, took)) = previous.filter(|&(m, _)| m * 100 >= n) {
             let expected = took * n as f64 / m as f64;
             if expected > timeout.as_secs_f64() {
                 let e = format!(
