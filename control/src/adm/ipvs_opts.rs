@@ -1737,4 +1737,56 @@ mod tests {
         assert_eq!(inet_aton("web"), None);
         assert_eq!(inet_aton(""), None);
     }
+
+    #[test]
+    fn ipv6_services_and_real_servers_in_brackets_and_prefix_length_masks() {
+        let c = cmd(&[
+            "-A",
+            "-t",
+            "[2001:2:ff::1]:80",
+            "-s",
+            "mh",
+            "-p",
+            "60",
+            "-M",
+            "64",
+        ]);
+        let v6: std::net::Ipv6Addr = "2001:2:ff::1".parse().unwrap();
+        assert_eq!(
+            c.service,
+            Some(Service::Addr(Proto::Tcp, IpAddr::V6(v6), 80))
+        );
+        assert_eq!(c.netmask, IpAddr::V6(xvs_config::prefix_mask6(64)));
+        // A mask for an IPv6 service is a prefix length, as ipvsadm reads it.
+        assert_eq!(
+            err(&["-A", "-t", "[2001:2:ff::1]:80", "-p", "60", "-M", "129"]).1,
+            "illegal ipv6 netmask specified"
+        );
+        let c = cmd(&[
+            "-a",
+            "-u",
+            "[2001:2:ff::1]:53",
+            "-r",
+            "[2001:2:0:1::10]:5353",
+            "-m",
+            "-w",
+            "3",
+        ]);
+        let b: std::net::Ipv6Addr = "2001:2:0:1::10".parse().unwrap();
+        assert_eq!(c.dest, Some((IpAddr::V6(b), 5353)));
+        assert_eq!(unsupported(&c).map(|e| e.message), None);
+        // ipvsadm's own refusal of mixed families stays.
+        assert_eq!(
+            err(&[
+                "-a",
+                "-t",
+                "[2001:2:ff::1]:80",
+                "-r",
+                "198.18.1.10:80",
+                "-m"
+            ])
+            .1,
+            "Different address family is allowed only for tunneling servers"
+        );
+    }
 }

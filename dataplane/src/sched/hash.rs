@@ -166,6 +166,39 @@ mod tests {
     }
 
     #[test]
+    fn an_ipv6_client_is_folded_as_ipv6_addr_hash_folds_it() {
+        let b4 = backends(&[1, 1, 1, 1]);
+        let b6: Vec<SchedBackend<std::net::Ipv6Addr>> = b4
+            .iter()
+            .map(|x| SchedBackend {
+                id: x.id,
+                endpoint: Endpoint {
+                    addr: std::net::Ipv6Addr::new(0x2001, 2, 0, 1, 0, 0, 0, x.id as u16),
+                    port: x.endpoint.port,
+                },
+                weight: x.weight,
+                plan: x.plan,
+            })
+            .collect();
+        let t = BucketHash::new(false, SchedulerFlags::default(), &b6);
+        let client: std::net::Ipv6Addr = "2001:2::10".parse().unwrap();
+        // ipv6_addr_hash: the XOR of the four 32-bit words.
+        let fold = 0x2001_0002u32 ^ 0 ^ 0 ^ 0x0000_0010;
+        let h = (fold.wrapping_mul(0x61c8_8647) >> 24) as usize;
+        let r = Request {
+            client: Endpoint {
+                addr: client,
+                port: 1,
+            },
+            vip: Endpoint {
+                addr: "2001:2:ff::1".parse().unwrap(),
+                port: 80,
+            },
+        };
+        assert_eq!(t.pick(&b6, &r), Some(h % 4));
+    }
+
+    #[test]
     fn sh_port_flag_spreads_ports() {
         let b = backends(&[1, 1, 1, 1]);
         let flags = SchedulerFlags {
