@@ -182,8 +182,10 @@ mod tests {
             .collect();
         let t = BucketHash::new(false, SchedulerFlags::default(), &b6);
         let client: std::net::Ipv6Addr = "2001:2::10".parse().unwrap();
-        // ipv6_addr_hash: the XOR of the four 32-bit words.
-        let fold = 0x2001_0002u32 ^ 0 ^ 0 ^ 0x0000_0010;
+        // ipv6_addr_hash: the XOR of the four 32-bit words (2001:0002,
+        // 0000:0000, 0000:0000, 0000:0010).
+        let words: [u32; 4] = [0x2001_0002, 0, 0, 0x10];
+        let fold = words.iter().fold(0, |a, w| a ^ w);
         let h = (fold.wrapping_mul(0x61c8_8647) >> 24) as usize;
         let r = Request {
             client: Endpoint {
