@@ -312,8 +312,7 @@ pub fn nftables(svcs: &[Svc]) -> String {
         .first()
         .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |s| s.vip);
     let w = words(vip);
-    let head = concat!(
-        "table ip kube-proxy\ndelete table ip kube-proxy\n\
+    let head =         "table ip kube-proxy\ndelete table ip kube-proxy\n\
          table ip kube-proxy {\n\
          \tcomment \"rules for kube-proxy\"\n\
          \tchain mark-for-masquerade {\n\t\tmeta mark set meta mark or 0x4000\n\t}\n\
@@ -323,8 +322,7 @@ pub fn nftables(svcs: &[Svc]) -> String {
          \t\tcomment \"ClusterIP, ExternalIP and LoadBalancer IP traffic\"\n\t}\n\
          \tchain services {\n\t\tip daddr . meta l4proto . th dport vmap @service-ips\n\t}\n\
          \tchain nat-prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n\t\tjump services\n\t}\n\
-         \tchain nat-output {\n\t\ttype nat hook output priority -100; policy accept;\n\t\tjump services\n\t}\n",
-    );
+         \tchain nat-output {\n\t\ttype nat hook output priority -100; policy accept;\n\t\tjump services\n\t}\n";
     out.push_str(
         &head
             .replace("table ip ", &format!("table {} ", w.nft_family))

@@ -8,7 +8,7 @@
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use xvs_benches::frames::{ep, L4Kind};
+use xvs_benches::frames::{ep_any, L4Kind};
 use xvs_benches::pktgen::{generate, Flows, GenReport, GenSpec, Sink, SinkSpec};
 use xvs_vm_tests::netns::Netns;
 use xvs_vm_tests::privileged;
@@ -27,7 +27,7 @@ fn run(t: &Topology, flows: Flows, rate: u64, reflect: bool) -> (GenReport, (u64
         let sink = Sink::start(&SinkSpec {
             ifname: sink_if,
             queues: vec![0],
-            addrs: vec![addr],
+            addrs: vec![addr.into()],
             mac,
             reflect,
         })
@@ -43,9 +43,9 @@ fn run(t: &Topology, flows: Flows, rate: u64, reflect: bool) -> (GenReport, (u64
         cores: vec![],
         src_mac: t.client.ns.mac(&t.client.ifname).unwrap(),
         dst_mac: t.gateway.mac(&t.gateway_client_if).unwrap(),
-        src_base: CLIENT_ADDR,
+        src_base: CLIENT_ADDR.into(),
         src_count: 1,
-        dst: ep(backend_addr(0), 9000),
+        dst: ep_any(backend_addr(0), 9000),
         l4: L4Kind::Udp { payload: 18 },
         flows,
         first: 0,
