@@ -15,11 +15,22 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(spec) = serde_json::from_slice::<ServiceSpec>(data) {
         match spec.to_service() {
             Ok(svc) => {
-                let host = [std::net::Ipv4Addr::new(198, 18, 0, 1)];
+                // A gateway of both families, so services of either get
+                // every rule (and the narrowing a data plane does).
+                let host = [
+                    std::net::IpAddr::from([198, 18, 0, 1]),
+                    std::net::IpAddr::from([0x2001, 2, 0, 1, 0, 0, 0, 1u16]),
+                ];
                 let gateway = xvs_config::Gateway {
                     snat: &host,
                     host: &host,
                 };
+                let violations = svc.check_in(&gateway);
+                if violations.is_empty() {
+                    let one = svc.narrow::<std::net::Ipv4Addr>().is_some()
+                        || svc.narrow::<std::net::Ipv6Addr>().is_some();
+                    assert!(one, "a valid service is of one family: {svc:?}");
+                }
                 for v in svc.check_in(&gateway) {
                     assert!(!v.to_string().is_empty());
                 }
@@ -32,7 +43,7 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(b) = serde_json::from_slice::<BackendSpec>(data) {
         let key = xvs_config::ServiceKey {
-            vip: std::net::Ipv4Addr::new(198, 19, 0, 1),
+            vip: std::net::Ipv4Addr::new(198, 19, 0, 1).into(),
             protocol: xvs_config::Protocol::Tcp,
             port: 80,
         };
