@@ -92,6 +92,11 @@ fn steered(to: &Endpoint) -> Vec<String> {
         .collect()
 }
 
+/// The tests of this file one at a time: each starts xvs and times
+/// loads with short timeouts, which a second daemon starting beside it
+/// (its flow tables being written) would disturb on a 2-CPU machine.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
     sorted[i]
@@ -144,6 +149,7 @@ fn services_from_the_api_server_serve_scale_and_go() {
     if !privileged("services_from_the_api_server_serve_scale_and_go") {
         return;
     }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let t = Topology::build(Spec::one_arm(3)).unwrap();
     let _servers = t
         .echo_servers(testnet().to_str().unwrap(), "b", 8080, None)
@@ -334,6 +340,7 @@ fn a_dual_stack_service_serves_each_family_from_its_own_endpoints() {
     if !privileged("a_dual_stack_service_serves_each_family_from_its_own_endpoints") {
         return;
     }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let t = Topology::build(Spec::one_arm(2)).unwrap();
     let net = testnet();
     let net = net.to_str().unwrap();
@@ -352,7 +359,7 @@ fn a_dual_stack_service_serves_each_family_from_its_own_endpoints() {
         })
         .collect();
     let snat = format!("\"198.18.1.2\", \"{SNAT_ADDR6}\"");
-    let (fake, xvs, to, _cfg, dir) = start_with_kube(&t, &snat, "");
+    let (fake, xvs, to, _cfg, dir) = start_with_kube(&t, &snat, "[conntrack]\ncapacity = 65536\n");
     let vip6 = "2001:2:ff::1";
     fake.apply(
         Kind::Service,
