@@ -161,18 +161,7 @@ pub fn tcp_reset(buf: &mut [u8], ip: &Ipv4) -> Result<Option<usize>, DropReason>
     if buf.len() < len || buf.len() < ip.end() {
         return Err(DropReason::AnswerNoRoom);
     }
-    let l4 = ip.l4_offset();
-    let seg = TcpPacket::new_unchecked(&buf[l4..ip.end()]);
-    let payload =
-        usize::from(ip.total_len) - usize::from(ip.header_len) - usize::from(seg.header_len());
-    let (seq_in, ack_in) = (seg.seq_number().0 as u32, seg.ack_number().0 as u32);
-    let seg_len = (payload + usize::from(flags.syn()) + usize::from(flags.fin())) as u32;
-    let (seq, ack, with_ack) = if flags.ack() {
-        (ack_in, 0u32, false)
-    } else {
-        (0, seq_in.wrapping_add(seg_len), true)
-    };
-
+    let rst = reset_for(&buf[ip.l4_offset()..ip.end()], flags, src_port, dst_port);
     swap_macs(buf);
     write_ip_header(
         buf,
@@ -184,12 +173,39 @@ pub fn tcp_reset(buf: &mut [u8], ip: &Ipv4) -> Result<Option<usize>, DropReason>
         ip.src,
     );
     let t = &mut buf[ETH_HEADER_LEN + IP_HEADER_LEN..len];
+    rst.emit(
+        &mut TcpPacket::new_unchecked(t),
+        &IpAddress::Ipv4(ip.dst),
+        &IpAddress::Ipv4(ip.src),
+        &ChecksumCapabilities::default(),
+    );
+    Ok(Some(pad(buf, len)))
+}
+
+/// The RST refusing the received TCP segment `seg` (header and
+/// payload) from `src_port` to `dst_port` with `flags`: RFC 793's reset
+/// generation (see [`tcp_reset`]), for either family.
+pub(super) fn reset_for(
+    seg: &[u8],
+    flags: super::TcpFlags,
+    src_port: u16,
+    dst_port: u16,
+) -> TcpRepr<'static> {
+    let t = TcpPacket::new_unchecked(seg);
+    let payload = seg.len().saturating_sub(usize::from(t.header_len()));
+    let (seq_in, ack_in) = (t.seq_number().0 as u32, t.ack_number().0 as u32);
+    let seg_len = (payload + usize::from(flags.syn()) + usize::from(flags.fin())) as u32;
+    let (seq, ack) = if flags.ack() {
+        (ack_in, None)
+    } else {
+        (0, Some(seq_in.wrapping_add(seg_len)))
+    };
     TcpRepr {
         src_port: dst_port,
         dst_port: src_port,
         control: TcpControl::Rst,
         seq_number: TcpSeqNumber(seq as i32),
-        ack_number: with_ack.then_some(TcpSeqNumber(ack as i32)),
+        ack_number: ack.map(|a| TcpSeqNumber(a as i32)),
         window_len: 0,
         window_scale: None,
         max_seg_size: None,
@@ -198,13 +214,6 @@ pub fn tcp_reset(buf: &mut [u8], ip: &Ipv4) -> Result<Option<usize>, DropReason>
         timestamp: None,
         payload: &[],
     }
-    .emit(
-        &mut TcpPacket::new_unchecked(t),
-        &IpAddress::Ipv4(ip.dst),
-        &IpAddress::Ipv4(ip.src),
-        &ChecksumCapabilities::default(),
-    );
-    Ok(Some(pad(buf, len)))
 }
 
 /// Turns a TCP or UDP packet into an ICMP port unreachable (type 3, code

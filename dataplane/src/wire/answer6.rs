@@ -14,9 +14,9 @@
 use std::net::Ipv6Addr;
 
 use smoltcp::phy::ChecksumCapabilities;
-use smoltcp::wire::{IpAddress, IpProtocol, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber};
+use smoltcp::wire::{IpAddress, IpProtocol, TcpPacket};
 
-use super::answer::{pad, swap_macs, ANSWER_TTL};
+use super::answer::{pad, reset_for, swap_macs, ANSWER_TTL};
 use super::checksum::{put16, put_addr};
 use super::classify::{Fragment, L4};
 use super::field::{eth, icmpv6, ipv6, tcp};
@@ -89,32 +89,10 @@ pub fn tcp_reset6(buf: &mut [u8], ip: &Ipv6) -> Result<Option<usize>, DropReason
     if buf.len() < len || buf.len() < ip.end() {
         return Err(DropReason::AnswerNoRoom);
     }
-    let seg = TcpPacket::new_unchecked(&buf[ip.l4_offset()..ip.end()]);
-    let payload = ip.end() - ip.l4_offset() - usize::from(seg.header_len());
-    let (seq_in, ack_in) = (seg.seq_number().0 as u32, seg.ack_number().0 as u32);
-    let seg_len = (payload + usize::from(flags.syn()) + usize::from(flags.fin())) as u32;
-    let (seq, ack) = if flags.ack() {
-        (ack_in, None)
-    } else {
-        (0, Some(seq_in.wrapping_add(seg_len)))
-    };
+    let rst = reset_for(&buf[ip.l4_offset()..ip.end()], flags, src_port, dst_port);
     swap_macs(buf);
     write_header(buf, tcp::MIN_HEADER_LEN, 6, ip.dst, ip.src);
-    TcpRepr {
-        src_port: dst_port,
-        dst_port: src_port,
-        control: TcpControl::Rst,
-        seq_number: TcpSeqNumber(seq as i32),
-        ack_number: ack.map(|a| TcpSeqNumber(a as i32)),
-        window_len: 0,
-        window_scale: None,
-        max_seg_size: None,
-        sack_permitted: false,
-        sack_ranges: [None; 3],
-        timestamp: None,
-        payload: &[],
-    }
-    .emit(
+    rst.emit(
         &mut TcpPacket::new_unchecked(&mut buf[L4_AT..len]),
         &IpAddress::Ipv6(ip.dst),
         &IpAddress::Ipv6(ip.src),

@@ -225,7 +225,17 @@ impl Ipv4 {
     /// travels. For an ICMP error that is the reverse of the quoted packet's
     /// key: the error travels back along the quoted packet's flow.
     pub fn flow_key(&self) -> Option<FlowKey> {
-        let (proto, src_port, dst_port) = match self.l4 {
+        self.l4.flow_key(self.src, self.dst)
+    }
+}
+
+impl<A: Address> L4<A> {
+    /// The conntrack key of a packet from `src` to `dst` with this L4
+    /// header, in the direction it travels (an ICMP error's is the reverse
+    /// of its quoted packet's: it travels back along that flow).
+    #[inline]
+    pub fn flow_key(&self, src: A, dst: A) -> Option<FlowKey<A>> {
+        let (proto, src_port, dst_port) = match *self {
             L4::Tcp {
                 src_port, dst_port, ..
             } => (L4Proto::Tcp, src_port, dst_port),
@@ -242,8 +252,8 @@ impl Ipv4 {
             L4::Neighbour(_) | L4::None => return None,
         };
         Some(FlowKey {
-            src: self.src,
-            dst: self.dst,
+            src,
+            dst,
             src_port,
             dst_port,
             proto,

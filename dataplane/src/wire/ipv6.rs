@@ -73,29 +73,7 @@ impl Ipv6 {
     /// The conntrack key this packet is looked up with (see
     /// [`super::Ipv4::flow_key`]).
     pub fn flow_key(&self) -> Option<FlowKey<Ipv6Addr>> {
-        let (proto, src_port, dst_port) = match self.l4 {
-            L4::Tcp {
-                src_port, dst_port, ..
-            } => (L4Proto::Tcp, src_port, dst_port),
-            L4::Udp { src_port, dst_port } => (L4Proto::Udp, src_port, dst_port),
-            L4::IcmpEcho {
-                request: true,
-                ident,
-            } => (L4Proto::Icmp, ident, 0),
-            L4::IcmpEcho {
-                request: false,
-                ident,
-            } => (L4Proto::Icmp, 0, ident),
-            L4::IcmpError(e) => return Some(e.inner.key().reversed()),
-            L4::Neighbour(_) | L4::None => return None,
-        };
-        Some(FlowKey {
-            src: self.src,
-            dst: self.dst,
-            src_port,
-            dst_port,
-            proto,
-        })
+        self.l4.flow_key(self.src, self.dst)
     }
 }
 
