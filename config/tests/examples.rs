@@ -64,6 +64,21 @@ fn two_arm_with_maglev_and_persistence() {
 }
 
 #[test]
+fn dual_stack_is_one_service_per_family() {
+    let c = example("dual-stack.toml");
+    assert_eq!(c.snat.addresses, [Ipv4Addr::new(198, 18, 2, 1)]);
+    assert_eq!(c.snat.addresses6.len(), 1);
+    let web6 = &c.services[1];
+    assert_eq!(web6.key.vip.to_string(), "2001:2:ff::1");
+    assert!(web6.backends.iter().all(|b| b.address.is_ipv6()));
+    assert_eq!(
+        xvs_config::prefix_len(web6.persistence.unwrap().netmask),
+        64
+    );
+    assert!(web6.narrow::<std::net::Ipv6Addr>().is_some());
+}
+
+#[test]
 fn kubernetes_only() {
     let c = example("kubernetes.toml");
     assert!(c.kubernetes.enabled);
