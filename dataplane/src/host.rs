@@ -79,12 +79,18 @@ pub fn available_memory() -> Option<u64> {
 
 /// Bytes the data plane allocates for `capacity` flows over `workers`
 /// workers: each worker's flow table ([`xvs_conntrack::FlowTable::footprint`]
-/// of its share) and its UMEM.
-pub fn needed_memory(capacity: u32, workers: usize) -> u64 {
+/// of its share), its IPv6 table too when `ipv6` (IPv6 SNAT addresses
+/// are configured), and its UMEM.
+pub fn needed_memory(capacity: u32, workers: usize, ipv6: bool) -> u64 {
     let workers = workers.max(1) as u64;
     let share = (u64::from(capacity) / workers).max(1) as u32;
     let umem = u64::from(crate::xsk::FRAMES) * 4096;
-    workers * (<xvs_conntrack::FlowTable>::footprint(share) + umem)
+    let table6 = if ipv6 {
+        xvs_conntrack::FlowTable::<Ipv6Addr>::footprint(share)
+    } else {
+        0
+    };
+    workers * (<xvs_conntrack::FlowTable>::footprint(share) + table6 + umem)
 }
 
 /// The kernel's ephemeral port range.
@@ -277,6 +283,15 @@ mod tests {
         assert_eq!(got, [(Some(a), 2222), (None, 22)]);
         let got: Vec<_> = sockets(tcp6, "0A").collect();
         assert_eq!(got, [(None, 80), (Some(a), 8443)]);
+    }
+
+    #[test]
+    fn an_ipv6_table_is_counted_with_its_larger_entries() {
+        let v4 = needed_memory(1_000_000, 2, false);
+        let both = needed_memory(1_000_000, 2, true);
+        let table6 = both - v4;
+        // About 157 bytes per flow all-in (136-byte entries and the index).
+        assert!((150..=165).contains(&(table6 / 1_000_000)), "{table6}");
     }
 
     #[test]

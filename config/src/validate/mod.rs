@@ -76,7 +76,7 @@ pub struct Memory<'a> {
     pub available: u64,
     /// Bytes the data plane needs for `capacity` flows over `workers`
     /// workers (the caller's formula: the flow tables' footprint).
-    pub needed: &'a dyn Fn(u32, usize) -> u64,
+    pub needed: &'a dyn Fn(u32, usize, bool) -> u64,
 }
 
 impl std::fmt::Debug for Host<'_> {
@@ -136,7 +136,8 @@ impl Checker<'_> {
                 None
             }
         };
-        let conntrack = self.conntrack(raw.conntrack, workers);
+        let ipv6 = snat.as_ref().is_some_and(|s| !s.0.addresses6.is_empty());
+        let conntrack = self.conntrack(raw.conntrack, workers, ipv6);
         let vips = Vips {
             unknown_port: raw.vips.unknown_port.unwrap_or_default(),
         };

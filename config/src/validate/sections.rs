@@ -283,6 +283,7 @@ impl Checker<'_> {
         &mut self,
         raw: RawConntrack,
         workers: Option<usize>,
+        ipv6: bool,
     ) -> Option<Conntrack> {
         let capacity = match &raw.capacity {
             None => Some(Conntrack::default().capacity),
@@ -307,16 +308,17 @@ impl Checker<'_> {
             }
         };
         if let (Some(cap), Some(w), Some(m)) = (capacity, workers, &self.host.memory) {
-            let needed = (m.needed)(cap, w);
+            let needed = (m.needed)(cap, w, ipv6);
             if needed > m.available {
                 let span = raw.capacity.as_ref().map_or(0..0, |c| c.span());
                 self.report(
                     &span,
                     "conntrack.capacity",
                     format!(
-                        "{cap} flows need {} of memory ({} bytes per flow: 96-byte entries, the index and the wheel, over {w} worker{}), more than the {} this host has available (MemAvailable)",
+                        "{cap} flows need {} of memory ({} bytes per flow: the entries, the index and the wheel{}, over {w} worker{}), more than the {} this host has available (MemAvailable)",
                         human_bytes(needed),
                         needed / u64::from(cap.max(1)),
+                        if ipv6 { ", an IPv4 and an IPv6 table" } else { "" },
                         if w == 1 { "" } else { "s" },
                         human_bytes(m.available)
                     ),
