@@ -274,6 +274,22 @@ fn a_dual_stack_service_pair_answers_on_both_families_at_once() {
         "{}",
         &metrics[..metrics.len().min(3000)]
     );
+    // Flow events filtered by an IPv6 service, as ipvsadm writes it.
+    let news = lab.gw.adm_ok(&[
+        "observe",
+        "--verdict",
+        "NEW",
+        "--service",
+        &format!("[{VIP6}]:80"),
+        "--last",
+        "3",
+    ]);
+    assert_eq!(news.lines().count(), 3, "{news}");
+    assert!(
+        news.lines()
+            .all(|l| l.contains(&format!("-> [{VIP6}]:80 NEW"))),
+        "{news}"
+    );
     let line = lab.gw.stop_counters();
     eprintln!("{line}");
 }

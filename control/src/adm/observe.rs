@@ -52,7 +52,12 @@ fn run(o: &Args, to: &Endpoint, out: &mut dyn Write) -> Result<(), String> {
         q.push(format!("verdict={v}"));
     }
     if let Some(s) = &o.service {
-        q.push(format!("service={s}"));
+        // An IPv6 service is `[addr]:port`: brackets are not allowed
+        // bare in a query.
+        q.push(format!(
+            "service={}",
+            s.replace('[', "%5B").replace(']', "%5D")
+        ));
     }
     if o.follow {
         q.push("follow=true".into());
