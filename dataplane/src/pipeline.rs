@@ -2,7 +2,11 @@
 //! the time in, a verdict out (forward, answer, consumed, or drop with a
 //! reason), the frame rewritten in place.
 //!
-//! Classify → ARP / ICMP answers for owned addresses → conntrack lookup →
+//! Both families run the same steps (one [`Half`] each: its flow table,
+//! services, owned addresses, neighbours and SNAT endpoints; the code is
+//! generic over [`Family`] and monomorphised per family):
+//! classify → ARP or neighbour discovery / ICMP answers for owned
+//! addresses → conntrack lookup →
 //! TTL (a packet that cannot be forwarded creates nothing and is answered
 //! with an ICMP time exceeded) → on a hit, IPVS's rules for flows whose
 //! client port is reused or whose backend left ([`ConnRules`]) → on a
@@ -33,7 +37,8 @@
 //! nothing here allocates per packet (the neighbour table and the ARP queue
 //! are bounded and grow only when learning new next hops).
 //!
-//! Fragment policy: IPv4 fragments are dropped and counted (`fragment`);
+//! Fragment policy: IPv4 and IPv6 fragments are dropped and counted
+//! (`fragment`);
 //! clients behind xvs use PMTU discovery, which the ICMP error translation
 //! keeps working.
 
@@ -42,7 +47,7 @@ use std::sync::Arc;
 
 use hashbrown::HashSet;
 use smoltcp::wire::{EthernetAddress, EthernetFrame};
-use xvs_config::{ConnRules, PortRange, ServiceKey, UnknownPort};
+use xvs_config::{Address, ConnRules, PortRange, ServiceKey, UnknownPort};
 use xvs_conntrack::{
     tcp_flags, Direction, Endpoint, FlowId, FlowKey, FlowState, FlowTable, InsertError, L4Proto,
     NewFlow, Packet, Removal, Timeouts,
@@ -850,8 +855,6 @@ fn as_v6<A: Address>(a: A) -> Option<Ipv6Addr> {
         IpAddr::V4(_) => None,
     }
 }
-
-use xvs_config::Address;
 
 impl Pipeline {
     /// A pipeline with no service yet, at time `now`.
