@@ -271,6 +271,19 @@ pub struct Worker<P: PacketIo = XskPort> {
     empty_streak: u32,
 }
 
+/// One chunk of a table's flows matching `filter` from slot `cursor`,
+/// and where the next chunk starts.
+fn dump_chunk<A: xvs_config::Address>(
+    table: &xvs_conntrack::FlowTable<A>,
+    filter: &Filter<A>,
+    cursor: u32,
+    now: u32,
+) -> (Vec<FlowInfo<A>>, Option<u32>) {
+    let mut flows = Vec::new();
+    let next = table.dump(filter, cursor, CHUNK_SLOTS, now, &mut flows);
+    (flows, next)
+}
+
 impl<P: PacketIo> Worker<P> {
     /// A worker ready to run.
     pub fn new(
@@ -350,28 +363,24 @@ impl<P: PacketIo> Worker<P> {
                     cursor,
                     reply,
                 } => {
-                    let mut flows = Vec::new();
-                    let now = self.last_now;
-                    let next =
-                        self.pipeline
-                            .v4
-                            .table
-                            .dump(&filter, cursor, CHUNK_SLOTS, now, &mut flows);
-                    let _ = reply.send((flows, next));
+                    let _ = reply.send(dump_chunk(
+                        &self.pipeline.v4.table,
+                        &filter,
+                        cursor,
+                        self.last_now,
+                    ));
                 }
                 Control::Dump6 {
                     filter,
                     cursor,
                     reply,
                 } => {
-                    let mut flows = Vec::new();
-                    let now = self.last_now;
-                    let next =
-                        self.pipeline
-                            .v6
-                            .table
-                            .dump(&filter, cursor, CHUNK_SLOTS, now, &mut flows);
-                    let _ = reply.send((flows, next));
+                    let _ = reply.send(dump_chunk(
+                        &self.pipeline.v6.table,
+                        &filter,
+                        cursor,
+                        self.last_now,
+                    ));
                 }
                 Control::Delete6 {
                     filter,
