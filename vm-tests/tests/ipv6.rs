@@ -646,3 +646,34 @@ fn ipv6_flows_survive_kill_9_and_a_restart() {
     assert!(summary.starts_with("ok=20 failed=0"), "{out}");
     drop((nginx, _udp));
 }
+
+/// A client's SYN with hop limit 1 (its socket's IPV6_UNICAST_HOPS) to
+/// the IPv6 VIP creates no flow and is answered with an ICMPv6 time
+/// exceeded, which the client's kernel counts; hop limit 2 goes through.
+#[test]
+fn hop_limit_1_syns_create_no_flow_and_get_time_exceeded() {
+    if !privileged("hop_limit_1_syns_create_no_flow_and_get_time_exceeded") {
+        return;
+    }
+    let lab = lab("");
+    let connect = |hops: u32| -> String {
+        let script = format!(
+            "import socket\ns=socket.socket(socket.AF_INET6, socket.SOCK_STREAM)\n\
+             s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS, {hops})\n\
+             s.settimeout(1.5)\ntry:\n    s.connect(('{VIP6}', 80))\n    print('connected')\n\
+             except OSError as e:\n    print('failed', e)\n"
+        );
+        let out = lab.t.client.ns.exec("python3", &["-c", &script]).unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let before = lab.t.client.ns.snmp6("Icmp6InTimeExcds").unwrap();
+    let r = connect(1);
+    assert!(r.starts_with("failed"), "{r}");
+    let after = lab.t.client.ns.snmp6("Icmp6InTimeExcds").unwrap();
+    assert!(after > before, "no ICMPv6 time exceeded reached the client");
+    let flows = lab.gw.adm_ok(&["-Lnc"]);
+    assert!(!flows.contains(&format!("[{VIP6}]:80")), "{flows}");
+    assert_eq!(connect(2), "connected");
+    let line = lab.gw.stop_counters();
+    assert!(field(&line, "time_exceeded").unwrap() >= 1, "{line}");
+}
