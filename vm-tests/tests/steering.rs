@@ -1,12 +1,14 @@
 //! The XDP steering program on a real veth with a real AF_XDP socket:
-//! packets for an owned address reach the socket; everything else (ARP
-//! for the gateway, ping and TCP to the gateway's own address) reaches the
-//! kernel; the program is gone from the interface once dropped.
+//! packets for an owned address reach the socket, IPv4 and IPv6 (and a
+//! neighbour solicitation whose target is an owned IPv6 address);
+//! everything else (ARP and neighbour discovery for the gateway, ping and
+//! TCP to the gateway's own addresses, a router advertisement) reaches
+//! the kernel; the program is gone from the interface once dropped.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 #![allow(clippy::disallowed_types)] // an end-to-end test bounds its waits in real time
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::num::NonZeroU32;
 use std::os::fd::AsRawFd;
 use std::sync::mpsc;
@@ -21,14 +23,34 @@ use xvs_vm_tests::topology::{Arms, Spec, Topology};
 
 const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
 const VIP: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
+const VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0xff, 0, 0, 0, 0, 1);
 
-/// What the socket saw: IPv4 packets to the VIP, ARP about the VIP, and
+/// What the socket saw: IPv4 packets to the VIP, ARP about the VIP, the
+/// same for the IPv6 VIP (neighbour solicitations whose target is it), and
 /// anything else.
 #[derive(Debug, Default)]
 struct Seen {
     to_vip: u32,
     arp_for_vip: u32,
+    to_vip6: u32,
+    ns_for_vip6: u32,
     other: u32,
+}
+
+/// Sends one ICMPv6 message (`kind`, then `body` after the 4-byte header)
+/// from the client's c0 to `to` with hop limit 255, as neighbour discovery
+/// requires (python's raw ICMPv6 socket: the kernel fills the checksum).
+fn icmpv6_from_client(t: &Topology, to: &str, kind: u8, body: &[u8]) {
+    let hex: String = body.iter().map(|b| format!("{b:02x}")).collect();
+    let script = format!(
+        "import socket\ns=socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)\n\
+         i=socket.if_nametoindex('c0')\n\
+         s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, 255)\n\
+         s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS, 255)\n\
+         s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF, i)\n\
+         s.sendto(bytes([{kind}, 0, 0, 0]) + bytes.fromhex('{hex}'), ('{to}', 0, 0, i))\n"
+    );
+    t.client.ns.exec("python3", &["-c", &script]).unwrap();
 }
 
 #[test]
@@ -51,6 +73,7 @@ fn only_owned_traffic_reaches_the_socket() {
         let steering = Steering::attach("gc", XdpAttachMode::Native).unwrap();
         assert!(steering.is_native(), "veth supports native XDP");
         steering.add_address(VIP).unwrap();
+        steering.add_address(VIP6).unwrap();
 
         let (umem, mut descs) =
             Umem::new(UmemConfig::default(), NonZeroU32::new(64).unwrap(), false).unwrap();
@@ -78,9 +101,14 @@ fn only_owned_traffic_reaches_the_socket() {
                 let data = unsafe { umem.data(d) };
                 let f = data.contents();
                 let ethertype = u16::from_be_bytes([f[12], f[13]]);
+                let icmp6 = ethertype == 0x86dd && f.len() >= 78 && f[20] == 58;
                 match ethertype {
                     0x0800 if f[30..34] == VIP.octets() => seen.to_vip += 1,
                     0x0806 if f[38..42] == VIP.octets() => seen.arp_for_vip += 1,
+                    0x86dd if icmp6 && f[54] == 135 && f[62..78] == VIP6.octets() => {
+                        seen.ns_for_vip6 += 1
+                    }
+                    0x86dd if f[38..54] == VIP6.octets() => seen.to_vip6 += 1,
                     _ => seen.other += 1,
                 }
             }
@@ -132,12 +160,55 @@ fn only_owned_traffic_reaches_the_socket() {
         .client
         .ns
         .exec("arping", &["-c", "2", "-w", "1", "-I", "c0", "198.19.0.1"]);
+    // IPv6: the gateway's own address answers ping (the kernel's
+    // neighbour discovery and echo); UDP to the IPv6 VIP and a
+    // solicitation for it go to the socket; a router advertisement and a
+    // solicitation for the gateway's own address go to the kernel.
+    t.client
+        .ns
+        .exec(
+            "ping",
+            &["-6", "-c", "3", "-i", "0.2", "-W", "2", "2001:2::1"],
+        )
+        .unwrap();
+    let _ = t.client.ns.exec(
+        TESTNET,
+        &[
+            "udp",
+            "--connect",
+            "[2001:2:ff::1]:53",
+            "--requests",
+            "4",
+            "--timeout-ms",
+            "100",
+        ],
+    );
+    let mac = t.client.ns.mac("c0").unwrap();
+    let ns_for = |target: Ipv6Addr| {
+        let mut body = vec![0u8; 4];
+        body.extend(target.octets());
+        body.extend([1, 1]);
+        body.extend(mac);
+        body
+    };
+    icmpv6_from_client(&t, "ff02::1:ff00:1", 135, &ns_for(VIP6));
+    icmpv6_from_client(
+        &t,
+        "ff02::1:ff00:1",
+        135,
+        &ns_for("2001:2::1".parse().unwrap()),
+    );
+    // A router advertisement: hop limit 64, no flags, lifetime 0, no
+    // options.
+    icmpv6_from_client(&t, "ff02::1", 134, &[64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
     std::thread::sleep(Duration::from_millis(300));
     stop_tx.send(()).unwrap();
     let seen = receiver.join().unwrap();
 
     assert_eq!(seen.to_vip, 5, "{seen:?}");
     assert_eq!(seen.arp_for_vip, 2, "{seen:?}");
+    assert_eq!(seen.to_vip6, 4, "{seen:?}");
+    assert_eq!(seen.ns_for_vip6, 1, "{seen:?}");
     assert_eq!(
         seen.other, 0,
         "only owned traffic reaches the socket: {seen:?}"
