@@ -549,7 +549,7 @@ fn targets(cli: &Cli, rows: &[Row]) -> Vec<Target> {
     let lookup = criterion_ns(&cli.criterion, "conntrack_1000000", "lookup_hit", 1.0);
     let dram = criterion_ns(&cli.criterion, "memory_baseline", "random_read_128MiB", 1.0);
     let cause_dram = format!(
-        "random access over 1M flows and 100k services: each packet's flow-index probe, its 96-byte entry and its backend's traffic counters (300k backends, IPVS-style per-packet --stats) miss the caches (conntrack lookup hit at 1M: {} ns; independent random reads: {} ns each)",
+        "random access over 1M flows and 100k services: each packet's flow-index probe, its 88-byte entry and its backend's traffic counters (300k backends, IPVS-style per-packet --stats) miss the caches (conntrack lookup hit at 1M: {} ns; independent random reads: {} ns each)",
         lookup.map_or("-".into(), |v| format!("{v:.0}")),
         dram.map_or("-".into(), |v| format!("{v:.1}"))
     );
