@@ -65,7 +65,7 @@ use crate::snat::SnatEndpoints;
 use crate::traffic::DestState;
 use crate::wire::answer::arp_reply;
 use crate::wire::ndp::{advertise, solicited_node};
-use crate::wire::{classify, ArpOp, DropReason, Fragment, Frame, IcmpErrorNat, Nat, Ndp, L4};
+use crate::wire::{classify, ArpOp, DropReason, Fragment, Frame, IcmpErrorNat, Ipv6, Nat, Ndp, L4};
 
 /// SNAT ports tried for one new flow before giving up.
 const SNAT_TRIES: u32 = 64;
@@ -132,10 +132,9 @@ fn sent<I: IpPacket>(rewritten: Result<(), DropReason>, ip: &I, side: Side) -> V
     }
 }
 
-/// A received frame: the side it came in on, its buffer (room beyond
-/// `len` for answers that grow), its length and the time.
+/// A received IP frame: its buffer (room beyond `len` for answers that
+/// grow), its length and the time.
 struct Rx<'a> {
-    ingress: Side,
     buf: &'a mut [u8],
     len: usize,
     now: u32,
@@ -219,7 +218,7 @@ struct Core {
 impl Core {
     /// Pushes a flow event, when events are produced.
     #[inline]
-    fn event<A: Family>(
+    fn event<A: Address>(
         &self,
         now: u32,
         kind: EventKind,
@@ -394,20 +393,12 @@ impl<A: Family> Half<A> {
 
     /// The verdict on an IP packet of this family.
     fn verdict(&mut self, core: &mut Core, rx: Rx<'_>, ip: &A::Ip, looked: Lookup) -> Verdict {
-        let Rx {
-            ingress,
-            buf,
-            len,
-            now,
-        } = rx;
+        let Rx { buf, len, now } = rx;
         let l4 = ip.l4();
         // TCP and UDP look their flow up first: a flow key names an owned
         // address, so a hit needs no ownership check (one hash lookup less
         // on the established path); a miss is checked below.
         let tcp_udp = matches!(l4, L4::Tcp { .. } | L4::Udp { .. });
-        if let L4::Neighbour(ndp) = l4 {
-            return self.neighbour(core, buf, ingress, ip, &ndp);
-        }
         if !tcp_udp && !self.owned.contains(&ip.dst()) {
             return Verdict::Drop(DropReason::NotOwned);
         }
@@ -497,50 +488,6 @@ impl<A: Family> Half<A> {
             },
         };
         self.forward(core, buf, ip, id, dir)
-    }
-
-    /// A neighbour solicitation for an owned address gets its
-    /// advertisement; every solicitation and advertisement teaches its
-    /// sender's (or target's) Ethernet address.
-    fn neighbour(
-        &mut self,
-        core: &Core,
-        buf: &mut [u8],
-        ingress: Side,
-        ip: &A::Ip,
-        ndp: &Ndp,
-    ) -> Verdict {
-        let (Some(src), Some(target)) = (as_v6(ip.src()), as_v6(ip.dst()).map(|_| ndp.target))
-        else {
-            return Verdict::Drop(DropReason::NdpMalformed);
-        };
-        let Some(target_a) = A::from_ip(IpAddr::V6(target)) else {
-            return Verdict::Drop(DropReason::NdpMalformed);
-        };
-        if !ndp.solicit {
-            if let Some(mac) = ndp.lladdr {
-                self.neighbours.learn(target_a, mac.0);
-            }
-            return Verdict::Consumed;
-        }
-        let src_mac = EthernetAddress::from_bytes(&buf[6..12]);
-        if !src.is_unspecified() {
-            if let (Some(mac), Some(a)) = (ndp.lladdr, A::from_ip(IpAddr::V6(src))) {
-                self.neighbours.learn(a, mac.0);
-            }
-        }
-        let dst = as_v6(ip.dst()).unwrap_or(Ipv6Addr::UNSPECIFIED);
-        if dst != target && dst != solicited_node(target) {
-            return Verdict::Drop(DropReason::NdpMalformed);
-        }
-        if !self.owned.contains(&target_a) {
-            return Verdict::Drop(DropReason::NdpNotOwned);
-        }
-        let asker_mac = ndp.lladdr.unwrap_or(src_mac);
-        match advertise(buf, ndp, src, asker_mac, core.mac(ingress)) {
-            Some(len) => Verdict::Answer(len),
-            None => Verdict::Drop(DropReason::AnswerNoRoom),
-        }
     }
 
     /// Whether IPVS's rules end the flow `id` at this packet (see the
@@ -848,11 +795,34 @@ impl<A: Family> Half<A> {
     }
 }
 
-/// `a` as an IPv6 address (neighbour discovery is IPv6's alone).
-fn as_v6<A: Address>(a: A) -> Option<Ipv6Addr> {
-    match a.ip() {
-        IpAddr::V6(v6) => Some(v6),
-        IpAddr::V4(_) => None,
+impl Half<Ipv6Addr> {
+    /// A neighbour solicitation for an owned address gets its
+    /// advertisement; every solicitation and advertisement teaches its
+    /// sender's (or target's) Ethernet address. (IPv6's alone: IPv4's
+    /// counterpart is ARP, answered in [`Pipeline::process_prepared`].)
+    fn neighbour(&mut self, mac: EthernetAddress, buf: &mut [u8], ip: &Ipv6, ndp: &Ndp) -> Verdict {
+        if !ndp.solicit {
+            if let Some(lladdr) = ndp.lladdr {
+                self.neighbours.learn(ndp.target, lladdr.0);
+            }
+            return Verdict::Consumed;
+        }
+        if let (Some(lladdr), false) = (ndp.lladdr, ip.src.is_unspecified()) {
+            self.neighbours.learn(ip.src, lladdr.0);
+        }
+        if ip.dst != ndp.target && ip.dst != solicited_node(ndp.target) {
+            return Verdict::Drop(DropReason::NdpMalformed);
+        }
+        if !self.owned.contains(&ndp.target) {
+            return Verdict::Drop(DropReason::NdpNotOwned);
+        }
+        let asker_mac = ndp
+            .lladdr
+            .unwrap_or_else(|| EthernetAddress::from_bytes(&buf[6..12]));
+        match advertise(buf, ndp, ip.src, asker_mac, mac) {
+            Some(len) => Verdict::Answer(len),
+            None => Verdict::Drop(DropReason::AnswerNoRoom),
+        }
     }
 }
 
@@ -1022,16 +992,19 @@ impl Pipeline {
 
     /// Removes a service of either family.
     pub fn remove_service(&mut self, key: &ServiceKey<IpAddr>) {
-        match key.narrow() {
-            Some(crate::pipeline::Narrowed::V4(k)) => self.v4.services.remove(&k),
-            Some(crate::pipeline::Narrowed::V6(k)) => self.v6.services.remove(&k),
-            None => {}
+        let (protocol, port) = (key.protocol, key.port);
+        match key.vip {
+            IpAddr::V4(vip) => self.v4.services.remove(&ServiceKey {
+                vip,
+                protocol,
+                port,
+            }),
+            IpAddr::V6(vip) => self.v6.services.remove(&ServiceKey {
+                vip,
+                protocol,
+                port,
+            }),
         }
-    }
-
-    /// Queues an ARP request for `addr` (e.g. a new backend), once.
-    pub fn resolve(&mut self, addr: Ipv4Addr) {
-        self.v4.neighbours.resolve(addr);
     }
 
     /// Takes the next address to send an ARP request or a neighbour
@@ -1110,7 +1083,6 @@ impl Pipeline {
     ) -> Verdict {
         self.core.counters.rx += 1;
         let rx = Rx {
-            ingress,
             len: len.min(buf.len()),
             buf,
             now,
@@ -1128,7 +1100,10 @@ impl Pipeline {
                 }
             }
             Ok(Frame::Ipv4(ip)) => self.v4.verdict(&mut self.core, rx, &ip, looked),
-            Ok(Frame::Ipv6(ip)) => self.v6.verdict(&mut self.core, rx, &ip, looked),
+            Ok(Frame::Ipv6(ip)) => match ip.l4 {
+                L4::Neighbour(ndp) => self.v6.neighbour(self.core.mac(ingress), rx.buf, &ip, &ndp),
+                _ => self.v6.verdict(&mut self.core, rx, &ip, looked),
+            },
         };
         let c = &mut self.core.counters;
         match verdict {
@@ -1137,21 +1112,13 @@ impl Pipeline {
             Verdict::Consumed => c.consumed += 1,
             Verdict::Drop(r) => {
                 c.drops[r.index()] += 1;
+                // The frame's endpoints are read only when events are
+                // produced.
                 if self.core.events.is_some() {
                     let (protocol, src, dst) = endpoints_of(prepared);
                     let none = FlowEvent::NONE;
-                    if let Some(ev) = &self.core.events {
-                        ev.push(FlowEvent {
-                            time: now,
-                            worker: self.core.cfg.worker as u16,
-                            kind: EventKind::Drop(r),
-                            protocol,
-                            src,
-                            dst,
-                            backend: none,
-                            snat: none,
-                        });
-                    }
+                    let kind = EventKind::Drop(r);
+                    self.core.event(now, kind, protocol, src, dst, [none, none]);
                 }
             }
         }
@@ -1198,37 +1165,6 @@ impl Pipeline {
             expired: a.expired + b.expired,
             done: a.done && b.done,
         }
-    }
-}
-
-/// A service key of either family, narrowed to its own.
-pub enum Narrowed {
-    /// IPv4.
-    V4(ServiceKey<Ipv4Addr>),
-    /// IPv6.
-    V6(ServiceKey<Ipv6Addr>),
-}
-
-/// Narrowing of a wide service key.
-pub trait Narrow {
-    /// The key in its own family's type.
-    fn narrow(&self) -> Option<Narrowed>;
-}
-
-impl Narrow for ServiceKey<IpAddr> {
-    fn narrow(&self) -> Option<Narrowed> {
-        Some(match self.vip {
-            IpAddr::V4(vip) => Narrowed::V4(ServiceKey {
-                vip,
-                protocol: self.protocol,
-                port: self.port,
-            }),
-            IpAddr::V6(vip) => Narrowed::V6(ServiceKey {
-                vip,
-                protocol: self.protocol,
-                port: self.port,
-            }),
-        })
     }
 }
 
