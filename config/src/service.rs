@@ -560,8 +560,7 @@ impl fmt::Display for RuleViolation {
 
 /// Whether `mask` is a run of ones followed by zeros.
 pub fn is_contiguous_netmask(mask: Ipv4Addr) -> bool {
-    let m = u32::from(mask);
-    m.leading_ones() + m.trailing_zeros() == 32
+    is_contiguous(mask)
 }
 
 /// [`is_contiguous_netmask`] for a mask of either family.

@@ -182,35 +182,18 @@ impl DataplaneHandle {
         filter: Filter<IpAddr>,
         family: Option<xvs_config::Family>,
     ) -> Vec<FlowInfo<IpAddr>> {
-        let mut out = Vec::new();
-        if family != Some(xvs_config::Family::V6) {
-            if let Some(f) = filter.narrow::<std::net::Ipv4Addr>() {
-                out.extend(self.dump(f).iter().map(FlowInfo::wide));
-            }
-        }
-        if family != Some(xvs_config::Family::V4) {
-            if let Some(f) = filter.narrow::<Ipv6Addr>() {
-                out.extend(self.dump6(f).iter().map(FlowInfo::wide));
-            }
-        }
+        let (v4, v6) = per_family(&filter, family);
+        let mut out: Vec<FlowInfo<IpAddr>> = Vec::new();
+        out.extend(v4.iter().flat_map(|f| self.dump(*f)).map(|i| i.wide()));
+        out.extend(v6.iter().flat_map(|f| self.dump6(*f)).map(|i| i.wide()));
         out
     }
 
     /// Deletes the flows of both families matching `filter` (as
     /// [`DataplaneHandle::dump_any`] selects them); returns how many.
     pub fn delete_any(&self, filter: Filter<IpAddr>, family: Option<xvs_config::Family>) -> u64 {
-        let mut n = 0;
-        if family != Some(xvs_config::Family::V6) {
-            if let Some(f) = filter.narrow::<std::net::Ipv4Addr>() {
-                n += self.delete(f);
-            }
-        }
-        if family != Some(xvs_config::Family::V4) {
-            if let Some(f) = filter.narrow::<Ipv6Addr>() {
-                n += self.delete6(f);
-            }
-        }
-        n
+        let (v4, v6) = per_family(&filter, family);
+        v4.map_or(0, |f| self.delete(f)) + v6.map_or(0, |f| self.delete6(f))
     }
 
     /// The IPv6 flows matching `filter` on every worker.
@@ -303,6 +286,19 @@ impl DataplaneHandle {
         v.sort_by_key(|s| s.worker);
         v
     }
+}
+
+/// `filter` for each family's tables: `None` for a family `family`
+/// excludes, or that an address of the filter is not of.
+fn per_family(
+    filter: &Filter<IpAddr>,
+    family: Option<xvs_config::Family>,
+) -> (Option<Filter<std::net::Ipv4Addr>>, Option<Filter<Ipv6Addr>>) {
+    use xvs_config::Family;
+    (
+        filter.narrow().filter(|_| family != Some(Family::V6)),
+        filter.narrow().filter(|_| family != Some(Family::V4)),
+    )
 }
 
 /// A running data plane.

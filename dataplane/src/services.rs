@@ -286,25 +286,35 @@ impl AnyService {
         workers: usize,
         applied: bool,
     ) -> Option<AnyService> {
-        Some(match (svc.key.vip, prev) {
-            (IpAddr::V4(_), Some(AnyService::V4(p))) => AnyService::V4(Arc::new(
-                CompiledService::update(p, &svc.narrow()?, applied, None),
-            )),
-            (IpAddr::V4(_), _) => AnyService::V4(Arc::new(CompiledService::new(
-                id,
-                &svc.narrow()?,
-                workers,
-                None,
-            ))),
-            (IpAddr::V6(_), Some(AnyService::V6(p))) => AnyService::V6(Arc::new(
-                CompiledService::update(p, &svc.narrow()?, applied, None),
-            )),
-            (IpAddr::V6(_), _) => AnyService::V6(Arc::new(CompiledService::new(
-                id,
-                &svc.narrow()?,
-                workers,
-                None,
-            ))),
+        // The next version of `prev` when it is of the same family, else a
+        // new service.
+        fn one<A: Address>(
+            id: u32,
+            svc: &Service<A>,
+            prev: Option<&Arc<CompiledService<A>>>,
+            workers: usize,
+            applied: bool,
+        ) -> Arc<CompiledService<A>> {
+            Arc::new(match prev {
+                Some(p) => CompiledService::update(p, svc, applied, None),
+                None => CompiledService::new(id, svc, workers, None),
+            })
+        }
+        Some(match svc.key.vip {
+            IpAddr::V4(_) => {
+                let prev = match prev {
+                    Some(AnyService::V4(p)) => Some(p),
+                    _ => None,
+                };
+                AnyService::V4(one(id, &svc.narrow()?, prev, workers, applied))
+            }
+            IpAddr::V6(_) => {
+                let prev = match prev {
+                    Some(AnyService::V6(p)) => Some(p),
+                    _ => None,
+                };
+                AnyService::V6(one(id, &svc.narrow()?, prev, workers, applied))
+            }
         })
     }
 
