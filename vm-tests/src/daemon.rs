@@ -204,11 +204,26 @@ impl Daemon {
 
     /// Runs xvsadm against it; returns (status, stdout, stderr).
     pub fn adm(&self, args: &[&str]) -> (i32, String, String) {
-        let out = Command::new(self.bins.join("xvsadm"))
+        self.adm_input(args, "")
+    }
+
+    /// [`Daemon::adm`] with `input` on its standard input (`-R`).
+    pub fn adm_input(&self, args: &[&str], input: &str) -> (i32, String, String) {
+        use std::io::Write;
+        let child = Command::new(self.bins.join("xvsadm"))
             .args(args)
             .arg("--socket")
             .arg(&self.socket)
-            .output();
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn();
+        let out = child.and_then(|mut c| {
+            if let Some(mut stdin) = c.stdin.take() {
+                stdin.write_all(input.as_bytes())?;
+            }
+            c.wait_with_output()
+        });
         match out {
             Ok(o) => (
                 o.status.code().unwrap_or(-1),

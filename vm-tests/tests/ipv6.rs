@@ -251,6 +251,28 @@ fn a_dual_stack_service_pair_answers_on_both_families_at_once() {
         "{saved}"
     );
 
+    // The runbook's save and restore: the IPv6 service's lines of -S,
+    // the service deleted (its VIP no longer serves), the lines restored
+    // with -R (it serves again, from the same backends).
+    let mine: String = saved
+        .lines()
+        .filter(|l| l.contains(&format!("[{VIP6}]:80")))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(mine.lines().count(), 4, "{mine}");
+    lab.gw.adm_ok(&["-D", "-t", &format!("[{VIP6}]:80")]);
+    assert!(lab.curl(&url6("/")).is_err(), "a deleted VIP still serves");
+    let (status, _, err) = lab.gw.adm_input(&["-R"], &mine);
+    assert_eq!(status, 0, "{err}");
+    let back: std::collections::BTreeSet<String> =
+        (0..6).map(|_| lab.curl(&url6("/")).unwrap()).collect();
+    assert_eq!(back.len(), 3, "restored with its three backends: {back:?}");
+    assert_eq!(
+        lab.gw.adm_ok(&["-S", "-n"]),
+        saved,
+        "-S after -R is the same"
+    );
+
     // conntrack: -f ipv6 lists only IPv6 flows, -f ipv4 only IPv4 ones.
     let v6 = lab
         .gw
