@@ -148,19 +148,22 @@ fn nth(base: IpAddr, n: u32) -> IpAddr {
 #[derive(Clone, Copy)]
 enum Template {
     V4(Ipv4),
-    V6(Ipv6, Endpoint<Ipv6Addr>),
+    /// The packet, its destination and its (source, destination) MACs:
+    /// the IPv6 rewrite writes both ends and the MACs at once.
+    V6(Ipv6, Endpoint<Ipv6Addr>, [EthernetAddress; 2]),
 }
 
 impl Template {
-    fn of(frame: &[u8], dst: Endpoint<IpAddr>) -> Result<Template, String> {
-        match (classify(frame), dst.addr) {
+    fn of(frame: &[u8], spec: &GenSpec) -> Result<Template, String> {
+        match (classify(frame), spec.dst.addr) {
             (Ok(Frame::Ipv4(ip)), _) => Ok(Template::V4(ip)),
             (Ok(Frame::Ipv6(ip)), IpAddr::V6(a)) => Ok(Template::V6(
                 ip,
                 Endpoint {
                     addr: a,
-                    port: dst.port,
+                    port: spec.dst.port,
                 },
+                [spec.src_mac, spec.dst_mac].map(EthernetAddress),
             )),
             (other, _) => Err(format!("template does not classify: {other:?}")),
         }
@@ -178,7 +181,7 @@ impl Template {
                 },
             )
             .is_ok(),
-            (Template::V6(ip, dst), IpAddr::V6(a)) => {
+            (Template::V6(ip, dst, [src_mac, dst_mac]), IpAddr::V6(a)) => {
                 let n = Nat {
                     src: Endpoint {
                         addr: a,
@@ -186,16 +189,9 @@ impl Template {
                     },
                     dst: *dst,
                 };
-                let mut macs = [0u8; 12];
-                macs.copy_from_slice(&buf[..12]);
-                let mac = |o: usize| {
-                    let mut m = [0u8; 6];
-                    m.copy_from_slice(&macs[o..o + 6]);
-                    EthernetAddress(m)
-                };
                 // (The template's hop limit goes from 64 to 63: a copy
                 // is rewritten, never the template.)
-                nat6::forward6(buf, ip, &n, mac(6), mac(0)).is_ok()
+                nat6::forward6(buf, ip, &n, *src_mac, *dst_mac).is_ok()
             }
             _ => false,
         }
@@ -275,7 +271,7 @@ fn send_queue(
         spec.l4,
     )
     .ok_or("the source and the destination are of different families")?;
-    let tpl = Template::of(&template, spec.dst)?;
+    let tpl = Template::of(&template, spec)?;
     let rate = spec.rate.map(|r| r as f64 / step as f64);
     let mut descs: Vec<FrameDesc> = Vec::with_capacity(BATCH);
     let mut rx = vec![FrameDesc::default(); BATCH];
@@ -609,7 +605,12 @@ mod tests {
         let src = ep_any("2001:2::2".parse::<Ipv6Addr>().unwrap(), 1024);
         let l4 = L4Kind::Udp { payload: 18 };
         let t = frame_any([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], src, dst, l4).unwrap();
-        let tpl = Template::of(&t, dst).unwrap();
+        let s = GenSpec {
+            dst,
+            src_base: src.addr,
+            ..spec(Flows::New)
+        };
+        let tpl = Template::of(&t, &s).unwrap();
         let next = ep_any("2001:2::7".parse::<Ipv6Addr>().unwrap(), 4242);
         let mut f = t.clone();
         assert!(tpl.set_source(&mut f, next));
