@@ -1,7 +1,8 @@
 //! The AF_XDP generator and sink on a real namespace topology, through the
 //! gateway's kernel forwarding: a fixed-rate run is paced and fully
 //! counted at the sink and back at the generator (reflecting sink); a
-//! new-flow run (a new tuple per packet) reaches the sink in full.
+//! new-flow run (a new tuple per packet) reaches the sink in full, over
+//! IPv4 and over IPv6 (the sink answering neighbour solicitations).
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
@@ -12,13 +13,21 @@ use xvs_benches::frames::{ep_any, L4Kind};
 use xvs_benches::pktgen::{generate, Flows, GenReport, GenSpec, Sink, SinkSpec};
 use xvs_vm_tests::netns::Netns;
 use xvs_vm_tests::privileged;
-use xvs_vm_tests::topology::{backend_addr, Arms, Spec, Topology, CLIENT_ADDR};
+use xvs_vm_tests::topology::{
+    backend_addr, backend_addr6, Arms, Spec, Topology, CLIENT_ADDR, CLIENT_ADDR6,
+};
 
-/// Runs a sink on backend 0 and the generator on the client; returns the
-/// generator's report and the sink's (received, reflected).
-fn run(t: &Topology, flows: Flows, rate: u64, reflect: bool) -> (GenReport, (u64, u64)) {
+/// Runs a sink on backend 0 and the generator on the client (over IPv6
+/// with `v6`); returns the generator's report and the sink's (received,
+/// reflected).
+fn run(t: &Topology, flows: Flows, rate: u64, reflect: bool, v6: bool) -> (GenReport, (u64, u64)) {
     let b = &t.backends[0];
-    let (sink_ns, sink_if, addr) = (b.ns.name().to_owned(), b.ifname.clone(), b.addr);
+    let (src, addr): (std::net::IpAddr, std::net::IpAddr) = if v6 {
+        (CLIENT_ADDR6.into(), backend_addr6(0).into())
+    } else {
+        (CLIENT_ADDR.into(), backend_addr(0).into())
+    };
+    let (sink_ns, sink_if) = (b.ns.name().to_owned(), b.ifname.clone());
     let mac = b.ns.mac(&b.ifname).unwrap();
     let (up_tx, up_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
@@ -27,7 +36,7 @@ fn run(t: &Topology, flows: Flows, rate: u64, reflect: bool) -> (GenReport, (u64
         let sink = Sink::start(&SinkSpec {
             ifname: sink_if,
             queues: vec![0],
-            addrs: vec![addr.into()],
+            addrs: vec![addr],
             mac,
             reflect,
         })
@@ -43,9 +52,9 @@ fn run(t: &Topology, flows: Flows, rate: u64, reflect: bool) -> (GenReport, (u64
         cores: vec![],
         src_mac: t.client.ns.mac(&t.client.ifname).unwrap(),
         dst_mac: t.gateway.mac(&t.gateway_client_if).unwrap(),
-        src_base: CLIENT_ADDR.into(),
+        src_base: src,
         src_count: 1,
-        dst: ep_any(backend_addr(0), 9000),
+        dst: ep_any(addr, 9000),
         l4: L4Kind::Udp { payload: 18 },
         flows,
         first: 0,
@@ -87,7 +96,7 @@ fn paced_fixed_flows_are_counted_at_the_sink_and_back() {
         queues: 1,
     })
     .unwrap();
-    let (r, (received, reflected)) = run(&t, Flows::Fixed(16), 20_000, true);
+    let (r, (received, reflected)) = run(&t, Flows::Fixed(16), 20_000, true, false);
     eprintln!("{r:?} sink received={received} reflected={reflected}");
     // Paced: 20,000 pps for one second, give or take the last batch.
     assert!(
@@ -124,14 +133,16 @@ fn new_flows_reach_the_sink() {
         queues: 1,
     })
     .unwrap();
-    let (r, (received, reflected)) = run(&t, Flows::New, 10_000, false);
-    assert!(r.sent >= 9_500, "sent {}", r.sent);
-    assert_eq!(reflected, 0);
-    assert_eq!(r.received, 0, "nothing comes back from a dropping sink");
-    // Every new tuple went through the gateway's conntrack and arrived.
-    assert!(
-        received >= r.sent * 99 / 100,
-        "sink got {received} of {}",
-        r.sent
-    );
+    for v6 in [false, true] {
+        let (r, (received, reflected)) = run(&t, Flows::New, 10_000, false, v6);
+        assert!(r.sent >= 9_500, "sent {} (IPv6: {v6})", r.sent);
+        assert_eq!(reflected, 0);
+        assert_eq!(r.received, 0, "nothing comes back from a dropping sink");
+        // Every new tuple went through the gateway's conntrack and arrived.
+        assert!(
+            received >= r.sent * 99 / 100,
+            "sink got {received} of {} (IPv6: {v6})",
+            r.sent
+        );
+    }
 }
