@@ -150,7 +150,7 @@ impl Fam for V6 {
     }
     fn upsert(p: &mut Pipeline, id: u32, s: &Service<Ipv6Addr>) {
         let c = CompiledService::new(id, s, 1, None);
-        p.upsert_any(xvs_dataplane::pipeline::AnyService::V6(Arc::new(c)));
+        p.upsert_service(Arc::new(c));
     }
     fn half_len(p: &Pipeline) -> (usize, u32) {
         (p.v6.services.len(), p.v6.table.len())
@@ -366,7 +366,7 @@ fn measure<F: Fam>(c: &mut Criterion, group: &str, mut p: Pipeline) {
             }
             p.lookup_prepared(&preps, &mut looked);
             for ((buf, prep), look) in bufs.iter_mut().zip(&preps).zip(&looked) {
-                black_box(p.process_prepared(Side::Client, buf, len, 1, prep, *look));
+                black_box(p.process_prepared(Side::Client, buf, 1, prep, *look));
             }
         })
     });

@@ -1,7 +1,7 @@
 //! What the pipeline needs of an address family: the fields of a
 //! classified packet and the rewrites and answers of its wire format
-//! ([`IpPacket`], for [`Ipv4`] and [`Ipv6`]), and how a next hop is asked
-//! for ([`Family`]: ARP for IPv4, a neighbour solicitation for IPv6).
+//! ([`IpPacket`], for [`Ipv4`] and [`Ipv6`]), and which frames are of the
+//! family ([`Family`]).
 //!
 //! The pipeline is written once over [`Family`] and monomorphised per
 //! family, so an IPv4 packet runs the code it ran before IPv6 existed
@@ -16,7 +16,6 @@ use smoltcp::wire::EthernetAddress;
 use xvs_config::Address;
 use xvs_conntrack::FlowKey;
 
-use crate::neighbours::Neighbours;
 use crate::wire::{
     answer, answer6, checksum, icmp_error, nat, nat6, DropReason, Fragment, Frame, IcmpErrorNat,
     Ipv4, Ipv6, Nat, L4,
@@ -80,9 +79,6 @@ pub trait Family: Address {
     type Ip: IpPacket<Addr = Self>;
     /// Its packet in a classified frame, if the frame is of this family.
     fn packet(frame: &Frame) -> Option<Self::Ip>;
-    /// Builds the request resolving `target` (ARP, or a neighbour
-    /// solicitation) into `buf`; its length, or `None` if `buf` is short.
-    fn request(n: &Neighbours<Self>, buf: &mut [u8], target: Self) -> Option<usize>;
 }
 
 impl Family for Ipv4Addr {
@@ -94,9 +90,6 @@ impl Family for Ipv4Addr {
             _ => None,
         }
     }
-    fn request(n: &Neighbours<Self>, buf: &mut [u8], target: Self) -> Option<usize> {
-        n.build_request(buf, target)
-    }
 }
 
 impl Family for Ipv6Addr {
@@ -107,9 +100,6 @@ impl Family for Ipv6Addr {
             Frame::Ipv6(ip) => Some(*ip),
             _ => None,
         }
-    }
-    fn request(n: &Neighbours<Self>, buf: &mut [u8], target: Self) -> Option<usize> {
-        n.build_request(buf, target)
     }
 }
 

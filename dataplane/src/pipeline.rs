@@ -132,11 +132,10 @@ fn sent<I: IpPacket>(rewritten: Result<(), DropReason>, ip: &I, side: Side) -> V
     }
 }
 
-/// A received IP frame: its buffer (room beyond `len` for answers that
-/// grow), its length and the time.
+/// A received IP frame: its buffer (room beyond the frame for answers
+/// that grow) and the time.
 struct Rx<'a> {
     buf: &'a mut [u8],
-    len: usize,
     now: u32,
 }
 
@@ -393,7 +392,7 @@ impl<A: Family> Half<A> {
 
     /// The verdict on an IP packet of this family.
     fn verdict(&mut self, core: &mut Core, rx: Rx<'_>, ip: &A::Ip, looked: Lookup) -> Verdict {
-        let Rx { buf, len, now } = rx;
+        let Rx { buf, now } = rx;
         let l4 = ip.l4();
         // TCP and UDP look their flow up first: a flow key names an owned
         // address, so a hit needs no ownership check (one hash lookup less
@@ -408,7 +407,7 @@ impl<A: Family> Half<A> {
         match l4 {
             L4::IcmpEcho { request: true, .. } => return answer(ip.echo_reply(buf)),
             L4::IcmpEcho { .. } => return Verdict::Drop(DropReason::IcmpUnsupportedType),
-            L4::IcmpError(_) => return self.related(core, buf, len, ip),
+            L4::IcmpError(_) => return self.related(core, buf, ip),
             L4::None | L4::Neighbour(_) => return Verdict::Drop(DropReason::Fragment),
             L4::Tcp { .. } | L4::Udp { .. } => {}
         }
@@ -768,7 +767,7 @@ impl<A: Family> Half<A> {
     }
 
     /// An ICMP error about a tracked flow, translated like the flow.
-    fn related(&mut self, core: &Core, buf: &mut [u8], _len: usize, ip: &A::Ip) -> Verdict {
+    fn related(&mut self, core: &Core, buf: &mut [u8], ip: &A::Ip) -> Verdict {
         let Some(key) = ip.key() else {
             return Verdict::Drop(DropReason::IcmpErrorNoFlow);
         };
@@ -975,16 +974,11 @@ impl Pipeline {
         }
     }
 
-    /// Adds or replaces a service, as this worker applies it (its next
-    /// hops are resolved at once).
-    pub fn upsert_service(&mut self, svc: Arc<CompiledService>) {
-        self.v4.upsert_service(svc, self.core.cfg.worker);
-    }
-
-    /// Adds or replaces a service of either family.
-    pub fn upsert_any(&mut self, svc: AnyService) {
+    /// Adds or replaces a service of either family, as this worker
+    /// applies it (its next hops are resolved at once).
+    pub fn upsert_service(&mut self, svc: impl Into<AnyService>) {
         let worker = self.core.cfg.worker;
-        match svc {
+        match svc.into() {
             AnyService::V4(s) => self.v4.upsert_service(s, worker),
             AnyService::V6(s) => self.v6.upsert_service(s, worker),
         }
@@ -1036,8 +1030,8 @@ impl Pipeline {
     /// side); returns its length or `None` if `buf` is too short.
     pub fn build_arp_request(&self, buf: &mut [u8], target: IpAddr) -> Option<usize> {
         match target {
-            IpAddr::V4(t) => Family::request(&self.v4.neighbours, buf, t),
-            IpAddr::V6(t) => Family::request(&self.v6.neighbours, buf, t),
+            IpAddr::V4(t) => self.v4.neighbours.build_request(buf, t),
+            IpAddr::V6(t) => self.v6.neighbours.build_request(buf, t),
         }
     }
 
@@ -1051,7 +1045,7 @@ impl Pipeline {
     pub fn process_on(&mut self, ingress: Side, buf: &mut [u8], len: usize, now: u32) -> Verdict {
         let len = len.min(buf.len());
         let prepared = Prepared::of(&buf[..len]);
-        self.process_prepared(ingress, buf, len, now, &prepared, Lookup::NotYet)
+        self.process_prepared(ingress, buf, now, &prepared, Lookup::NotYet)
     }
 
     /// Looks up the flows of a batch of prepared frames at once
@@ -1076,17 +1070,12 @@ impl Pipeline {
         &mut self,
         ingress: Side,
         buf: &mut [u8],
-        len: usize,
         now: u32,
         prepared: &Prepared,
         looked: Lookup,
     ) -> Verdict {
         self.core.counters.rx += 1;
-        let rx = Rx {
-            len: len.min(buf.len()),
-            buf,
-            now,
-        };
+        let rx = Rx { buf, now };
         let verdict = match prepared.frame {
             Err(r) => Verdict::Drop(r),
             Ok(Frame::Arp(arp)) => {

@@ -494,7 +494,7 @@ impl Dataplane {
             }
             pipeline.share_with_host(&shared);
             for s in &services {
-                pipeline.upsert_any(s.clone());
+                pipeline.upsert_service(s.clone());
             }
             if !defer {
                 r.adopted = pipeline.adopt(now);

@@ -275,6 +275,18 @@ pub enum AnyService {
     V6(Arc<CompiledService<Ipv6Addr>>),
 }
 
+impl From<Arc<CompiledService<Ipv4Addr>>> for AnyService {
+    fn from(s: Arc<CompiledService<Ipv4Addr>>) -> Self {
+        AnyService::V4(s)
+    }
+}
+
+impl From<Arc<CompiledService<Ipv6Addr>>> for AnyService {
+    fn from(s: Arc<CompiledService<Ipv6Addr>>) -> Self {
+        AnyService::V6(s)
+    }
+}
+
 impl AnyService {
     /// Compiles `svc` (a service of either family, checked: its addresses
     /// are of its VIP's family) as `id`, or as the next version of

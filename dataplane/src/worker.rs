@@ -346,7 +346,7 @@ impl<P: PacketIo> Worker<P> {
     fn control(&mut self) -> bool {
         while let Ok(msg) = self.control.try_recv() {
             match msg {
-                Control::Upsert(svc) => self.pipeline.upsert_any(svc),
+                Control::Upsert(svc) => self.pipeline.upsert_service(svc),
                 Control::Remove(key) => self.pipeline.remove_service(&key),
                 Control::Own(a) => self.pipeline.own(a),
                 Control::Disown(a) => self.pipeline.disown(a),
@@ -566,8 +566,8 @@ impl<P: PacketIo> Worker<P> {
             let pipeline = &mut self.pipeline;
             // SAFETY: as above.
             let verdict = unsafe {
-                self.port.with_frame(desc, |buf, len| {
-                    pipeline.process_prepared(ingress, buf, len, now, &prep, looked)
+                self.port.with_frame(desc, |buf, _| {
+                    pipeline.process_prepared(ingress, buf, now, &prep, looked)
                 })
             };
             let (len, side, answer) = match verdict {

@@ -301,7 +301,7 @@ fn a_batch_looked_up_together_sees_flows_it_creates() {
     for ((f, prep), (look, want)) in frames.iter().zip(&prepared).zip(looked.iter().zip(want)) {
         let mut buf = vec![0u8; 2048];
         buf[..f.len()].copy_from_slice(f);
-        let v = p.process_prepared(Side::Client, &mut buf, f.len(), 1, prep, *look);
+        let v = p.process_prepared(Side::Client, &mut buf, 1, prep, *look);
         let Verdict::Forward { len, .. } = v else {
             panic!("{v:?}")
         };

@@ -23,7 +23,7 @@ use xvs_config::{
     Backend, ForwardMethod, PortRange, Protocol, Scheduler, Service, ServiceKey, Timeouts,
     UnknownPort,
 };
-use xvs_dataplane::pipeline::{AnyService, Pipeline, PipelineConfig, Side, Verdict};
+use xvs_dataplane::pipeline::{Pipeline, PipelineConfig, Side, Verdict};
 use xvs_dataplane::services::CompiledService;
 use xvs_dataplane::wire::DropReason;
 
@@ -93,19 +93,9 @@ fn pipeline(weight: u32, unknown_port: UnknownPort) -> Pipeline {
     };
     for proto in [Protocol::Tcp, Protocol::Udp] {
         let s6 = service(vip(), backend(), proto, weight);
-        p.upsert_any(AnyService::V6(Arc::new(CompiledService::new(
-            next(),
-            &s6,
-            1,
-            None,
-        ))));
+        p.upsert_service(Arc::new(CompiledService::new(next(), &s6, 1, None)));
         let s4 = service(VIP4, BACKEND4, proto, weight);
-        p.upsert_any(AnyService::V4(Arc::new(CompiledService::new(
-            next(),
-            &s4,
-            1,
-            None,
-        ))));
+        p.upsert_service(Arc::new(CompiledService::new(next(), &s4, 1, None)));
     }
     p
 }
