@@ -3,7 +3,7 @@
 //! once for both families.
 //!
 //! The hot path is generic over [`Address`] (monomorphised: an IPv4 flow
-//! key stays 13 bytes and a flow entry 96, and an IPv4 lookup compiles to
+//! key stays 13 bytes and a flow entry 88, and an IPv4 lookup compiles to
 //! what it was before the trait existed). [`IpAddr`] implements it as well,
 //! for code where one value must hold either family; the `family` bench
 //! measures what that costs a flow table (see the README's layout

@@ -24,12 +24,11 @@ pub use names::{
     UnknownPort, XdpAttachMode, ZeroCopy,
 };
 pub use service::{
-    full_mask, is_contiguous, is_contiguous_netmask, is_prime, is_unicast, is_unicast6,
-    is_unicast_any, not_unicast, not_unicast_any, parse_netmask, parse_source_range,
-    parse_source_range4, prefix_len, prefix_mask6, Backend, BackendField, Gateway, Persistence,
-    RuleViolation, SchedulerFlags, Service, ServiceField, ServiceKey, DEFAULT_MAGLEV_TABLE_SIZE,
-    DEFAULT_PERSISTENCE_TIMEOUT, DEFAULT_WEIGHT, MAX_MAGLEV_TABLE_SIZE, MAX_TIMEOUT_SECS,
-    MAX_WEIGHT,
+    full_mask, is_contiguous, is_prime, is_unicast, is_unicast6, is_unicast_any, not_unicast,
+    not_unicast_any, parse_netmask, parse_source_range, parse_source_range4, prefix_len,
+    prefix_mask6, Backend, BackendField, Gateway, Persistence, RuleViolation, SchedulerFlags,
+    Service, ServiceField, ServiceKey, DEFAULT_MAGLEV_TABLE_SIZE, DEFAULT_PERSISTENCE_TIMEOUT,
+    DEFAULT_WEIGHT, MAX_MAGLEV_TABLE_SIZE, MAX_TIMEOUT_SECS, MAX_WEIGHT,
 };
 pub use settings::{
     Admin, AdminTcp, Config, ConnRules, Conntrack, Interfaces, Kubernetes, PortRange, Restart,

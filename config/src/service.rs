@@ -47,6 +47,28 @@ pub struct ServiceKey<A: Address = IpAddr> {
     pub port: u16,
 }
 
+impl<A: Address> ServiceKey<A> {
+    /// The same key with a VIP of either family.
+    pub fn wide(&self) -> ServiceKey<IpAddr> {
+        ServiceKey {
+            vip: self.vip.ip(),
+            protocol: self.protocol,
+            port: self.port,
+        }
+    }
+}
+
+impl ServiceKey<IpAddr> {
+    /// The key in family `A`'s type, if its VIP is of that family.
+    pub fn narrow<A: Address>(&self) -> Option<ServiceKey<A>> {
+        Some(ServiceKey {
+            vip: A::from_ip(self.vip)?,
+            protocol: self.protocol,
+            port: self.port,
+        })
+    }
+}
+
 impl<A: Address> fmt::Display for ServiceKey<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}", self.protocol, HostPort(self.vip, self.port))
@@ -164,11 +186,7 @@ impl<A: Address> Service<A> {
     /// The same service with addresses of either family.
     pub fn wide(&self) -> Service<IpAddr> {
         Service {
-            key: ServiceKey {
-                vip: self.key.vip.ip(),
-                protocol: self.key.protocol,
-                port: self.key.port,
-            },
+            key: self.key.wide(),
             name: self.name.clone(),
             scheduler: self.scheduler,
             flags: self.flags,
@@ -210,11 +228,7 @@ impl Service<IpAddr> {
     pub fn narrow<A: Address>(&self) -> Option<Service<A>> {
         let a = |ip: IpAddr| A::from_ip(ip);
         Some(Service {
-            key: ServiceKey {
-                vip: a(self.key.vip)?,
-                protocol: self.key.protocol,
-                port: self.key.port,
-            },
+            key: self.key.narrow()?,
             name: self.name.clone(),
             scheduler: self.scheduler,
             flags: self.flags,
@@ -558,21 +572,13 @@ impl fmt::Display for RuleViolation {
     }
 }
 
-/// Whether `mask` is a run of ones followed by zeros.
-pub fn is_contiguous_netmask(mask: Ipv4Addr) -> bool {
-    is_contiguous(mask)
-}
-
-/// [`is_contiguous_netmask`] for a mask of either family.
+/// Whether `mask` (of either family) is a run of ones followed by zeros.
 pub fn is_contiguous<A: Address>(mask: A) -> bool {
-    let bits = mask.octets().as_ref().len() as u32 * 8;
-    let m = mask
-        .octets()
-        .as_ref()
-        .iter()
-        .fold(0u128, |a, &b| a << 8 | u128::from(b));
-    let m = m << (128 - bits);
-    m.leading_ones().min(bits) + (m >> (128 - bits)).trailing_zeros().min(bits) == bits
+    let octets = mask.octets();
+    let bytes = octets.as_ref();
+    // The mask's bits from the top of a u128.
+    let m = bytes.iter().fold(0u128, |a, &b| a << 8 | u128::from(b)) << (128 - 8 * bytes.len());
+    m.leading_ones() == m.count_ones()
 }
 
 /// The netmask that keeps every bit of an address of `vip`'s family (the
@@ -755,6 +761,10 @@ mod tests {
         }
     }
 
+    fn v6_vip() -> Ipv6Addr {
+        Ipv6Addr::new(0x2001, 2, 0xff, 0, 0, 0, 0, 1)
+    }
+
     #[test]
     fn primes() {
         assert!(is_prime(16_381));
@@ -769,10 +779,32 @@ mod tests {
 
     #[test]
     fn netmasks() {
-        assert!(is_contiguous_netmask(Ipv4Addr::new(255, 255, 255, 0)));
-        assert!(is_contiguous_netmask(Ipv4Addr::new(0, 0, 0, 0)));
-        assert!(is_contiguous_netmask(Ipv4Addr::BROADCAST));
-        assert!(!is_contiguous_netmask(Ipv4Addr::new(255, 0, 255, 0)));
+        assert!(is_contiguous(Ipv4Addr::new(255, 255, 255, 0)));
+        assert!(is_contiguous(Ipv4Addr::new(0, 0, 0, 0)));
+        assert!(is_contiguous(Ipv4Addr::BROADCAST));
+        assert!(!is_contiguous(Ipv4Addr::new(255, 0, 255, 0)));
+        assert!(!is_contiguous(Ipv4Addr::new(0, 0, 0, 1)));
+        let v6 = |s: &str| s.parse::<Ipv6Addr>().unwrap();
+        assert!(is_contiguous(v6("ffff:ffff:ffff:ffff::")));
+        assert!(is_contiguous(v6("::")));
+        assert!(is_contiguous(Ipv6Addr::from(u128::MAX)));
+        assert!(!is_contiguous(v6("ffff::ffff")));
+        assert!(!is_contiguous(v6("::1")));
+        assert!(is_contiguous(IpAddr::V4(Ipv4Addr::new(255, 255, 128, 0))));
+        assert!(!is_contiguous(IpAddr::V6(v6("ff00:ff00::"))));
+    }
+
+    #[test]
+    fn a_key_narrows_to_its_own_family_only() {
+        let k4 = key(80);
+        assert_eq!(k4.narrow::<Ipv4Addr>().map(|k| k.wide()), Some(k4));
+        assert_eq!(k4.narrow::<Ipv6Addr>(), None);
+        let k6 = ServiceKey {
+            vip: IpAddr::V6(v6_vip()),
+            ..k4
+        };
+        assert_eq!(k6.narrow::<Ipv6Addr>().map(|k| k.vip), Some(v6_vip()));
+        assert_eq!(k6.narrow::<Ipv4Addr>(), None);
     }
 
     #[test]

@@ -13,16 +13,13 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use xvs_config::PortRange;
+use xvs_config::{Address, PortRange};
 
 /// The addresses of the host's interfaces (IPv4).
 pub fn addresses() -> std::io::Result<Vec<Ipv4Addr>> {
     Ok(all_addresses()?
         .into_iter()
-        .filter_map(|a| match a {
-            IpAddr::V4(a) => Some(a),
-            IpAddr::V6(_) => None,
-        })
+        .filter_map(Ipv4Addr::from_ip)
         .collect())
 }
 

@@ -986,18 +986,10 @@ impl Pipeline {
 
     /// Removes a service of either family.
     pub fn remove_service(&mut self, key: &ServiceKey<IpAddr>) {
-        let (protocol, port) = (key.protocol, key.port);
-        match key.vip {
-            IpAddr::V4(vip) => self.v4.services.remove(&ServiceKey {
-                vip,
-                protocol,
-                port,
-            }),
-            IpAddr::V6(vip) => self.v6.services.remove(&ServiceKey {
-                vip,
-                protocol,
-                port,
-            }),
+        if let Some(k) = key.narrow() {
+            self.v4.services.remove(&k);
+        } else if let Some(k) = key.narrow() {
+            self.v6.services.remove(&k);
         }
     }
 

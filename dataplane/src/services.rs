@@ -340,16 +340,9 @@ impl AnyService {
 
     /// Its key, of either family.
     pub fn key(&self) -> ServiceKey<IpAddr> {
-        fn wide<A: Address>(k: &ServiceKey<A>) -> ServiceKey<IpAddr> {
-            ServiceKey {
-                vip: k.vip.ip(),
-                protocol: k.protocol,
-                port: k.port,
-            }
-        }
         match self {
-            AnyService::V4(s) => wide(&s.key),
-            AnyService::V6(s) => wide(&s.key),
+            AnyService::V4(s) => s.key.wide(),
+            AnyService::V6(s) => s.key.wide(),
         }
     }
 
