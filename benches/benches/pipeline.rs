@@ -14,14 +14,15 @@
 #![allow(clippy::disallowed_types)] // a benchmark measures wall-clock time
 
 use std::hint::black_box;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use smoltcp::wire::{EthernetAddress, IpAddress, Ipv4Packet, TcpPacket};
 use xvs_config::{
-    Address, Backend, ForwardMethod, PortRange, Protocol, Scheduler, Service, ServiceKey, Timeouts,
+    Address, Backend, Family, ForwardMethod, PortRange, Protocol, Scheduler, Service, ServiceKey,
+    Timeouts,
 };
 use xvs_conntrack::{Filter, L4Proto};
 use xvs_dataplane::pipeline::{Pipeline, PipelineConfig, Prepared, Side, Verdict};
@@ -394,24 +395,16 @@ fn measure<F: Fam>(c: &mut Criterion, group: &str, mut p: Pipeline) {
                 }
                 spent += start.elapsed();
                 // Take the new flows out again (not timed).
-                let filter = Filter {
-                    client: None,
+                let filter = Filter::<IpAddr> {
                     state: Some(xvs_conntrack::FlowState::SynRecv),
                     proto: Some(L4Proto::Tcp),
                     ..Filter::default()
                 };
-                let mut cursor = Some(0);
-                while let Some(c) = cursor {
-                    cursor = p.delete_matching(&filter, c, u32::MAX).1;
-                }
-                let filter6 = Filter::<Ipv6Addr> {
-                    state: Some(xvs_conntrack::FlowState::SynRecv),
-                    proto: Some(L4Proto::Tcp),
-                    ..Filter::default()
-                };
-                let mut cursor = Some(0);
-                while let Some(c) = cursor {
-                    cursor = p.delete_matching6(&filter6, c, u32::MAX).1;
+                for family in [Family::V4, Family::V6] {
+                    let mut cursor = Some(0);
+                    while let Some(c) = cursor {
+                        cursor = p.delete_matching(&filter, family, c, u32::MAX).1;
+                    }
                 }
                 next = FLOWS + (next - FLOWS + n) % (1 << 22);
                 left -= u64::from(n);

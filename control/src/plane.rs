@@ -136,10 +136,10 @@ impl Plane for Dataplane {
         self.handle().counters()
     }
     fn dump(&self, filter: Filter<IpAddr>, family: Option<Family>) -> Vec<FlowInfo<IpAddr>> {
-        self.handle().dump_any(filter, family)
+        self.handle().dump(filter, family)
     }
     fn delete(&self, filter: Filter<IpAddr>, family: Option<Family>) -> u64 {
-        self.handle().delete_any(filter, family)
+        self.handle().delete(filter, family)
     }
     fn flush(&self) -> u64 {
         self.handle().flush()

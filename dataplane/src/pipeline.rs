@@ -49,8 +49,8 @@ use hashbrown::HashSet;
 use smoltcp::wire::{EthernetAddress, EthernetFrame};
 use xvs_config::{Address, ConnRules, PortRange, ServiceKey, UnknownPort};
 use xvs_conntrack::{
-    tcp_flags, Direction, Endpoint, FlowId, FlowKey, FlowState, FlowTable, InsertError, L4Proto,
-    NewFlow, Packet, Removal, Timeouts,
+    tcp_flags, Direction, Endpoint, Filter, FlowId, FlowInfo, FlowKey, FlowState, FlowTable,
+    InsertError, L4Proto, NewFlow, Packet, Removal, Timeouts,
 };
 
 pub use crate::counters::Counters;
@@ -315,6 +315,38 @@ impl<A: Family> Half<A> {
             L4::IcmpError(e) if self.is_snat(e.inner.src) => Some(e.inner.src_port),
             _ => None,
         }
+    }
+
+    /// [`Pipeline::dump`] of this family's table (nothing when an
+    /// address of `filter` is of the other family).
+    fn dump(
+        &self,
+        filter: &Filter<IpAddr>,
+        cursor: u32,
+        budget: u32,
+        now: u32,
+    ) -> (Vec<FlowInfo<IpAddr>>, Option<u32>) {
+        let Some(filter) = filter.narrow::<A>() else {
+            return (Vec::new(), None);
+        };
+        let mut flows = Vec::new();
+        let next = self.table.dump(&filter, cursor, budget, now, &mut flows);
+        (flows.iter().map(FlowInfo::wide).collect(), next)
+    }
+
+    /// [`Pipeline::delete_matching`] in this family's table.
+    fn delete_matching(
+        &mut self,
+        filter: &Filter<IpAddr>,
+        cursor: u32,
+        budget: u32,
+        worker: usize,
+    ) -> (u32, Option<u32>) {
+        let Some(filter) = filter.narrow::<A>() else {
+            return (0, None);
+        };
+        let (table, mut obs) = self.split(worker);
+        table.delete_matching(&filter, cursor, budget, &mut obs)
     }
 
     /// Adopts the flows of a table read back from a state file (see
@@ -1111,27 +1143,37 @@ impl Pipeline {
         self.core.events = Some(events);
     }
 
-    /// Deletes the IPv4 flows matching `filter` among `budget` slots from
-    /// `cursor`, keeping the services' connection counts right.
-    pub fn delete_matching(
-        &mut self,
-        filter: &xvs_conntrack::Filter,
+    /// The flows of `family`'s table matching `filter` among `budget`
+    /// slots from `cursor`, and where to continue (`None`: done).
+    pub fn dump(
+        &self,
+        filter: &Filter<IpAddr>,
+        family: xvs_config::Family,
         cursor: u32,
         budget: u32,
-    ) -> (u32, Option<u32>) {
-        let (table, mut obs) = self.v4.split(self.core.cfg.worker);
-        table.delete_matching(filter, cursor, budget, &mut obs)
+        now: u32,
+    ) -> (Vec<FlowInfo<IpAddr>>, Option<u32>) {
+        match family {
+            xvs_config::Family::V4 => self.v4.dump(filter, cursor, budget, now),
+            xvs_config::Family::V6 => self.v6.dump(filter, cursor, budget, now),
+        }
     }
 
-    /// [`Pipeline::delete_matching`] for IPv6 flows.
-    pub fn delete_matching6(
+    /// Deletes the flows of `family`'s table matching `filter` among
+    /// `budget` slots from `cursor`, keeping the services' connection
+    /// counts right; how many, and where to continue.
+    pub fn delete_matching(
         &mut self,
-        filter: &xvs_conntrack::Filter<Ipv6Addr>,
+        filter: &Filter<IpAddr>,
+        family: xvs_config::Family,
         cursor: u32,
         budget: u32,
     ) -> (u32, Option<u32>) {
-        let (table, mut obs) = self.v6.split(self.core.cfg.worker);
-        table.delete_matching(filter, cursor, budget, &mut obs)
+        let worker = self.core.cfg.worker;
+        match family {
+            xvs_config::Family::V4 => self.v4.delete_matching(filter, cursor, budget, worker),
+            xvs_config::Family::V6 => self.v6.delete_matching(filter, cursor, budget, worker),
+        }
     }
 
     /// Advances conntrack's timers by at most `budget` entries (each

@@ -8,7 +8,7 @@
 //! packet is steered to a socket that is gone; the program is detached on
 //! every path that unwinds.
 
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{bounded, Sender};
 use smoltcp::wire::EthernetAddress;
-use xvs_config::{ArmMode, Config, Steering as SteeringMode, ZeroCopy};
+use xvs_config::{ArmMode, Config, Family, Steering as SteeringMode, ZeroCopy};
 
 use crate::counters::{CountersReading, LiveCounters};
 use crate::eventfd::EventFd;
@@ -160,83 +160,40 @@ impl DataplaneHandle {
             .collect()
     }
 
-    /// The flows matching `filter` on every worker, fetched chunk by
-    /// chunk so no worker pauses for long.
-    pub fn dump(&self, filter: Filter) -> Vec<FlowInfo> {
+    /// The flows matching `filter` on every worker, of both families (an
+    /// address in it selects its family's table; `family`, only that
+    /// family's), fetched chunk by chunk so no worker pauses for long.
+    pub fn dump(&self, filter: Filter<IpAddr>, family: Option<Family>) -> Vec<FlowInfo<IpAddr>> {
         let mut out = Vec::new();
-        self.walk(
-            |cursor, reply| Control::Dump {
-                filter,
-                cursor,
-                reply,
-            },
-            |flows| out.extend(flows),
-        );
+        for family in families(family) {
+            self.walk(
+                |cursor, reply| Control::Dump {
+                    filter,
+                    family,
+                    cursor,
+                    reply,
+                },
+                |flows| out.extend(flows),
+            );
+        }
         out
     }
 
-    /// The flows of both families matching `filter` (an address in it
-    /// selects its family's table; `family` only that family's).
-    pub fn dump_any(
-        &self,
-        filter: Filter<IpAddr>,
-        family: Option<xvs_config::Family>,
-    ) -> Vec<FlowInfo<IpAddr>> {
-        let (v4, v6) = per_family(&filter, family);
-        let mut out: Vec<FlowInfo<IpAddr>> = Vec::new();
-        out.extend(v4.iter().flat_map(|f| self.dump(*f)).map(|i| i.wide()));
-        out.extend(v6.iter().flat_map(|f| self.dump6(*f)).map(|i| i.wide()));
-        out
-    }
-
-    /// Deletes the flows of both families matching `filter` (as
-    /// [`DataplaneHandle::dump_any`] selects them); returns how many.
-    pub fn delete_any(&self, filter: Filter<IpAddr>, family: Option<xvs_config::Family>) -> u64 {
-        let (v4, v6) = per_family(&filter, family);
-        v4.map_or(0, |f| self.delete(f)) + v6.map_or(0, |f| self.delete6(f))
-    }
-
-    /// The IPv6 flows matching `filter` on every worker.
-    pub fn dump6(&self, filter: Filter<Ipv6Addr>) -> Vec<FlowInfo<Ipv6Addr>> {
-        let mut out = Vec::new();
-        self.walk(
-            |cursor, reply| Control::Dump6 {
-                filter,
-                cursor,
-                reply,
-            },
-            |flows| out.extend(flows),
-        );
-        out
-    }
-
-    /// Deletes the IPv6 flows matching `filter` on every worker; returns
-    /// how many.
-    pub fn delete6(&self, filter: Filter<Ipv6Addr>) -> u64 {
+    /// Deletes the flows matching `filter` on every worker (as
+    /// [`DataplaneHandle::dump`] selects them, chunked); returns how many.
+    pub fn delete(&self, filter: Filter<IpAddr>, family: Option<Family>) -> u64 {
         let mut total = 0;
-        self.walk(
-            |cursor, reply| Control::Delete6 {
-                filter,
-                cursor,
-                reply,
-            },
-            |n| total += u64::from(n),
-        );
-        total
-    }
-
-    /// Deletes the flows matching `filter` on every worker (chunked);
-    /// returns how many.
-    pub fn delete(&self, filter: Filter) -> u64 {
-        let mut total = 0;
-        self.walk(
-            |cursor, reply| Control::Delete {
-                filter,
-                cursor,
-                reply,
-            },
-            |n| total += u64::from(n),
-        );
+        for family in families(family) {
+            self.walk(
+                |cursor, reply| Control::Delete {
+                    filter,
+                    family,
+                    cursor,
+                    reply,
+                },
+                |n| total += u64::from(n),
+            );
+        }
         total
     }
 
@@ -266,13 +223,11 @@ impl DataplaneHandle {
 
     /// Deletes every flow and persistence template, of both families.
     pub fn flush(&self) -> u64 {
-        self.delete(Filter {
+        let all = Filter {
             templates: true,
             ..Filter::default()
-        }) + self.delete6(Filter {
-            templates: true,
-            ..Filter::default()
-        })
+        };
+        self.delete(all, None)
     }
 
     /// Every worker's snapshot.
@@ -288,17 +243,11 @@ impl DataplaneHandle {
     }
 }
 
-/// `filter` for each family's tables: `None` for a family `family`
-/// excludes, or that an address of the filter is not of.
-fn per_family(
-    filter: &Filter<IpAddr>,
-    family: Option<xvs_config::Family>,
-) -> (Option<Filter<std::net::Ipv4Addr>>, Option<Filter<Ipv6Addr>>) {
-    use xvs_config::Family;
-    (
-        filter.narrow().filter(|_| family != Some(Family::V6)),
-        filter.narrow().filter(|_| family != Some(Family::V4)),
-    )
+/// The families whose tables a walk visits: both, or only `family`.
+fn families(family: Option<Family>) -> impl Iterator<Item = Family> {
+    [Family::V4, Family::V6]
+        .into_iter()
+        .filter(move |f| family.is_none_or(|only| only == *f))
 }
 
 /// A running data plane.

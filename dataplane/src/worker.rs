@@ -17,11 +17,12 @@
 //! eventfd that the control side writes after sending a message, so
 //! control messages wake it at once.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use crossbeam_channel::Receiver;
 use crossbeam_queue::ArrayQueue;
-use xvs_config::{PollMode, PortRange, ServiceKey};
+use xvs_config::{Family, PollMode, PortRange, ServiceKey};
 use xvs_conntrack::{Filter, FlowInfo};
 
 use crate::counters::{CountersReading, LiveCounters, WorkerTallies};
@@ -97,39 +98,26 @@ pub enum Control {
         /// The answer.
         reply: crossbeam_channel::Sender<xvs_conntrack::Adopted>,
     },
-    /// List flows matching a filter: one chunk of slots from `cursor`,
-    /// answered with the flows and where to continue (`None`: done).
+    /// List the flows of one family's table matching a filter: one chunk
+    /// of slots from `cursor`, answered with the flows and where to
+    /// continue (`None`: done).
     Dump {
         /// Which flows.
-        filter: Filter,
+        filter: Filter<IpAddr>,
+        /// Whose table.
+        family: Family,
         /// Slot to start at.
         cursor: u32,
         /// The answer.
-        reply: crossbeam_channel::Sender<(Vec<FlowInfo>, Option<u32>)>,
+        reply: crossbeam_channel::Sender<(Vec<FlowInfo<IpAddr>>, Option<u32>)>,
     },
-    /// [`Control::Dump`] of the IPv6 table.
-    Dump6 {
-        /// Which flows.
-        filter: Filter<std::net::Ipv6Addr>,
-        /// Slot to start at.
-        cursor: u32,
-        /// The answer.
-        reply: crossbeam_channel::Sender<(Vec<FlowInfo<std::net::Ipv6Addr>>, Option<u32>)>,
-    },
-    /// [`Control::Delete`] in the IPv6 table.
-    Delete6 {
-        /// Which flows.
-        filter: Filter<std::net::Ipv6Addr>,
-        /// Slot to start at.
-        cursor: u32,
-        /// The answer.
-        reply: crossbeam_channel::Sender<(u32, Option<u32>)>,
-    },
-    /// Delete flows matching a filter, one chunk from `cursor`; answered
-    /// with how many and where to continue.
+    /// Delete the flows of one family's table matching a filter, one
+    /// chunk from `cursor`; answered with how many and where to continue.
     Delete {
         /// Which flows (with `templates` set and nothing else: a flush).
-        filter: Filter,
+        filter: Filter<IpAddr>,
+        /// Whose table.
+        family: Family,
         /// Slot to start at.
         cursor: u32,
         /// The answer.
@@ -271,19 +259,6 @@ pub struct Worker<P: PacketIo = XskPort> {
     empty_streak: u32,
 }
 
-/// One chunk of a table's flows matching `filter` from slot `cursor`,
-/// and where the next chunk starts.
-fn dump_chunk<A: xvs_config::Address>(
-    table: &xvs_conntrack::FlowTable<A>,
-    filter: &Filter<A>,
-    cursor: u32,
-    now: u32,
-) -> (Vec<FlowInfo<A>>, Option<u32>) {
-    let mut flows = Vec::new();
-    let next = table.dump(filter, cursor, CHUNK_SLOTS, now, &mut flows);
-    (flows, next)
-}
-
 impl<P: PacketIo> Worker<P> {
     /// A worker ready to run.
     pub fn new(
@@ -360,42 +335,21 @@ impl<P: PacketIo> Worker<P> {
                 }
                 Control::Dump {
                     filter,
+                    family,
                     cursor,
                     reply,
                 } => {
-                    let _ = reply.send(dump_chunk(
-                        &self.pipeline.v4.table,
-                        &filter,
-                        cursor,
-                        self.last_now,
-                    ));
-                }
-                Control::Dump6 {
-                    filter,
-                    cursor,
-                    reply,
-                } => {
-                    let _ = reply.send(dump_chunk(
-                        &self.pipeline.v6.table,
-                        &filter,
-                        cursor,
-                        self.last_now,
-                    ));
-                }
-                Control::Delete6 {
-                    filter,
-                    cursor,
-                    reply,
-                } => {
-                    let _ =
-                        reply.send(self.pipeline.delete_matching6(&filter, cursor, CHUNK_SLOTS));
+                    let (p, now) = (&self.pipeline, self.last_now);
+                    let _ = reply.send(p.dump(&filter, family, cursor, CHUNK_SLOTS, now));
                 }
                 Control::Delete {
                     filter,
+                    family,
                     cursor,
                     reply,
                 } => {
-                    let _ = reply.send(self.pipeline.delete_matching(&filter, cursor, CHUNK_SLOTS));
+                    let p = &mut self.pipeline;
+                    let _ = reply.send(p.delete_matching(&filter, family, cursor, CHUNK_SLOTS));
                 }
                 Control::SetTimeouts(t) => self.pipeline.set_timeouts(t),
                 Control::SetRules(r, u) => self.pipeline.set_rules(r, u),

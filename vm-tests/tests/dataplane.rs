@@ -409,13 +409,13 @@ fn weight_zero_and_live_changes_never_disturb_established_connections() {
         let h = dp.handle();
         let live = h.counters();
         let backend = xvs_conntrack::Filter {
-            backend: Some(backend_addr((held + 2) % 3)),
+            backend: Some(backend_addr((held + 2) % 3).into()),
             ..Default::default()
         };
-        let to_backend = h.dump(backend).len();
-        let all = h.dump(xvs_conntrack::Filter::default()).len();
+        let to_backend = h.dump(backend, None).len();
+        let all = h.dump(xvs_conntrack::Filter::default(), None).len();
         let flushed = h.flush();
-        let after = h.dump(xvs_conntrack::Filter::default()).len();
+        let after = h.dump(xvs_conntrack::Filter::default(), None).len();
         tx.send((live, to_backend, all, flushed, after)).unwrap();
     });
     let (live, to_backend, all, flushed, after) = rx.recv().unwrap();

@@ -286,6 +286,35 @@ fn a_dual_stack_service_pair_answers_on_both_families_at_once() {
     );
     assert!(v6.contains(&format!("dst={VIP6} ")), "{v6}");
     assert!(v4.lines().count() > 10 && !v4.contains("2001:2:"), "{v4}");
+    // conntrack -D by an IPv6 backend (the reply tuple's source): its
+    // flows go, the other backends' and the IPv4 ones stay (counts as
+    // bounds: a closed flow may expire meanwhile).
+    let b6 = backend_addr6(0).to_string();
+    let to_b6 = |l: &str| l.contains(&format!("src={b6} "));
+    let before = v6.lines().filter(|l| to_b6(l)).count();
+    assert!(before > 0 && before < v6.lines().count(), "{v6}");
+    let (status, out, deleted) = lab.gw.adm(&["conntrack", "-D", "-r", &b6]);
+    assert_eq!((status, out.as_str()), (0, ""));
+    let n: usize = deleted
+        .split_whitespace()
+        .rev()
+        .nth(5)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{deleted}"));
+    assert!(
+        n > 0 && n <= before && deleted.ends_with(" flow entries have been deleted.\n"),
+        "{before}: {deleted}"
+    );
+    let (status, out, left) = lab.gw.adm(&["conntrack", "-L", "-r", &b6]);
+    assert_eq!((status, out.as_str()), (0, ""));
+    assert!(
+        left.ends_with(" 0 flow entries have been shown.\n"),
+        "{left}"
+    );
+    let v6_after = lab.gw.adm_ok(&["conntrack", "-L", "-f", "ipv6"]);
+    assert!(v6_after.lines().count() > 0 && !v6_after.lines().any(to_b6));
+    let v4_after = lab.gw.adm_ok(&["conntrack", "-L", "-f", "ipv4"]);
+    assert!(v4_after.lines().count() > 10, "{v4_after}");
     // /metrics labels carry IPv6 addresses as ipvsadm writes them.
     let metrics = lab.gw.get("/metrics");
     assert!(
