@@ -614,26 +614,14 @@ impl Steering {
     /// Starts steering packets for `addr` (a VIP or SNAT address, of
     /// either family) to xvs.
     pub fn add_address(&self, addr: impl Into<IpAddr>) -> Result<(), SteerError> {
-        match addr.into() {
-            IpAddr::V4(a) => self.set_address(a, OWN_XVS),
-            IpAddr::V6(a) => {
-                let key = a.octets();
-                // SAFETY: the owned6 map's key is 16 bytes (the address)
-                // and its value a u8.
-                let ret = unsafe { map_update(self.owned6_fd, &key, &OWN_XVS) };
-                if ret != 0 {
-                    return Err(bpf_err(format!("add {a} to the steering map"), ret));
-                }
-                Ok(())
-            }
-        }
+        self.set_address(addr.into(), OWN_XVS)
     }
 
     /// Starts steering to xvs the packets for `addr`, an address of the
     /// host too, that belong to the SNAT port range (see
     /// [`Steering::set_snat_ports`]); the kernel keeps the others.
     pub fn share_address(&self, addr: Ipv4Addr) -> Result<(), SteerError> {
-        self.set_address(addr, OWN_SHARED)
+        self.set_address(addr.into(), OWN_SHARED)
     }
 
     /// The SNAT port range (for shared addresses).
@@ -663,11 +651,28 @@ impl Steering {
         Ok(())
     }
 
-    fn set_address(&self, addr: Ipv4Addr, kind: u8) -> Result<(), SteerError> {
-        let key = u32::from_ne_bytes(addr.octets());
-        // SAFETY: the owned map's key is a u32 (the address) and its value
-        // a u8 (the kind).
-        let ret = unsafe { map_update(self.owned_fd, &key, &kind) };
+    /// The owned map of `addr`'s family and `addr`'s key in it: the
+    /// address in network order (4 bytes in `owned`, 16 in `owned6`).
+    fn owned_key(&self, addr: IpAddr) -> (i32, impl AsRef<[u8]>) {
+        let fd = match addr {
+            IpAddr::V4(_) => self.owned_fd,
+            IpAddr::V6(_) => self.owned6_fd,
+        };
+        (fd, xvs_config::Address::octets(&addr))
+    }
+
+    fn set_address(&self, addr: IpAddr, kind: u8) -> Result<(), SteerError> {
+        let (fd, key) = self.owned_key(addr);
+        // SAFETY: `key` holds the map's key size (see owned_key) and
+        // `kind` its value size, a u8; both live for the call.
+        let ret = unsafe {
+            sys::bpf_map_update_elem(
+                fd,
+                key.as_ref().as_ptr().cast(),
+                (&kind as *const u8).cast(),
+                0,
+            )
+        };
         if ret != 0 {
             return Err(bpf_err(format!("add {addr} to the steering map"), ret));
         }
@@ -677,20 +682,9 @@ impl Steering {
     /// Stops steering packets for `addr` (absent addresses are fine).
     pub fn remove_address(&self, addr: impl Into<IpAddr>) -> Result<(), SteerError> {
         let addr = addr.into();
-        let ret = match addr {
-            IpAddr::V4(a) => {
-                let key = u32::from_ne_bytes(a.octets());
-                // SAFETY: key points at an initialised u32, the map's key
-                // size.
-                unsafe { sys::bpf_map_delete_elem(self.owned_fd, (&key as *const u32).cast()) }
-            }
-            IpAddr::V6(a) => {
-                let key = a.octets();
-                // SAFETY: key points at 16 initialised bytes, the map's
-                // key size.
-                unsafe { sys::bpf_map_delete_elem(self.owned6_fd, key.as_ptr().cast()) }
-            }
-        };
+        let (fd, key) = self.owned_key(addr);
+        // SAFETY: `key` holds the map's key size (see owned_key).
+        let ret = unsafe { sys::bpf_map_delete_elem(fd, key.as_ref().as_ptr().cast()) };
         if ret != 0 && ret != -libc::ENOENT {
             return Err(bpf_err(format!("remove {addr} from the steering map"), ret));
         }
