@@ -152,16 +152,8 @@ fn service(out: &mut String, s: &ServiceView, f: Format, names: &dyn Names) {
         }
         if let Some(p) = &s.persistence {
             let _ = write!(out, " persistent {}", p.timeout);
-            // ipvsadm: an IPv4 mask as an address, an IPv6 one as its
-            // prefix length; neither when it keeps every bit.
-            match p.netmask {
-                IpAddr::V4(m) if m != std::net::Ipv4Addr::BROADCAST => {
-                    let _ = write!(out, " mask {m}");
-                }
-                IpAddr::V6(m) if xvs_config::prefix_len(m) != 128 => {
-                    let _ = write!(out, " mask {}", xvs_config::prefix_len(m));
-                }
-                _ => {}
+            if let Some(m) = netmask(p.netmask) {
+                let _ = write!(out, " mask {m}");
             }
         }
     }
@@ -350,6 +342,19 @@ pub fn list_service(s: &ServiceView, f: Format, names: &dyn Names) -> String {
     out
 }
 
+/// A persistence netmask as ipvsadm writes it: an IPv4 mask as an
+/// address, an IPv6 one as its prefix length; none when it keeps every
+/// bit.
+fn netmask(mask: IpAddr) -> Option<String> {
+    match mask {
+        IpAddr::V4(m) if m != std::net::Ipv4Addr::BROADCAST => Some(m.to_string()),
+        IpAddr::V6(m) if xvs_config::prefix_len(m) != 128 => {
+            Some(xvs_config::prefix_len(m).to_string())
+        }
+        _ => None,
+    }
+}
+
 /// `-S`: the table as ipvsadm rules, which `-R` reads back.
 pub fn save(l: &Listing, f: Format, names: &dyn Names) -> String {
     let mut out = String::new();
@@ -360,14 +365,8 @@ pub fn save(l: &Listing, f: Format, names: &dyn Names) -> String {
         let _ = write!(out, "-A {svc} -s {}", s.scheduler);
         if let Some(p) = &s.persistence {
             let _ = write!(out, " -p {}", p.timeout);
-            match p.netmask {
-                IpAddr::V4(m) if m != std::net::Ipv4Addr::BROADCAST => {
-                    let _ = write!(out, " -M {m}");
-                }
-                IpAddr::V6(m) if xvs_config::prefix_len(m) != 128 => {
-                    let _ = write!(out, " -M {}", xvs_config::prefix_len(m));
-                }
-                _ => {}
+            if let Some(m) = netmask(p.netmask) {
+                let _ = write!(out, " -M {m}");
             }
         }
         let flags = sched_flags(s);
@@ -733,5 +732,38 @@ TCP 120:00 FIN_WAIT    198.18.0.2:40000   198.19.0.1:80      198.18.1.10:8080
         let mut v = vec![3, 1, 2];
         glibc_msort(&mut v, &|a: &i32, b: &i32| i64::from(*a - *b));
         assert_eq!(v, [1, 2, 3]);
+    }
+
+    #[test]
+    fn an_ipv6_persistence_mask_is_its_prefix_length_in_listings_and_rules() {
+        let v6 = |s: &str| s.parse::<std::net::Ipv6Addr>().unwrap();
+        let svc = |mask: &str| ServiceView {
+            vip: v6("2001:2:ff::1").into(),
+            persistence: Some(PersistView {
+                timeout: 360,
+                netmask: v6(mask).into(),
+            }),
+            backends: vec![],
+            ..listing().services[0].clone()
+        };
+        let l = Listing {
+            size: 1,
+            services: vec![svc("ffff:ffff:ffff:ffff::")],
+        };
+        let listed = list(&l, Format::default(), &Numeric);
+        assert!(
+            listed.contains("\nUDP  [2001:2:ff::1]:53 rr persistent 360 mask 64\n"),
+            "{listed}"
+        );
+        let saved = save(&l, Format::default(), &Numeric);
+        assert_eq!(saved, "-A -u [2001:2:ff::1]:53 -s rr -p 360 -M 64\n");
+        // A mask keeping every bit is not written, as for IPv4's
+        // 255.255.255.255.
+        let l = Listing {
+            size: 1,
+            services: vec![svc("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")],
+        };
+        let saved = save(&l, Format::default(), &Numeric);
+        assert_eq!(saved, "-A -u [2001:2:ff::1]:53 -s rr -p 360\n");
     }
 }
