@@ -237,16 +237,15 @@ pub fn translate(svc: &KubeService, slices: &[&EndpointSlice]) -> Translated {
             )),
         }
     }
-    let persistence = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| Persistence {
-        timeout_secs: spec
-            .session_affinity_config
+    // ClientIP affinity's timeout (the mask is per VIP below: the whole
+    // address of the VIP's family).
+    let affinity = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
+        spec.session_affinity_config
             .as_ref()
             .and_then(|c| c.client_ip.as_ref())
             .and_then(|c| c.timeout_seconds)
             .and_then(|t| u32::try_from(t).ok())
-            .unwrap_or(DEFAULT_AFFINITY_SECONDS),
-        // Per VIP below: the whole address of the VIP's family.
-        netmask: IpAddr::V4(std::net::Ipv4Addr::BROADCAST),
+            .unwrap_or(DEFAULT_AFFINITY_SECONDS)
     });
     let mut source_ranges: Vec<IpNet> = Vec::new();
     for r in spec.load_balancer_source_ranges.iter().flatten() {
@@ -308,9 +307,9 @@ pub fn translate(svc: &KubeService, slices: &[&EndpointSlice]) -> Translated {
             });
             s.scheduler = scheduler;
             s.flags = flags;
-            s.persistence = persistence.map(|p| Persistence {
+            s.persistence = affinity.map(|timeout_secs| Persistence {
+                timeout_secs,
                 netmask: full_mask(vip),
-                ..p
             });
             s.maglev_table_size = maglev;
             if lb {
