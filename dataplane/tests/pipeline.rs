@@ -24,7 +24,6 @@ use xvs_dataplane::services::CompiledService;
 use xvs_dataplane::wire::{classify, DropReason, Frame, L4};
 
 const GW_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
-const BACKEND_MAC: [u8; 6] = [2, 0, 0, 0, 0, 3];
 const VIP: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
 const CLIENT: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 10);
 const BACKEND: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 1);
@@ -81,20 +80,6 @@ fn pipeline() -> Pipeline {
     p
 }
 
-/// An ARP reply from the backend: the pipeline learns its MAC.
-fn backend_arp_reply() -> Vec<u8> {
-    let mut f = vec![0u8; 60];
-    f[0..6].copy_from_slice(&GW_MAC);
-    f[6..12].copy_from_slice(&BACKEND_MAC);
-    f[12..14].copy_from_slice(&[0x08, 0x06]);
-    f[14..22].copy_from_slice(&[0, 1, 0x08, 0, 6, 4, 0, 2]);
-    f[22..28].copy_from_slice(&BACKEND_MAC);
-    f[28..32].copy_from_slice(&BACKEND.octets());
-    f[32..38].copy_from_slice(&GW_MAC);
-    f[38..42].copy_from_slice(&SNAT.octets());
-    f
-}
-
 fn assert_counters_add_up(p: &Pipeline) {
     let c = p.counters();
     assert_eq!(
@@ -107,7 +92,7 @@ fn assert_counters_add_up(p: &Pipeline) {
 #[test]
 fn a_tcp_flow_through_full_nat_and_back() {
     let mut p = pipeline();
-    assert_eq!(run(&mut p, &backend_arp_reply(), 0).0, Verdict::Consumed);
+    assert_eq!(run(&mut p, ARP_REPLY_FROM_BACKEND, 0).0, Verdict::Consumed);
     let (v, out) = run(&mut p, TCP_SYN, 1);
     assert_eq!(
         v,
@@ -140,7 +125,7 @@ fn a_tcp_flow_through_full_nat_and_back() {
 #[test]
 fn icmp_errors_of_a_flow_are_translated_to_the_client() {
     let mut p = pipeline();
-    run(&mut p, &backend_arp_reply(), 0);
+    run(&mut p, ARP_REPLY_FROM_BACKEND, 0);
     run(&mut p, TCP_SYN, 1);
     let (v, out) = run(&mut p, ICMP_FRAG_NEEDED_TCP8, 2);
     assert!(
@@ -221,7 +206,7 @@ fn no_eligible_backend_is_rejected_like_kube_proxy() {
 #[test]
 fn everything_else_is_a_counted_drop() {
     let mut p = pipeline();
-    run(&mut p, &backend_arp_reply(), 0);
+    run(&mut p, ARP_REPLY_FROM_BACKEND, 0);
     // A TCP segment without SYN for no flow.
     assert_eq!(
         run(&mut p, TCP_64, 0).0,
@@ -270,7 +255,7 @@ fn an_unresolved_backend_is_counted_and_arp_requested() {
     };
     assert_eq!((arp.sender_ip, arp.target_ip), (SNAT, BACKEND));
     // Once the backend answers, the SYN's retransmission goes through.
-    run(&mut p, &backend_arp_reply(), 1);
+    run(&mut p, ARP_REPLY_FROM_BACKEND, 1);
     assert_eq!(
         run(&mut p, TCP_SYN, 1).0,
         Verdict::Forward {
@@ -287,7 +272,7 @@ fn an_unresolved_backend_is_counted_and_arp_requested() {
 fn a_batch_looked_up_together_sees_flows_it_creates() {
     use xvs_dataplane::pipeline::{Lookup, Prepared};
     let mut p = pipeline();
-    run(&mut p, &backend_arp_reply(), 0);
+    run(&mut p, ARP_REPLY_FROM_BACKEND, 0);
     let frames = [TCP_SYN, TCP_REPLY];
     let prepared: Vec<Prepared> = frames.iter().map(|f| Prepared::of(f)).collect();
     let mut looked = vec![Lookup::NotYet; 2];
@@ -367,7 +352,7 @@ fn every_snat_address_adds_the_port_slice_and_replies_find_their_flow() {
         1,
         None,
     )));
-    run(&mut p, &backend_arp_reply(), 0);
+    run(&mut p, ARP_REPLY_FROM_BACKEND, 0);
     // Two addresses x two ports: four flows to the one backend, each
     // from its own SNAT endpoint, the second address once the first's
     // ports are taken.

@@ -110,17 +110,8 @@ fn an_ipv6_tcp_flow_through_full_nat_and_back_beside_an_ipv4_one() {
     // Both next hops learned: the IPv6 backend from its advertisement,
     // the IPv4 one from its ARP reply.
     assert_eq!(run(&mut p, NA6_FROM_BACKEND, 0).0, Verdict::Consumed);
-    let arp = {
-        let mut f = vec![0u8; 60];
-        f[0..6].copy_from_slice(&GW_MAC);
-        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 3]);
-        f[12..14].copy_from_slice(&[0x08, 0x06]);
-        f[14..22].copy_from_slice(&[0, 1, 0x08, 0, 6, 4, 0, 2]);
-        f[22..28].copy_from_slice(&[2, 0, 0, 0, 0, 3]);
-        f[28..32].copy_from_slice(&BACKEND4.octets());
-        f
-    };
-    assert_eq!(run(&mut p, &arp, 0).0, Verdict::Consumed);
+    let arp = fixtures::ARP_REPLY_FROM_BACKEND;
+    assert_eq!(run(&mut p, arp, 0).0, Verdict::Consumed);
 
     let (v, out) = run(&mut p, TCP6_SYN, 1);
     assert_eq!(v, forward(Side::Backend, TCP6_SYN_FORWARDED));
