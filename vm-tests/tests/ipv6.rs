@@ -377,9 +377,12 @@ fn ping6_of_the_vip_and_the_gateways_own_ipv6_still_answer() {
     );
 }
 
-/// With every cache empty, the first connection resolves the backend
-/// with a neighbour solicitation from xvs's SNAT address: the backend
-/// learns the gateway's Ethernet address from it.
+/// Neighbour discovery every way, from empty caches: xvs's own at its
+/// start (it solicits its backends from its SNAT address); the backends'
+/// flushed, so the first connection needs them to solicit the SNAT
+/// address; and a VIP on the client's own link (a load-balancer address
+/// announced on L2), which the client solicits. xvs answers both with
+/// the gateway's Ethernet address.
 #[test]
 fn neighbour_resolution_from_empty_caches() {
     if !privileged("neighbour_resolution_from_empty_caches") {
@@ -405,6 +408,27 @@ fn neighbour_resolution_from_empty_caches() {
     assert!(
         b0.contains(&mac),
         "b0's entry for the SNAT address: {b0:?}, gateway {mac}"
+    );
+    // A VIP in the client's /64: no router between, the client asks for
+    // it with a solicitation to its solicited-node group.
+    let on_link = "2001:2::80";
+    let svc = format!("[{on_link}]:80");
+    lab.gw.adm_ok(&["-A", "-t", &svc, "-s", "rr"]);
+    let b = format!("[{}]:8080", backend_addr6(0));
+    lab.gw.adm_ok(&["-a", "-t", &svc, "-r", &b, "-m"]);
+    let _ = lab.t.client.ns.ip(&["-6", "neigh", "flush", "all"]);
+    let url = format!("http://[{on_link}]/");
+    assert!(lab.curl(&url).is_ok(), "{url}");
+    let client = lab
+        .t
+        .client
+        .ns
+        .ip(&["-6", "neigh", "show", on_link])
+        .unwrap();
+    let client = String::from_utf8_lossy(&client.stdout);
+    assert!(
+        client.contains(&mac),
+        "the client's entry for the on-link VIP: {client:?}, gateway {mac}"
     );
 }
 
