@@ -17,7 +17,7 @@ use xvs_vm_tests::nginx::Nginx;
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
 use xvs_vm_tests::topology::{
-    address, backend_addr, backend_addr6, link, Spec, Topology, SNAT_ADDR6, VIP6,
+    address, backend_addr, backend_addr6, link, Spec, Topology, CLIENT_ADDR6, SNAT_ADDR6, VIP6,
 };
 
 const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
@@ -233,6 +233,15 @@ fn a_dual_stack_service_pair_answers_on_both_families_at_once() {
     assert!(
         v4_at < v6_at,
         "IPv4 services are listed first, as libipvs sorts"
+    );
+    // -Lnc: IPv6 connections with every end as [addr]:port.
+    let conns = lab.gw.adm_ok(&["-Lnc"]);
+    assert!(
+        conns.lines().any(|l| l.starts_with("TCP ")
+            && l.contains(&format!(" [{VIP6}]:80 "))
+            && l.contains(&format!(" [{CLIENT_ADDR6}]:"))
+            && l.contains(&format!(" [{}]:8080", backend_addr6(0)))),
+        "{conns}"
     );
     // `-L -t [VIP6]:80` and an edit by the IPv6 address work as for IPv4.
     let one = lab.gw.adm_ok(&["-Ln", "-t", &format!("[{VIP6}]:80")]);
