@@ -14,53 +14,26 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use fixtures::*;
-use smoltcp::wire::EthernetAddress;
-use support::run;
-use xvs_config::{
-    Backend, ForwardMethod, PortRange, Protocol, Scheduler, Service, ServiceKey, Timeouts,
-};
+use support::{config, rr_service, run};
+use xvs_config::{PortRange, Protocol, Service, ServiceKey};
 use xvs_dataplane::pipeline::{Pipeline, PipelineConfig, Side, Verdict};
 use xvs_dataplane::services::CompiledService;
 use xvs_dataplane::wire::{classify, DropReason, Frame, L4};
 
-const GW_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
 const VIP: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
 const CLIENT: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 10);
 const BACKEND: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 1);
 const SNAT: Ipv4Addr = Ipv4Addr::new(198, 18, 2, 1);
 
 fn service(port: u16, proto: Protocol, backend_port: u16, weight: u32) -> Service<Ipv4Addr> {
-    let mut s = Service::new(ServiceKey {
-        vip: VIP,
-        protocol: proto,
-        port,
-    });
-    s.scheduler = Scheduler::Rr;
-    s.backends = vec![Backend {
-        address: BACKEND,
-        port: backend_port,
-        weight,
-        forward: ForwardMethod::Masq,
-    }];
-    s
+    rr_service(VIP, proto, port, &[(BACKEND, backend_port, weight)])
 }
 
 fn pipeline() -> Pipeline {
     let mut p = Pipeline::new(
         PipelineConfig {
-            worker: 0,
-            mac: EthernetAddress(GW_MAC),
-            backend_mac: EthernetAddress(GW_MAC),
             snat_addrs: vec![SNAT],
-            snat_addrs6: Vec::new(),
-            snat_ports: PortRange {
-                first: 1024,
-                last: 1100,
-            },
-            capacity: 1024,
-            timeouts: Timeouts::default(),
-            rules: xvs_config::ConnRules::default(),
-            unknown_port: xvs_config::UnknownPort::Drop,
+            ..config()
         },
         0,
     );
@@ -329,19 +302,13 @@ fn every_snat_address_adds_the_port_slice_and_replies_find_their_flow() {
     const SNAT2: Ipv4Addr = Ipv4Addr::new(198, 18, 2, 2);
     let mut p = Pipeline::new(
         PipelineConfig {
-            worker: 0,
-            mac: EthernetAddress(GW_MAC),
-            backend_mac: EthernetAddress(GW_MAC),
             snat_addrs: vec![SNAT, SNAT2],
-            snat_addrs6: Vec::new(),
             snat_ports: PortRange {
                 first: 2000,
                 last: 2001,
             },
             capacity: 64,
-            timeouts: Timeouts::default(),
-            rules: xvs_config::ConnRules::default(),
-            unknown_port: xvs_config::UnknownPort::Drop,
+            ..config()
         },
         0,
     );

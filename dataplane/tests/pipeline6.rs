@@ -17,17 +17,12 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use fixtures6::*;
-use smoltcp::wire::EthernetAddress;
-use support::run;
-use xvs_config::{
-    Backend, ForwardMethod, PortRange, Protocol, Scheduler, Service, ServiceKey, Timeouts,
-    UnknownPort,
-};
+use support::{config, rr_service, run};
+use xvs_config::{Protocol, Service, UnknownPort};
 use xvs_dataplane::pipeline::{Pipeline, PipelineConfig, Side, Verdict};
 use xvs_dataplane::services::CompiledService;
 use xvs_dataplane::wire::DropReason;
 
-const GW_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
 const VIP4: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
 const BACKEND4: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 1);
 
@@ -43,24 +38,13 @@ fn backend() -> Ipv6Addr {
     a6("2001:2:0:1::1")
 }
 
+/// TCP 80 to port 8080 or UDP 53 to port 5353, rr over `backend`.
 fn service<A: xvs_config::Address>(vip: A, backend: A, proto: Protocol, weight: u32) -> Service<A> {
     let (port, backend_port) = match proto {
         Protocol::Tcp => (80, 8080),
         Protocol::Udp => (53, 5353),
     };
-    let mut s = Service::new(ServiceKey {
-        vip,
-        protocol: proto,
-        port,
-    });
-    s.scheduler = Scheduler::Rr;
-    s.backends = vec![Backend {
-        address: backend,
-        port: backend_port,
-        weight,
-        forward: ForwardMethod::Masq,
-    }];
-    s
+    rr_service(vip, proto, port, &[(backend, backend_port, weight)])
 }
 
 /// A dual-stack pipeline: the IPv4 fixtures' services and the IPv6 ones,
@@ -68,19 +52,10 @@ fn service<A: xvs_config::Address>(vip: A, backend: A, proto: Protocol, weight: 
 fn pipeline(weight: u32, unknown_port: UnknownPort) -> Pipeline {
     let mut p = Pipeline::new(
         PipelineConfig {
-            worker: 0,
-            mac: EthernetAddress(GW_MAC),
-            backend_mac: EthernetAddress(GW_MAC),
             snat_addrs: vec![Ipv4Addr::new(198, 18, 2, 1)],
             snat_addrs6: vec![a6("2001:2:0:2::1")],
-            snat_ports: PortRange {
-                first: 1024,
-                last: 1100,
-            },
-            capacity: 1024,
-            timeouts: Timeouts::default(),
-            rules: xvs_config::ConnRules::default(),
             unknown_port,
+            ..config()
         },
         0,
     );

@@ -11,19 +11,15 @@ mod support;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use smoltcp::wire::{EthernetAddress, IpAddress, Ipv4Packet, TcpPacket, UdpPacket};
-use support::run;
-use xvs_config::{
-    Backend, ConnRules, ForwardMethod, PortRange, Protocol, Scheduler, Service, ServiceKey,
-    Timeouts, UnknownPort,
-};
+use smoltcp::wire::{IpAddress, Ipv4Packet, TcpPacket, UdpPacket};
+use support::{config, rr_service, run, GW_MAC};
+use xvs_config::{ConnRules, PortRange, Protocol, Service, UnknownPort};
 use xvs_conntrack::tcp_flags::{ACK, FIN, RST, SYN};
 use xvs_conntrack::FlowState;
 use xvs_dataplane::pipeline::{Pipeline, PipelineConfig, Side, Verdict};
 use xvs_dataplane::services::CompiledService;
 use xvs_dataplane::wire::{classify, DropReason, Frame, L4};
 
-const GW_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
 const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 const VIP: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
 const CLIENT: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 10);
@@ -32,22 +28,8 @@ const B0: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 10);
 const B1: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 11);
 
 fn service(proto: Protocol, port: u16, backends: &[(Ipv4Addr, u32)]) -> Service<Ipv4Addr> {
-    let mut s = Service::new(ServiceKey {
-        vip: VIP,
-        protocol: proto,
-        port,
-    });
-    s.scheduler = Scheduler::Rr;
-    s.backends = backends
-        .iter()
-        .map(|&(address, weight)| Backend {
-            address,
-            port: 8080,
-            weight,
-            forward: ForwardMethod::Masq,
-        })
-        .collect();
-    s
+    let on_8080: Vec<_> = backends.iter().map(|&(a, w)| (a, 8080, w)).collect();
+    rr_service(VIP, proto, port, &on_8080)
 }
 
 /// A gateway with TCP 80 and UDP 53 over B0 and B1 (rr), both resolved.
@@ -66,19 +48,14 @@ impl Gw {
     fn with_ports(rules: ConnRules, unknown_port: UnknownPort, ports: u16) -> Gw {
         let mut p = Pipeline::new(
             PipelineConfig {
-                worker: 0,
-                mac: EthernetAddress(GW_MAC),
-                backend_mac: EthernetAddress(GW_MAC),
                 snat_addrs: vec![SNAT],
-                snat_addrs6: Vec::new(),
                 snat_ports: PortRange {
                     first: 2000,
                     last: 2000 + ports - 1,
                 },
-                capacity: 1024,
-                timeouts: Timeouts::default(),
                 rules,
                 unknown_port,
+                ..config()
             },
             0,
         );
