@@ -16,9 +16,9 @@
 //! Invariants: a file is adopted only when its header matches this build
 //! and this configuration exactly ([`LAYOUT_VERSION`] and the entry layout
 //! signature, capacity, address family, worker index and count, SNAT
-//! identity, boot, [`IDENTITY_SCHEME`]); otherwise it is reset and the reason returned. Time in
-//! the entries is seconds of CLOCK_MONOTONIC, the same in every process of
-//! one boot, so deadlines carry over unchanged.
+//! identity, boot, [`IDENTITY_SCHEME`]); otherwise it is reset and the
+//! reason returned. Time in the entries is seconds of CLOCK_MONOTONIC, the
+//! same in every process of one boot, so deadlines carry over unchanged.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;

@@ -12,8 +12,8 @@
 //! prepare-state`, since the service's own namespace ends with the
 //! process). A process in a mount namespace of its own (one its parent is
 //! not in: a systemd sandbox, `ip netns exec`) never mounts it itself: the
-//! mount would end with the process, and the state with it. Without the mount the files live in
-//! plain pages, said in the log and `/v1/status`.
+//! mount would end with the process, and the state with it. Without the
+//! mount the files live in plain pages, said in the log and `/v1/status`.
 //!
 //! Invariants: a worker's file is adopted only by the same worker index of
 //! an instance with the same worker count, capacity and SNAT addresses and

@@ -2,9 +2,9 @@
 //! `ipvsadm -Ln --stats`: connections scheduled, packets and bytes in each
 //! direction ("in" is client → backend, "out" backend → client).
 //!
-//! Each worker writes only its own row (one cache line per backend cell) with Relaxed load/store — a single writer
-//! needs no read-modify-write, so accounting a packet costs two plain
-//! stores. Readers sum the rows; a sum may be one packet stale, never
+//! Each worker writes only its own row (one cache line per backend cell)
+//! with Relaxed load/store: a single writer needs no read-modify-write, so
+//! accounting a packet costs two plain stores. Readers sum the rows; a sum may be one packet stale, never
 //! lose one. Unknown workers or backend ids are ignored (never a panic on
 //! the packet path).
 //!
