@@ -165,17 +165,16 @@ impl DataplaneHandle {
     /// family's), fetched chunk by chunk so no worker pauses for long.
     pub fn dump(&self, filter: Filter<IpAddr>, family: Option<Family>) -> Vec<FlowInfo<IpAddr>> {
         let mut out = Vec::new();
-        for family in families(family) {
-            self.walk(
-                |cursor, reply| Control::Dump {
-                    filter,
-                    family,
-                    cursor,
-                    reply,
-                },
-                |flows| out.extend(flows),
-            );
-        }
+        self.walk(
+            family,
+            |family, cursor, reply| Control::Dump {
+                filter,
+                family,
+                cursor,
+                reply,
+            },
+            |flows| out.extend(flows),
+        );
         out
     }
 
@@ -183,40 +182,46 @@ impl DataplaneHandle {
     /// [`DataplaneHandle::dump`] selects them, chunked); returns how many.
     pub fn delete(&self, filter: Filter<IpAddr>, family: Option<Family>) -> u64 {
         let mut total = 0;
-        for family in families(family) {
-            self.walk(
-                |cursor, reply| Control::Delete {
-                    filter,
-                    family,
-                    cursor,
-                    reply,
-                },
-                |n| total += u64::from(n),
-            );
-        }
+        self.walk(
+            family,
+            |family, cursor, reply| Control::Delete {
+                filter,
+                family,
+                cursor,
+                reply,
+            },
+            |n| total += u64::from(n),
+        );
         total
     }
 
-    /// Walks every worker's table in chunks: `ask` makes the request for
-    /// the chunk at a cursor, `take` receives each chunk's result; a
-    /// worker that does not answer within 5 s is left (its rest unseen).
+    /// Walks every worker's tables of `family` (both when `None`) in
+    /// chunks: `ask` makes the request for the chunk of a table at a
+    /// cursor, `take` receives each chunk's result; a worker that does not
+    /// answer within 5 s is left (its rest unseen).
     fn walk<T>(
         &self,
-        ask: impl Fn(u32, Sender<(T, Option<u32>)>) -> Control,
+        family: Option<Family>,
+        ask: impl Fn(Family, u32, Sender<(T, Option<u32>)>) -> Control,
         mut take: impl FnMut(T),
     ) {
-        for w in &self.workers {
-            let mut cursor = Some(0);
-            while let Some(c) = cursor {
-                let (tx, rx) = bounded(1);
-                if !self.send_to(w, ask(c, tx)) {
-                    break;
+        let families = [Family::V4, Family::V6]
+            .into_iter()
+            .filter(|f| family.is_none_or(|only| only == *f));
+        for f in families {
+            for w in &self.workers {
+                let mut cursor = Some(0);
+                while let Some(c) = cursor {
+                    let (tx, rx) = bounded(1);
+                    if !self.send_to(w, ask(f, c, tx)) {
+                        break;
+                    }
+                    let Ok((chunk, next)) = rx.recv_timeout(Duration::from_secs(5)) else {
+                        break;
+                    };
+                    take(chunk);
+                    cursor = next;
                 }
-                let Ok((chunk, next)) = rx.recv_timeout(Duration::from_secs(5)) else {
-                    break;
-                };
-                take(chunk);
-                cursor = next;
             }
         }
     }
@@ -241,13 +246,6 @@ impl DataplaneHandle {
         v.sort_by_key(|s| s.worker);
         v
     }
-}
-
-/// The families whose tables a walk visits: both, or only `family`.
-fn families(family: Option<Family>) -> impl Iterator<Item = Family> {
-    [Family::V4, Family::V6]
-        .into_iter()
-        .filter(move |f| family.is_none_or(|only| only == *f))
 }
 
 /// A running data plane.
