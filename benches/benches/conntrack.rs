@@ -50,6 +50,7 @@ fn flow(n: u32) -> NewFlow {
         backend_id: n % 200,
         client_mac: [2, 0, 0, 0, 0, 1],
         plan: 0,
+        one_way: false,
     }
 }
 
@@ -294,6 +295,7 @@ fn flow_in<A: Address>(n: u32, map: fn(Ipv4Addr) -> A) -> NewFlow<A> {
         backend_id: f.backend_id,
         client_mac: f.client_mac,
         plan: f.plan,
+        one_way: f.one_way,
     }
 }
 

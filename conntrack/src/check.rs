@@ -42,11 +42,12 @@ impl<A: xvs_config::Address> FlowTable<A> {
             ));
         }
 
-        // Index: both keys of every flow, one of every template, nothing else.
+        // Index: both keys of every two-way flow, the original key of a
+        // one-way flow or a template, nothing else.
         let mut want_index = 0usize;
         for &i in &live {
             let e = &entries[i as usize];
-            let dirs: &[Direction] = if e.is_template() {
+            let dirs: &[Direction] = if e.has_one_key() {
                 &[Direction::Original]
             } else {
                 &[Direction::Original, Direction::Reply]
@@ -71,7 +72,7 @@ impl<A: xvs_config::Address> FlowTable<A> {
         }
         for &v in self.index.iter() {
             let e = &entries[slot_of(v) as usize];
-            if !e.is_live() || (e.is_template() && dir_of(v) == Direction::Reply) {
+            if !e.is_live() || (e.has_one_key() && dir_of(v) == Direction::Reply) {
                 return Err(format!("index value {v:#x} points at a free or wrong slot"));
             }
         }

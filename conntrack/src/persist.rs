@@ -358,13 +358,14 @@ impl<A: Address> FlowTable<A> {
         out
     }
 
-    /// Indexes an adopted entry's keys (one for a template, both for a
-    /// flow); false, indexing nothing, if one is already taken.
+    /// Indexes an adopted entry's keys (one for a template or a one-way
+    /// flow, both for a flow); false, indexing nothing, if one is already
+    /// taken.
     fn adopt_keys(&mut self, slot: u32) -> bool {
         let e = self.slab.entries[slot as usize];
         let template = e.flags & FLAG_TEMPLATE != 0;
         let mut keys: [(FlowKey<A>, u32); 2] = [(e.key(Direction::Original), slot); 2];
-        let n = if template {
+        let n = if e.has_one_key() {
             1
         } else {
             keys[1] = (e.key(Direction::Reply), slot | DIR_BIT);

@@ -5,7 +5,8 @@
 //! Invariants: the slab never grows after construction (all `capacity`
 //! entries exist from the start); a slot is either on the free list or
 //! live, never both; a live entry is on exactly one wheel list and on the
-//! age list iff it is a non-ESTABLISHED flow (not a template); `NIL` ends
+//! age list iff it is a non-ESTABLISHED flow (not a template); a flow
+//! indexes both keys unless it is one-way ([`FLAG_ONE_WAY`]); `NIL` ends
 //! every list. Links are u32 slot numbers, so capacity < 2^31.
 
 use xvs_config::Address;
@@ -24,6 +25,10 @@ pub(crate) const AGE: usize = 1;
 pub const FLAG_QUIESCED: u8 = 0x01;
 /// Entry flag: a persistence template, not a flow.
 pub const FLAG_TEMPLATE: u8 = 0x02;
+/// Entry flag: a one-way flow (direct routing, tunnels): only the
+/// client's direction passes the gateway, so only its key is indexed and
+/// TCP follows IPVS's INPUT-ONLY state table.
+pub const FLAG_ONE_WAY: u8 = 0x08;
 /// Entry flag: on the age list.
 pub(crate) const FLAG_AGED: u8 = 0x04;
 /// Entry flag: live (not on the free list).
@@ -186,6 +191,12 @@ impl<A: Address> Entry<A> {
 
     pub(crate) fn is_template(&self) -> bool {
         self.flags & FLAG_TEMPLATE != 0
+    }
+
+    /// Whether only the original key is indexed (a template or a one-way
+    /// flow).
+    pub(crate) fn has_one_key(&self) -> bool {
+        self.flags & (FLAG_TEMPLATE | FLAG_ONE_WAY) != 0
     }
 
     pub(crate) fn deadline(&self) -> u32 {

@@ -163,8 +163,11 @@ pub mod tcp_flags {
 use FlowState as S;
 
 /// IPVS `tcp_states[]`: `[direction][event][state]`, events syn, fin, ack,
-/// rst; states in `FlowState` order sNO..sSA.
-const TCP_STATES: [[[FlowState; 11]; 4]; 2] = {
+/// rst; states in `FlowState` order sNO..sSA. Directions: INPUT (client to
+/// server), OUTPUT (server to client) and INPUT-ONLY (client to server on
+/// a flow whose other direction never passes the gateway: IPVS's
+/// `IP_VS_CONN_F_NOOUTPUT`, set for direct routing and tunnels).
+const TCP_STATES: [[[FlowState; 11]; 4]; 3] = {
     // sNO and sSA are never a next state in the normal table.
     let (es, ss, sr, fw, tw) = (
         S::Established,
@@ -189,12 +192,20 @@ const TCP_STATES: [[[FlowState; 11]; 4]; 2] = {
             /* ack */ [es, es, ss, es, fw, tw, cl, cw, la, es, es],
             /* rst */ [cl, cl, ss, cl, cl, tw, cl, cl, cl, cl, cl],
         ],
+        // INPUT-ONLY (client -> server, no output seen)
+        [
+            /* syn */ [sr, es, es, sr, sr, sr, sr, sr, sr, sr, sr],
+            /* fin */ [cl, fw, ss, tw, fw, tw, cl, cw, la, li, tw],
+            /* ack */ [cl, es, ss, es, fw, tw, cl, cw, cl, li, es],
+            /* rst */ [cl, cl, cl, sr, cl, cl, cl, cl, la, li, cl],
+        ],
     ]
 };
 
-/// The TCP state after a segment with `flags` travelling `dir`. Non-TCP
-/// states are returned unchanged.
-pub fn tcp_next(state: FlowState, dir: Direction, flags: u8) -> FlowState {
+/// The TCP state after a segment with `flags` travelling `dir`, by the
+/// INPUT-ONLY table when `one_way` (see [`TCP_STATES`]). Non-TCP states
+/// are returned unchanged.
+pub fn tcp_next(state: FlowState, dir: Direction, flags: u8, one_way: bool) -> FlowState {
     let row = state.index();
     if row > S::SynAck.index() {
         return state;
@@ -210,7 +221,11 @@ pub fn tcp_next(state: FlowState, dir: Direction, flags: u8) -> FlowState {
     } else {
         return S::Close;
     };
-    TCP_STATES[dir as usize][event][row]
+    let table = match (one_way, dir) {
+        (true, _) => 2,
+        (false, d) => d as usize,
+    };
+    TCP_STATES[table][event][row]
 }
 
 #[cfg(test)]
@@ -233,7 +248,7 @@ mod tests {
             (Out, FIN | ACK, S::TimeWait),
             (In, ACK, S::TimeWait),
         ] {
-            s = tcp_next(s, dir, flags);
+            s = tcp_next(s, dir, flags, false);
             assert_eq!(s, want, "after {dir:?} {flags:#04x}");
         }
     }
@@ -247,7 +262,7 @@ mod tests {
             (In, FIN | ACK, S::TimeWait),
             (Out, ACK, S::TimeWait),
         ] {
-            s = tcp_next(s, dir, flags);
+            s = tcp_next(s, dir, flags, false);
             assert_eq!(s, want);
         }
     }
@@ -255,17 +270,20 @@ mod tests {
     #[test]
     fn event_priority_is_rst_syn_fin_ack() {
         assert_eq!(
-            tcp_next(S::Established, In, RST | SYN | FIN | ACK),
+            tcp_next(S::Established, In, RST | SYN | FIN | ACK, false),
             S::Close
         );
         assert_eq!(
-            tcp_next(S::Established, In, SYN | FIN | ACK),
+            tcp_next(S::Established, In, SYN | FIN | ACK, false),
             S::Established
         );
-        assert_eq!(tcp_next(S::Established, In, FIN | ACK), S::CloseWait);
+        assert_eq!(tcp_next(S::Established, In, FIN | ACK, false), S::CloseWait);
         // No flag at all closes the flow, as IPVS does.
-        assert_eq!(tcp_next(S::Established, In, 0), S::Close);
-        assert_eq!(tcp_next(S::Established, In, 0x08 /* PSH */), S::Close);
+        assert_eq!(tcp_next(S::Established, In, 0, false), S::Close);
+        assert_eq!(
+            tcp_next(S::Established, In, 0x08 /* PSH */, false),
+            S::Close
+        );
     }
 
     /// The whole IPVS table, cell by cell: every (direction, event, state).
@@ -365,13 +383,59 @@ mod tests {
             for (e, flags) in events.into_iter().enumerate() {
                 for (i, s) in states.into_iter().enumerate() {
                     assert_eq!(
-                        tcp_next(s, dir, flags),
+                        tcp_next(s, dir, flags, false),
                         want[d][e][i],
                         "{dir:?} {flags:#04x} from {s:?}"
                     );
                 }
             }
         }
+    }
+
+    /// The INPUT-ONLY rows, cell by cell, as ip_vs_proto_tcp.c has them
+    /// (sNO..sSA); either direction of a one-way flow reads them.
+    #[test]
+    fn one_way_flows_follow_the_input_only_table() {
+        use S::*;
+        let states = [
+            None,
+            Established,
+            SynSent,
+            SynRecv,
+            FinWait,
+            TimeWait,
+            Close,
+            CloseWait,
+            LastAck,
+            Listen,
+            SynAck,
+        ];
+        let (es, ss, sr, fw, tw) = (Established, SynSent, SynRecv, FinWait, TimeWait);
+        let (cl, cw, la, li) = (Close, CloseWait, LastAck, Listen);
+        let want = [
+            [sr, es, es, sr, sr, sr, sr, sr, sr, sr, sr],
+            [cl, fw, ss, tw, fw, tw, cl, cw, la, li, tw],
+            [cl, es, ss, es, fw, tw, cl, cw, cl, li, es],
+            [cl, cl, cl, sr, cl, cl, cl, cl, la, li, cl],
+        ];
+        for (e, flags) in [SYN, FIN, ACK, RST].into_iter().enumerate() {
+            for (i, s) in states.into_iter().enumerate() {
+                for dir in [In, Out] {
+                    assert_eq!(
+                        tcp_next(s, dir, flags, true),
+                        want[e][i],
+                        "{flags:#04x} {s:?}"
+                    );
+                }
+            }
+        }
+        // A client that closes first leaves the flow in FIN_WAIT (its
+        // timeout), where INPUT would have gone to CLOSE_WAIT.
+        let mut s = S::None;
+        for flags in [SYN, ACK, ACK, FIN | ACK, ACK] {
+            s = tcp_next(s, In, flags, true);
+        }
+        assert_eq!(s, FinWait);
     }
 
     #[test]
@@ -414,7 +478,7 @@ mod tests {
     #[test]
     fn non_tcp_states_do_not_move() {
         for s in [S::Udp, S::Icmp, S::Template] {
-            assert_eq!(tcp_next(s, In, RST), s);
+            assert_eq!(tcp_next(s, In, RST, false), s);
         }
     }
 

@@ -32,7 +32,7 @@ use xvs_config::Address;
 
 use crate::key::{Endpoint, FlowKey, L4Proto};
 use crate::slab::{
-    Entry, ListHead, Slab, AGE, FLAG_AGED, FLAG_QUIESCED, FLAG_TEMPLATE, NIL, WHEEL,
+    Entry, ListHead, Slab, AGE, FLAG_AGED, FLAG_ONE_WAY, FLAG_QUIESCED, FLAG_TEMPLATE, NIL, WHEEL,
 };
 use crate::state::{tcp_next, Direction, FlowState};
 use crate::stats::{Removal, Stats};
@@ -71,6 +71,13 @@ pub struct NewFlow<A: Address = Ipv4Addr> {
     /// How the caller forwards the flow's packets (a tag the table keeps
     /// and returns, [`FlowRef::plan`]).
     pub plan: u8,
+    /// Whether only the client's direction passes the gateway (direct
+    /// routing, tunnels: the backend answers the client itself). Such a
+    /// flow indexes only its original key, and TCP is driven by the
+    /// client's segments alone (IPVS's INPUT-ONLY table, as for
+    /// `IP_VS_CONN_F_NOOUTPUT`); `backend` and `snat` are kept for
+    /// listings.
+    pub one_way: bool,
 }
 
 /// What a packet contributes to its flow.
@@ -167,6 +174,10 @@ impl<A: Address> FlowRef<'_, A> {
     /// The forwarding plan tag it was created with ([`NewFlow::plan`]).
     pub fn plan(&self) -> u8 {
         self.0.plan
+    }
+    /// Whether it is a one-way flow ([`NewFlow::one_way`]).
+    pub fn is_one_way(&self) -> bool {
+        self.0.flags & FLAG_ONE_WAY != 0
     }
     /// Whether its backend was quiesced while it lived.
     pub fn is_quiesced(&self) -> bool {
@@ -410,7 +421,7 @@ impl<A: Address> FlowTable<A> {
         e.add_bytes(d, pkt.len);
         e.last_seen = now;
         let old = e.state();
-        let new = tcp_next(old, dir, pkt.tcp_flags);
+        let new = tcp_next(old, dir, pkt.tcp_flags, e.flags & FLAG_ONE_WAY != 0);
         if new != old {
             self.change_state(id.0, old, new, obs);
         }
@@ -548,13 +559,21 @@ impl<A: Address> FlowTable<A> {
                 })
                 .is_some()
         };
-        if orig == reply || (check && (taken(h_orig, &orig) || taken(h_reply, &reply))) {
+        let two_way = !new.one_way;
+        if (two_way && orig == reply)
+            || (check && (taken(h_orig, &orig) || (two_way && taken(h_reply, &reply))))
+        {
             self.stats.insert_failed += 1;
             return Err(InsertError::Exists);
         }
         let slot = self.alloc(obs)?;
         let state = match new.proto {
-            L4Proto::Tcp => tcp_next(FlowState::None, Direction::Original, pkt.tcp_flags),
+            L4Proto::Tcp => tcp_next(
+                FlowState::None,
+                Direction::Original,
+                pkt.tcp_flags,
+                new.one_way,
+            ),
             L4Proto::Udp => FlowState::Udp,
             L4Proto::Icmp => FlowState::Icmp,
         };
@@ -562,6 +581,9 @@ impl<A: Address> FlowTable<A> {
         e.set_ends(new.client, new.vip, new.backend, new.snat);
         e.client_mac = new.client_mac;
         e.plan = new.plan;
+        if new.one_way {
+            e.flags |= FLAG_ONE_WAY;
+        }
         e.proto = new.proto;
         e.service = new.service;
         e.backend_id = new.backend_id;
@@ -571,7 +593,9 @@ impl<A: Address> FlowTable<A> {
         e.packets[0] = 1;
         e.set_first_bytes(pkt.len);
         self.index_insert(h_orig, slot);
-        self.index_insert(h_reply, slot | DIR_BIT);
+        if two_way {
+            self.index_insert(h_reply, slot | DIR_BIT);
+        }
         self.states[state.index()] += 1;
         self.stats.insert += 1;
         if state.is_active() {
@@ -645,6 +669,8 @@ impl<A: Address> FlowTable<A> {
         if !e.is_template() {
             let (a, i) = if state.is_active() { (-1, 0) } else { (0, -1) };
             obs.conn_counts(e.service, e.backend_id, a, i);
+        }
+        if !e.has_one_key() {
             self.index_remove(slot | DIR_BIT);
         }
         self.index_remove(slot);

@@ -67,6 +67,7 @@ fn flow(n: u16) -> NewFlow {
         backend_id: u32::from(n % 3),
         client_mac: [2, 0, 0, 0, 0, 1],
         plan: 0,
+        one_way: false,
     }
 }
 
@@ -110,6 +111,11 @@ fn a_reopened_table_adopts_every_flow_with_new_ids() {
         );
         t.template_set(&key, 7, 1, ep([198, 18, 1, 2], 8080), 300, 1001, &mut ())
             .unwrap();
+        // A one-way (direct routing) flow: one key.
+        let mut one = flow(20);
+        one.one_way = true;
+        one.snat = one.client;
+        t.insert(&one, pkt(SYN), 1001, &mut ()).unwrap();
         t.check_invariants().unwrap();
         // The process ends here: nothing is written at the end.
     }
@@ -119,10 +125,15 @@ fn a_reopened_table_adopts_every_flow_with_new_ids() {
     let adopted = t.adopt(1010, resolve, &mut counts);
     assert_eq!(
         (adopted.flows, adopted.templates, adopted.dropped),
-        (10, 1, 0)
+        (11, 1, 0)
     );
     t.check_invariants().unwrap();
-    assert_eq!(t.len(), 11);
+    assert_eq!(t.len(), 12);
+    let one = flow(20);
+    let (id, _) = t
+        .lookup(&FlowKey::between(one.client, one.vip, L4Proto::Tcp))
+        .unwrap();
+    assert!(t.flow(id).is_one_way());
     for n in 0..10 {
         let f = flow(n);
         let orig = FlowKey::between(f.client, f.vip, L4Proto::Tcp);
@@ -147,7 +158,7 @@ fn a_reopened_table_adopts_every_flow_with_new_ids() {
         .0
         .values()
         .fold((0, 0), |a, c| (a.0 + c.0, a.1 + c.1));
-    assert_eq!(total, (5, 5));
+    assert_eq!(total, (5, 6));
     let key = FlowTable::<Ipv4Addr>::template_key(
         Ipv4Addr::new(198, 18, 0, 0),
         ep([198, 19, 0, 1], 80),
@@ -160,7 +171,7 @@ fn a_reopened_table_adopts_every_flow_with_new_ids() {
     // Deadlines carried over: the SYN_RECV flows (60 s from 1000) expire
     // at 1060, not 60 s after the adoption.
     t.advance(1059, u32::MAX, &mut ());
-    assert_eq!(t.len(), 11);
+    assert_eq!(t.len(), 12);
     t.advance(1061, u32::MAX, &mut ());
     assert_eq!(t.len(), 6);
     t.check_invariants().unwrap();

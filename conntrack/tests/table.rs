@@ -53,6 +53,7 @@ fn new_flow(n: u32, proto: L4Proto) -> NewFlow {
         backend_id: n % 3,
         client_mac: [2, 0, 0, 0, 0, 1],
         plan: 0,
+        one_way: false,
     }
 }
 
@@ -530,6 +531,7 @@ fn ipv6_flows_are_tracked_like_ipv4_ones() {
         backend_id: 0,
         client_mac: [2, 0, 0, 0, 0, 1],
         plan: 0,
+        one_way: false,
     };
     let id = t.insert(&f, syn(), 0, &mut ()).unwrap();
     let orig = FlowKey::between(f.client, f.vip, L4Proto::Tcp);
@@ -556,5 +558,40 @@ fn ipv6_flows_are_tracked_like_ipv4_ones() {
     assert_eq!(listed[0].client, f.client);
     assert_eq!(t.delete_matching(&by_vip, 0, 16, &mut ()), (1, None));
     assert!(t.is_empty());
+    t.check_invariants().unwrap();
+}
+
+/// A one-way flow (direct routing, tunnels) indexes only the client's
+/// key: its backend and SNAT ends (here the client itself, as the data
+/// plane records them) name no reply, so another flow may use them; TCP
+/// follows the client's segments alone and removal leaves nothing behind.
+#[test]
+fn a_one_way_flow_indexes_only_its_original_key() {
+    let mut t = FlowTable::new(16, Timeouts::default(), 0);
+    let mut f = new_flow(4, L4Proto::Tcp);
+    f.one_way = true;
+    f.backend.port = f.vip.port;
+    f.snat = f.client;
+    let id = t.insert(&f, syn(), 0, &mut ()).unwrap();
+    assert!(t.flow(id).is_one_way());
+    let orig = FlowKey::between(f.client, f.vip, L4Proto::Tcp);
+    let reply = FlowKey::between(f.backend, f.snat, L4Proto::Tcp);
+    assert_eq!(t.lookup(&orig), Some((id, Direction::Original)));
+    assert_eq!(t.lookup(&reply), None);
+    assert_eq!(t.flow(id).state(), FlowState::SynRecv);
+    t.on_packet(id, Direction::Original, flags(ACK), 1, &mut ());
+    assert_eq!(t.flow(id).state(), FlowState::Established);
+    t.on_packet(id, Direction::Original, flags(FIN | ACK), 2, &mut ());
+    assert_eq!(t.flow(id).state(), FlowState::FinWait);
+    t.check_invariants().unwrap();
+    // A two-way flow whose reply key is that unindexed key goes in.
+    let mut g = new_flow(5, L4Proto::Tcp);
+    g.backend = f.backend;
+    g.snat = f.snat;
+    let gid = t.insert(&g, syn(), 2, &mut ()).unwrap();
+    assert_eq!(t.lookup(&reply), Some((gid, Direction::Reply)));
+    t.remove(id, &mut ());
+    assert_eq!(t.lookup(&orig), None);
+    assert_eq!(t.lookup(&reply), Some((gid, Direction::Reply)));
     t.check_invariants().unwrap();
 }

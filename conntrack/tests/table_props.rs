@@ -102,6 +102,7 @@ fn flow(client: u8, backend: u8, udp: bool) -> NewFlow {
         backend_id: u32::from(backend),
         client_mac: [2, 0, 0, 0, 0, 1],
         plan: 0,
+        one_way: false,
     }
 }
 

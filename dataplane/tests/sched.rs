@@ -305,6 +305,7 @@ fn counts_follow_conntrack_transitions_across_workers() {
             backend_id: b[0].id,
             client_mac: [2, 0, 0, 0, 0, 1],
             plan: 0,
+            one_way: false,
         };
         let id = tables[w]
             .insert(

@@ -133,6 +133,7 @@ mod tests {
             backend_id: 0,
             client_mac: [2, 0, 0, 0, 0, 9],
             plan: Plan::FullNat.tag(),
+            one_way: false,
         };
         let id = t.insert(&new, Packet::default(), 0, &mut ()).unwrap();
         let f = t.flow(id);
