@@ -268,6 +268,8 @@ fn setup<F: Fam>(in_file: bool) -> Pipeline {
             timeouts: Timeouts::default(),
             rules: xvs_config::ConnRules::default(),
             unknown_port: xvs_config::UnknownPort::Drop,
+            tunnel: Default::default(),
+            backend_mtu: 1500,
         },
         table,
         xvs_conntrack::FlowTable::new(cap6, Timeouts::default(), 0),
@@ -285,6 +287,7 @@ fn setup<F: Fam>(in_file: bool) -> Pipeline {
                 port: 8080,
                 weight: 1,
                 forward: ForwardMethod::Masq,
+                encap: Default::default(),
             })
             .collect();
         F::upsert(&mut p, n + 1, &s);

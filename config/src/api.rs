@@ -8,7 +8,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::names::{ForwardMethod, Protocol, Scheduler};
+use crate::names::{Encap, ForwardMethod, Protocol, Scheduler};
 use crate::service::{
     full_mask, parse_netmask, parse_source_range, Backend, Persistence, Service, ServiceKey,
 };
@@ -64,6 +64,12 @@ pub struct BackendSpec {
     /// Weight (1 when absent).
     #[serde(default)]
     pub weight: Option<u32>,
+    /// Forwarding method (`masq` when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward: Option<ForwardMethod>,
+    /// Encapsulation of a tunnel backend (`ipip` when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encap: Option<Encap>,
 }
 
 impl ServiceSpec {
@@ -142,7 +148,8 @@ impl BackendSpec {
             address: self.address.ok_or("address: missing")?,
             port: self.port.unwrap_or(key.port),
             weight: self.weight.unwrap_or(1),
-            forward: ForwardMethod::Masq,
+            forward: self.forward.unwrap_or(ForwardMethod::Masq),
+            encap: self.encap.unwrap_or_default(),
         })
     }
 }

@@ -9,6 +9,7 @@
 pub mod api;
 mod error;
 pub mod family;
+mod health;
 mod names;
 mod raw;
 mod service;
@@ -19,9 +20,13 @@ use std::path::Path;
 
 pub use error::{Diagnostic, Invalid, LoadError};
 pub use family::{Address, Family, HostPort};
+pub use health::{
+    BackendCheck, HealthCheck, DEFAULT_CHECK_INTERVAL_MS, DEFAULT_CHECK_TIMEOUT_MS, DEFAULT_FALL,
+    DEFAULT_RISE,
+};
 pub use names::{
-    ArmMode, ForwardMethod, PollMode, Protocol, Scheduler, SchedulerFlag, Steering, UnknownName,
-    UnknownPort, XdpAttachMode, ZeroCopy,
+    ArmMode, CheckKind, Encap, ForwardMethod, PollMode, Protocol, Scheduler, SchedulerFlag,
+    Steering, UnknownName, UnknownPort, XdpAttachMode, ZeroCopy,
 };
 pub use service::{
     full_mask, is_contiguous, is_prime, is_unicast, is_unicast6, is_unicast_any, not_unicast,
@@ -32,9 +37,9 @@ pub use service::{
 };
 pub use settings::{
     Admin, AdminTcp, Config, ConnRules, Conntrack, Interfaces, Kubernetes, PortRange, Restart,
-    Snat, SnatPortSlice, Timeouts, Vips, DEFAULT_ADMIN_SOCKET, DEFAULT_CONFIG_PATH,
-    DEFAULT_CONNTRACK_CAPACITY, DEFAULT_HOLD_MS, DEFAULT_SERVICE_PROXY_NAME, DEFAULT_SNAT_PORTS,
-    DEFAULT_STATE_DIR, MAX_CONNTRACK_CAPACITY, MAX_HOLD_MS,
+    Snat, SnatPortSlice, Timeouts, Tunnel, Vips, DEFAULT_ADMIN_SOCKET, DEFAULT_CONFIG_PATH,
+    DEFAULT_CONNTRACK_CAPACITY, DEFAULT_GUE_PORT, DEFAULT_HOLD_MS, DEFAULT_SERVICE_PROXY_NAME,
+    DEFAULT_SNAT_PORTS, DEFAULT_STATE_DIR, MAX_CONNTRACK_CAPACITY, MAX_HOLD_MS,
 };
 pub use validate::{Host, Memory};
 

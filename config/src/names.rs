@@ -162,10 +162,66 @@ keyword_enum! {
 
 keyword_enum! {
     /// How packets reach a backend.
+    #[derive(Default)]
     pub enum ForwardMethod: "forward method" {
         /// Full NAT: destination rewritten to the backend, source to a SNAT
         /// address of the gateway (ipvsadm shows it as `Masq`).
+        #[default]
         Masq = "masq",
+        /// Direct routing (ipvsadm's `-g`, `Route`): only the Ethernet
+        /// destination is rewritten; the backend, on a segment of the
+        /// gateway, holds the VIP on a non-ARPing interface and answers the
+        /// client itself.
+        Route = "route",
+        /// IP-in-IP or GUE tunnelling (ipvsadm's `-i`, `Tunnel`): the packet
+        /// is encapsulated to the backend, which decapsulates it and answers
+        /// the client itself.
+        Tunnel = "tunnel",
+    }
+}
+
+impl ForwardMethod {
+    /// Whether the backend's replies bypass the gateway (direct routing,
+    /// tunnels): no SNAT, one-way flows, no port translation.
+    pub const fn bypasses_replies(self) -> bool {
+        !matches!(self, ForwardMethod::Masq)
+    }
+
+    /// The name ipvsadm's listing shows (`Masq`, `Route`, `Tunnel`).
+    pub const fn ipvsadm_name(self) -> &'static str {
+        match self {
+            ForwardMethod::Masq => "Masq",
+            ForwardMethod::Route => "Route",
+            ForwardMethod::Tunnel => "Tunnel",
+        }
+    }
+}
+
+keyword_enum! {
+    /// How a tunnel backend's packets are encapsulated.
+    #[derive(Default)]
+    pub enum Encap: "encapsulation" {
+        #[default]
+        /// IP-in-IP (IPv4 protocol 4; IPv6-in-IPv6 next header 41), what
+        /// Linux's `ipip`/`ip6tnl` interfaces decapsulate.
+        Ipip = "ipip",
+        /// GUE variant 1 (the inner IP packet directly in UDP, to
+        /// `tunnel.gue_port`), what `ip fou add port P gue` decapsulates;
+        /// NICs that hash only UDP spread it by the source port, which
+        /// follows the flow.
+        Gue = "gue",
+    }
+}
+
+keyword_enum! {
+    /// How a backend's health is checked.
+    pub enum CheckKind: "check kind" {
+        /// Not checked (always in rotation).
+        Off = "none",
+        /// A TCP connection to the backend's address and port.
+        Tcp = "tcp",
+        /// An HTTP/1.1 GET of `http_path`, expecting `expect_status`.
+        Http = "http",
     }
 }
 

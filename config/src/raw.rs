@@ -12,7 +12,9 @@
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::names::{ArmMode, ForwardMethod, PollMode, Protocol, Scheduler, SchedulerFlag};
+use crate::names::{
+    ArmMode, CheckKind, Encap, ForwardMethod, PollMode, Protocol, Scheduler, SchedulerFlag,
+};
 use crate::names::{Steering, UnknownPort, XdpAttachMode, ZeroCopy};
 
 pub(crate) type Sp<T> = Spanned<T>;
@@ -32,6 +34,8 @@ pub(crate) struct RawFile {
     pub(crate) kubernetes: RawKubernetes,
     #[serde(default)]
     pub(crate) restart: RawRestart,
+    #[serde(default)]
+    pub(crate) tunnel: RawTunnel,
     #[serde(default)]
     pub(crate) services: Vec<Sp<RawService>>,
 }
@@ -147,4 +151,28 @@ pub(crate) struct RawBackend {
     pub(crate) port: Option<Sp<i64>>,
     pub(crate) weight: Option<Sp<i64>>,
     pub(crate) forward: Option<ForwardMethod>,
+    pub(crate) encap: Option<Encap>,
+    pub(crate) check: Option<Sp<RawCheck>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCheck {
+    pub(crate) kind: Option<CheckKind>,
+    pub(crate) port: Option<Sp<i64>>,
+    pub(crate) interval: Option<Sp<String>>,
+    pub(crate) timeout: Option<Sp<String>>,
+    pub(crate) rise: Option<Sp<i64>>,
+    pub(crate) fall: Option<Sp<i64>>,
+    pub(crate) http_path: Option<Sp<String>>,
+    pub(crate) expect_status: Option<Sp<i64>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTunnel {
+    pub(crate) source: Option<Sp<String>>,
+    pub(crate) source6: Option<Sp<String>>,
+    pub(crate) client_source_net: Option<Sp<String>>,
+    pub(crate) gue_port: Option<Sp<i64>>,
 }

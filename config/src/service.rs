@@ -15,7 +15,7 @@ use crate::family::{Address, HostPort};
 
 use ipnet::{IpNet, Ipv4Net};
 
-use crate::names::{ForwardMethod, Protocol, Scheduler, SchedulerFlag};
+use crate::names::{Encap, ForwardMethod, Protocol, Scheduler, SchedulerFlag};
 
 /// Default Maglev lookup table size per service (as Cilium): prime.
 pub const DEFAULT_MAGLEV_TABLE_SIZE: u32 = 16_381;
@@ -134,6 +134,8 @@ pub struct Backend<A: Address = IpAddr> {
     pub weight: u32,
     /// Forwarding method.
     pub forward: ForwardMethod,
+    /// Encapsulation (tunnel backends only; ipip otherwise).
+    pub encap: Encap,
 }
 
 /// A virtual service and its backends, of one address family
@@ -204,6 +206,7 @@ impl<A: Address> Service<A> {
                     port: b.port,
                     weight: b.weight,
                     forward: b.forward,
+                    encap: b.encap,
                 })
                 .collect(),
         }
@@ -254,6 +257,7 @@ impl Service<IpAddr> {
                         port: b.port,
                         weight: b.weight,
                         forward: b.forward,
+                        encap: b.encap,
                     })
                 })
                 .collect::<Option<_>>()?,
@@ -414,6 +418,15 @@ impl<A: Address> Service<A> {
                 format!("{a} is a SNAT address of this gateway (a backend must be another host)")
             } else if gateway.host.contains(&a) {
                 format!("{a} is an address of this host (a backend must be another host)")
+            } else if b.forward == ForwardMethod::Route
+                && !gateway.connected.is_empty()
+                && !gateway.connected.iter().any(|n| n.contains(&a.ip()))
+            {
+                let nets: Vec<String> = gateway.connected.iter().map(|n| n.to_string()).collect();
+                format!(
+                    "{a} is not on a directly connected segment of this gateway ({}): direct routing rewrites only the Ethernet destination, so the backend must share a link with the gateway (use tunnel for a routed backend)",
+                    nets.join(", ")
+                )
             } else {
                 continue;
             };
@@ -462,6 +475,14 @@ impl<A: Address> Service<A> {
                 violation(
                     at(BackendField::Port),
                     "port 0 is allowed only on a port-0 service".into(),
+                );
+            } else if b.forward.bypasses_replies() && b.port != self.key.port {
+                violation(
+                    at(BackendField::Port),
+                    format!(
+                        "{} cannot translate ports (the packet reaches the backend as the client sent it): omit port or give the service's port {}",
+                        b.forward, self.key.port
+                    ),
                 );
             }
             if let Some(first) = seen.insert((b.address, b.port), index) {
@@ -705,6 +726,9 @@ pub struct Gateway<'a, A: Address = IpAddr> {
     pub snat: &'a [A],
     /// The host's own addresses.
     pub host: &'a [A],
+    /// The prefixes of the host's links (where a direct-routing backend
+    /// must be; empty: unknown, not checked).
+    pub connected: &'a [IpNet],
 }
 
 /// Deterministic primality by trial division (inputs are table sizes,
@@ -758,6 +782,7 @@ mod tests {
             port: 8080,
             weight,
             forward: ForwardMethod::Masq,
+            encap: Default::default(),
         }
     }
 
@@ -854,6 +879,7 @@ mod tests {
             port: 8443,
             weight: 1,
             forward: ForwardMethod::Masq,
+            encap: Default::default(),
         });
         assert_eq!(
             s.persistence.unwrap().netmask,

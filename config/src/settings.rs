@@ -56,8 +56,12 @@ pub struct Config {
     pub kubernetes: Kubernetes,
     /// What outlives the process: the hold window and the flow state.
     pub restart: Restart,
+    /// How tunnel backends' packets are encapsulated.
+    pub tunnel: Tunnel,
     /// Services from the file.
     pub services: Vec<Service>,
+    /// Health checks of the file's backends (those with a `check`).
+    pub checks: Vec<crate::health::BackendCheck>,
 }
 
 impl Config {
@@ -218,6 +222,36 @@ impl Default for ConnRules {
             conn_reuse_mode: true,
             expire_nodest_conn: true,
             expire_quiescent_template: true,
+        }
+    }
+}
+
+/// GUE's conventional port (Katran's and the Linux examples').
+pub const DEFAULT_GUE_PORT: u16 = 6080;
+
+/// Encapsulation settings for tunnel backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tunnel {
+    /// Outer source of IPv4 tunnels (none: the first IPv4 SNAT address).
+    pub source: Option<Ipv4Addr>,
+    /// Outer source of IPv6 tunnels (none: the first IPv6 SNAT address).
+    pub source6: Option<std::net::Ipv6Addr>,
+    /// Katran's trick: the outer IPv4 source is this network's prefix with
+    /// the client address's low bits, so a backend's RSS spreads tunnelled
+    /// flows over its queues by client (none: `source` for every flow).
+    /// Backends must accept these sources and never answer them.
+    pub client_source_net: Option<ipnet::Ipv4Net>,
+    /// UDP destination port of GUE encapsulation.
+    pub gue_port: u16,
+}
+
+impl Default for Tunnel {
+    fn default() -> Tunnel {
+        Tunnel {
+            source: None,
+            source6: None,
+            client_source_net: None,
+            gue_port: DEFAULT_GUE_PORT,
         }
     }
 }

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use xvs_config::parse_str;
+use xvs_config::{parse_str, Encap, ForwardMethod};
 
 /// Four lines every test document starts with: the two required sections.
 const BASE: &str = "[interfaces]\nclient = \"eth0\"\n[snat]\naddresses = [\"198.18.2.1\"]\n";
@@ -21,6 +21,11 @@ fn error(rest: &str) -> String {
     let all = errors(&format!("{BASE}{rest}"));
     assert_eq!(all.len(), 1, "expected one diagnostic, got {all:#?}");
     all.into_iter().next().unwrap()
+}
+
+/// `BASE` followed by `rest`.
+fn with_base(rest: &str) -> String {
+    format!("{BASE}{rest}")
 }
 
 fn with_interfaces(interfaces: &str, rest: &str) -> String {
@@ -57,7 +62,7 @@ fn duplicate_key_is_a_syntax_error() {
 fn unknown_top_level_section() {
     assert_eq!(
         error("[service]\nvip = \"198.19.0.1\"\n"),
-        "xvs.toml:5:2: service: unknown field \"service\" (expected one of interfaces, snat, conntrack, vips, admin, kubernetes, restart, services)"
+        "xvs.toml:5:2: service: unknown field \"service\" (expected one of interfaces, snat, conntrack, vips, admin, kubernetes, restart, tunnel, services)"
     );
 }
 
@@ -152,9 +157,87 @@ fn unknown_keywords_list_what_is_allowed() {
         "xvs.toml:9:9: services[0].flags[1]: unknown scheduler flag \"sticky\" (expected one of fallback, port)"
     );
     assert_eq!(
-        error("[[services]]\nvip = \"198.19.0.1\"\nport = 80\n[[services.backends]]\naddress = \"198.18.1.1\"\nforward = \"route\"\n"),
-        "xvs.toml:10:11: services[0].backends[0].forward: unknown forward method \"route\" (expected one of masq)"
+        error("[[services]]\nvip = \"198.19.0.1\"\nport = 80\n[[services.backends]]\naddress = \"198.18.1.1\"\nforward = \"nat\"\n"),
+        "xvs.toml:10:11: services[0].backends[0].forward: unknown forward method \"nat\" (expected one of masq, route, tunnel)"
     );
+    assert_eq!(
+        error("[[services]]\nvip = \"198.19.0.1\"\nport = 80\n[[services.backends]]\naddress = \"198.18.1.1\"\nforward = \"tunnel\"\nencap = \"gre\"\n"),
+        "xvs.toml:11:9: services[0].backends[0].encap: unknown encapsulation \"gre\" (expected one of ipip, gue)"
+    );
+}
+
+// ---- direct routing, tunnels, health checks ----
+
+#[test]
+fn route_and_tunnel_backends_cannot_translate_ports() {
+    assert_eq!(
+        error("[[services]]\nvip = \"198.19.0.1\"\nport = 80\n[[services.backends]]\naddress = \"198.18.1.1\"\nport = 8080\nforward = \"route\"\n"),
+        "xvs.toml:10:8: services[0].backends[0].port: route cannot translate ports (the packet reaches the backend as the client sent it): omit port or give the service's port 80"
+    );
+    let c = xvs_config::parse_str(
+        "xvs.toml",
+        &with_base("[[services]]\nvip = \"198.19.0.1\"\nport = 80\n[[services.backends]]\naddress = \"198.18.1.1\"\nforward = \"tunnel\"\nencap = \"gue\"\n[[services.backends]]\naddress = \"198.18.1.2\"\nport = 8080\n"),
+    )
+    .unwrap();
+    let b = &c.services[0].backends;
+    assert_eq!(
+        (b[0].forward, b[0].encap, b[0].port),
+        (ForwardMethod::Tunnel, Encap::Gue, 80)
+    );
+    assert_eq!((b[1].forward, b[1].port), (ForwardMethod::Masq, 8080));
+}
+
+#[test]
+fn a_route_backend_must_be_on_a_connected_segment() {
+    let connected: Vec<ipnet::IpNet> = vec!["198.18.1.0/24".parse().unwrap()];
+    let host = xvs_config::Host {
+        connected: &connected,
+        ..Default::default()
+    };
+    let text = with_base("[[services]]\nvip = \"198.19.0.1\"\nport = 80\n[[services.backends]]\naddress = \"198.18.1.1\"\nforward = \"route\"\n[[services.backends]]\naddress = \"198.18.9.1\"\nforward = \"route\"\n[[services.backends]]\naddress = \"198.18.9.2\"\nforward = \"tunnel\"\n");
+    let e = xvs_config::parse_str_on("xvs.toml", &text, &host).unwrap_err();
+    assert_eq!(
+        e.to_string().trim(),
+        "xvs.toml:12:11: services[0].backends[1].address: 198.18.9.1 is not on a directly connected segment of this gateway (198.18.1.0/24): direct routing rewrites only the Ethernet destination, so the backend must share a link with the gateway (use tunnel for a routed backend)"
+    );
+}
+
+#[test]
+fn health_checks_are_read_with_their_defaults_and_checked() {
+    let c = xvs_config::parse_str(
+        "xvs.toml",
+        &with_base("[[services]]\nvip = \"198.19.0.1\"\nport = 80\n[[services.backends]]\naddress = \"198.18.1.1\"\ncheck = { kind = \"http\", interval = \"500ms\", timeout = \"200ms\", rise = 1, fall = 2, http_path = \"/health\", expect_status = 204 }\n[[services.backends]]\naddress = \"198.18.1.2\"\ncheck = { kind = \"tcp\" }\n[[services.backends]]\naddress = \"198.18.1.3\"\ncheck = { kind = \"none\" }\n[[services.backends]]\naddress = \"198.18.1.4\"\n"),
+    )
+    .unwrap();
+    assert_eq!(c.checks.len(), 2);
+    let http = &c.checks[0];
+    assert_eq!(
+        (http.address, http.port),
+        ("198.18.1.1".parse().unwrap(), 80)
+    );
+    assert_eq!(
+        http.check,
+        xvs_config::HealthCheck {
+            kind: xvs_config::CheckKind::Http,
+            interval_ms: 500,
+            timeout_ms: 200,
+            rise: 1,
+            fall: 2,
+            http_path: "/health".into(),
+            expect_status: 204,
+        }
+    );
+    assert_eq!(c.checks[1].check, xvs_config::HealthCheck::default());
+    for (check, want) in [
+        ("{ interval = \"1s\", timeout = \"2s\" }", "services[0].backends[0].check.timeout: 2000ms is longer than the interval (1000ms): a check would overlap the next"),
+        ("{ rise = 0 }", "services[0].backends[0].check.rise: 0 is out of range (expected 1..=100)"),
+        ("{ kind = \"tcp\", http_path = \"/\" }", "services[0].backends[0].check: http_path and expect_status apply to kind = \"http\" only (this check is \"tcp\")"),
+        ("{ kind = \"http\", http_path = \"health\" }", "services[0].backends[0].check.http_path: \"health\" is not an HTTP path (it starts with / and has no spaces)"),
+        ("{ interval = \"often\" }", "services[0].backends[0].check.interval: \"often\" is not a duration of 100ms to 3600s (e.g. \"2s\", \"500ms\")"),
+    ] {
+        let e = error(&format!("[[services]]\nvip = \"198.19.0.1\"\nport = 80\n[[services.backends]]\naddress = \"198.18.1.1\"\ncheck = {check}\n"));
+        assert!(e.ends_with(want), "{check}: {e}");
+    }
 }
 
 // ---- required sections ----

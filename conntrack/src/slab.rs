@@ -28,7 +28,7 @@ pub const FLAG_TEMPLATE: u8 = 0x02;
 /// Entry flag: a one-way flow (direct routing, tunnels): only the
 /// client's direction passes the gateway, so only its key is indexed and
 /// TCP follows IPVS's INPUT-ONLY state table.
-pub const FLAG_ONE_WAY: u8 = 0x08;
+pub(crate) const FLAG_ONE_WAY: u8 = 0x08;
 /// Entry flag: on the age list.
 pub(crate) const FLAG_AGED: u8 = 0x04;
 /// Entry flag: live (not on the free list).

@@ -571,10 +571,12 @@ impl Engine {
     /// with the same words.
     fn problems(&self, s: &Service) -> Vec<String> {
         let host = xvs_dataplane::host::all_addresses().unwrap_or_default();
+        let connected = xvs_dataplane::host::connected().unwrap_or_default();
         let snat = self.config.snat.all_addresses();
         let gateway = xvs_config::Gateway {
             snat: &snat,
             host: &host,
+            connected: &connected,
         };
         s.check_in(&gateway)
             .iter()
@@ -823,6 +825,7 @@ mod tests {
             port,
             weight,
             forward: ForwardMethod::Masq,
+            encap: Default::default(),
         }];
         s.into()
     }
@@ -942,6 +945,7 @@ mod tests {
             port: 8080,
             weight,
             forward: ForwardMethod::Masq,
+            encap: Default::default(),
         }
     }
 

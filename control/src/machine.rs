@@ -1,5 +1,6 @@
 //! The machine xvs runs on, as the configuration's machine-dependent rules
-//! need it: its own addresses (no VIP or backend may be one) and the
+//! need it: its own addresses (no VIP or backend may be one), its links'
+//! prefixes (a direct-routing backend must be on one) and the
 //! memory it can give (the conntrack capacity must fit). Read once per
 //! check; the rules themselves are the config crate's.
 
@@ -10,6 +11,8 @@ use std::net::IpAddr;
 pub struct Machine {
     /// Its addresses, of both families.
     pub addresses: Vec<IpAddr>,
+    /// The prefixes of its links.
+    pub connected: Vec<ipnet::IpNet>,
     /// Bytes of memory available, if the kernel said.
     pub available: Option<u64>,
 }
@@ -19,6 +22,7 @@ impl Machine {
     pub fn read() -> Machine {
         Machine {
             addresses: xvs_dataplane::host::all_addresses().unwrap_or_default(),
+            connected: xvs_dataplane::host::connected().unwrap_or_default(),
             available: xvs_dataplane::host::available_memory(),
         }
     }
@@ -27,6 +31,7 @@ impl Machine {
     pub fn host(&self) -> xvs_config::Host<'_> {
         xvs_config::Host {
             addresses: &self.addresses,
+            connected: &self.connected,
             memory: self.available.map(|available| xvs_config::Memory {
                 available,
                 needed: &xvs_dataplane::host::needed_memory,

@@ -376,6 +376,8 @@ mod tests {
                     address: Ipv4Addr::new(198, 18, 1, 10).into(),
                     port: 80,
                     weight: 2,
+                    forward: xvs_config::ForwardMethod::Masq,
+                    encap: None,
                     active: 1,
                     inactive: 2,
                     stats: Stats {

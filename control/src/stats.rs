@@ -23,6 +23,8 @@ pub struct BackendSample {
     pub port: u16,
     /// Weight.
     pub weight: u32,
+    /// Forwarding method and encapsulation.
+    pub forward: (xvs_config::ForwardMethod, xvs_config::Encap),
     /// Active flows.
     pub active: u64,
     /// Inactive flows.
@@ -84,6 +86,7 @@ pub fn sample(e: &Engine) -> Vec<ServiceSample> {
                             address: b.address,
                             port: b.port,
                             weight: b.weight,
+                            forward: (b.forward, b.encap),
                             active: id.map_or(0, |(c, id)| u64::from(c.counts().active(id))),
                             inactive: id.map_or(0, |(c, id)| u64::from(c.counts().inactive(id))),
                             totals: id.map_or_else(TrafficTotals::default, |(c, id)| {
@@ -288,6 +291,9 @@ pub fn listing(size: u32, samples: &[ServiceSample], est: &Estimator) -> Listing
                         address: b.address,
                         port: b.port,
                         weight: b.weight,
+                        forward: b.forward.0,
+                        encap: (b.forward.0 == xvs_config::ForwardMethod::Tunnel)
+                            .then_some(b.forward.1),
                         active: b.active,
                         inactive: b.inactive,
                         stats: stats_of(&b.totals),
@@ -340,6 +346,7 @@ mod tests {
                 address: Ipv4Addr::new(198, 18, 1, 10).into(),
                 port: 80,
                 weight: 1,
+                forward: Default::default(),
                 active: 0,
                 inactive: 0,
                 totals,

@@ -46,6 +46,10 @@ pub struct PersistView {
     pub netmask: IpAddr,
 }
 
+fn masq() -> xvs_config::ForwardMethod {
+    xvs_config::ForwardMethod::Masq
+}
+
 /// One backend of a service.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackendView {
@@ -55,6 +59,12 @@ pub struct BackendView {
     pub port: u16,
     /// Weight.
     pub weight: u32,
+    /// Forwarding method (`masq`, `route`, `tunnel`).
+    #[serde(default = "masq")]
+    pub forward: xvs_config::ForwardMethod,
+    /// Encapsulation of a tunnel backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encap: Option<xvs_config::Encap>,
     /// ESTABLISHED flows, all workers.
     pub active: u64,
     /// Other flows, all workers.

@@ -47,6 +47,10 @@ xvs_conntrack::counter_table! {
         /// ICMP time exceeded sent for packets whose TTL ran out, among the
         /// answers.
         time_exceeded => "xvs_time_exceeded_total",
+        /// ICMP fragmentation needed / packet too big sent for packets to a
+        /// tunnel backend that no longer fit its link once encapsulated,
+        /// among the answers.
+        too_big => "xvs_too_big_total",
     }
     extra {
         /// Frames dropped, by reason.

@@ -16,6 +16,7 @@ use smoltcp::wire::EthernetAddress;
 use xvs_config::Address;
 use xvs_conntrack::FlowKey;
 
+use crate::wire::encap::{self, Encapsulated, Outer};
 use crate::wire::{
     answer, answer6, checksum, icmp_error, nat, nat6, DropReason, Fragment, Frame, IcmpErrorNat,
     Ipv4, Ipv6, Nat, L4,
@@ -53,6 +54,27 @@ pub trait IpPacket: Copy + Debug {
         ours: EthernetAddress,
         next: EthernetAddress,
     ) -> Result<(), DropReason>;
+    /// Direct routing: hop limit and MACs only.
+    fn route(
+        &self,
+        buf: &mut [u8],
+        ours: EthernetAddress,
+        next: EthernetAddress,
+    ) -> Result<(), DropReason>;
+    /// Encapsulation to a tunnel backend over a link of `mtu` bytes
+    /// (`label`: the flow's entropy, IPv6's outer flow label).
+    fn encap(
+        &self,
+        buf: &mut [u8],
+        outer: &Outer<Self::Addr>,
+        mtu: u16,
+        label: u32,
+        ours: EthernetAddress,
+        next: EthernetAddress,
+    ) -> Result<Encapsulated, DropReason>;
+    /// The fragmentation needed / packet too big refusing a packet that
+    /// does not fit `mtu` once encapsulated.
+    fn too_big(&self, buf: &mut [u8], mtu: u16) -> Answer;
     /// Forwarding of an ICMP error about a flow.
     fn forward_error(
         &self,
@@ -79,6 +101,9 @@ pub trait Family: Address {
     type Ip: IpPacket<Addr = Self>;
     /// Its packet in a classified frame, if the frame is of this family.
     fn packet(frame: &Frame) -> Option<Self::Ip>;
+    /// The address with `net`'s bits where `mask` has ones and `host`'s
+    /// elsewhere (a tunnel source derived from the client).
+    fn within_net(net: Self, mask: Self, host: Self) -> Self;
 }
 
 impl Family for Ipv4Addr {
@@ -90,6 +115,10 @@ impl Family for Ipv4Addr {
             _ => None,
         }
     }
+    fn within_net(net: Ipv4Addr, mask: Ipv4Addr, host: Ipv4Addr) -> Ipv4Addr {
+        let m = u32::from(mask);
+        Ipv4Addr::from(u32::from(net) & m | u32::from(host) & !m)
+    }
 }
 
 impl Family for Ipv6Addr {
@@ -100,6 +129,10 @@ impl Family for Ipv6Addr {
             Frame::Ipv6(ip) => Some(*ip),
             _ => None,
         }
+    }
+    fn within_net(net: Ipv6Addr, mask: Ipv6Addr, host: Ipv6Addr) -> Ipv6Addr {
+        let m = u128::from(mask);
+        Ipv6Addr::from(u128::from(net) & m | u128::from(host) & !m)
     }
 }
 
@@ -146,6 +179,28 @@ impl IpPacket for Ipv4 {
         next: EthernetAddress,
     ) -> Result<(), DropReason> {
         nat::forward(buf, self, n, ours, next)
+    }
+    fn route(
+        &self,
+        buf: &mut [u8],
+        ours: EthernetAddress,
+        next: EthernetAddress,
+    ) -> Result<(), DropReason> {
+        nat::route(buf, self, ours, next)
+    }
+    fn encap(
+        &self,
+        buf: &mut [u8],
+        outer: &Outer<Ipv4Addr>,
+        mtu: u16,
+        _label: u32,
+        ours: EthernetAddress,
+        next: EthernetAddress,
+    ) -> Result<Encapsulated, DropReason> {
+        encap::encap4(buf, self, outer, mtu, ours, next)
+    }
+    fn too_big(&self, buf: &mut [u8], mtu: u16) -> Answer {
+        answer::icmp_frag_needed(buf, self, mtu)
     }
     fn forward_error(
         &self,
@@ -216,6 +271,28 @@ impl IpPacket for Ipv6 {
         next: EthernetAddress,
     ) -> Result<(), DropReason> {
         nat6::forward6(buf, self, n, ours, next)
+    }
+    fn route(
+        &self,
+        buf: &mut [u8],
+        ours: EthernetAddress,
+        next: EthernetAddress,
+    ) -> Result<(), DropReason> {
+        nat6::route6(buf, self, ours, next)
+    }
+    fn encap(
+        &self,
+        buf: &mut [u8],
+        outer: &Outer<Ipv6Addr>,
+        mtu: u16,
+        label: u32,
+        ours: EthernetAddress,
+        next: EthernetAddress,
+    ) -> Result<Encapsulated, DropReason> {
+        encap::encap6(buf, self, outer, mtu, label, ours, next)
+    }
+    fn too_big(&self, buf: &mut [u8], mtu: u16) -> Answer {
+        answer6::packet_too_big6(buf, self, mtu)
     }
     fn forward_error(
         &self,

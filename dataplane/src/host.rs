@@ -25,6 +25,48 @@ pub fn addresses() -> std::io::Result<Vec<Ipv4Addr>> {
 
 /// The addresses of the host's interfaces, of both families.
 pub fn all_addresses() -> std::io::Result<Vec<IpAddr>> {
+    Ok(interface_nets()?.into_iter().map(|n| n.addr()).collect())
+}
+
+/// The prefixes of the host's links (every interface address with its
+/// prefix length, loopback's left out): where a direct-routing backend
+/// must be.
+pub fn connected() -> std::io::Result<Vec<ipnet::IpNet>> {
+    Ok(interface_nets()?
+        .into_iter()
+        .filter(|n| !n.addr().is_loopback())
+        .map(|n| n.trunc())
+        .collect())
+}
+
+/// A socket address of getifaddrs as an IP address, if it is one.
+///
+/// # Safety
+/// `sa` is null or points at a sockaddr of the family it names, alive for
+/// the call.
+unsafe fn ip_of(sa: *const libc::sockaddr) -> Option<IpAddr> {
+    if sa.is_null() {
+        return None;
+    }
+    // SAFETY: non-null, and a sockaddr (the caller's contract).
+    let family = i32::from(unsafe { (*sa).sa_family });
+    if family == libc::AF_INET {
+        // SAFETY: an AF_INET address is a sockaddr_in.
+        let sin = unsafe { &*(sa as *const libc::sockaddr_in) };
+        Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+            sin.sin_addr.s_addr,
+        ))))
+    } else if family == libc::AF_INET6 {
+        // SAFETY: an AF_INET6 address is a sockaddr_in6.
+        let sin6 = unsafe { &*(sa as *const libc::sockaddr_in6) };
+        Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
+    } else {
+        None
+    }
+}
+
+/// Every interface address with its prefix (from its netmask).
+fn interface_nets() -> std::io::Result<Vec<ipnet::IpNet>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs writes a list head we free below with
     // freeifaddrs, on success only.
@@ -37,19 +79,18 @@ pub fn all_addresses() -> std::io::Result<Vec<IpAddr>> {
         // SAFETY: `at` is a node of the list getifaddrs returned, alive
         // until freeifaddrs.
         let ifa = unsafe { &*at };
-        if !ifa.ifa_addr.is_null() {
-            // SAFETY: ifa_addr points at a sockaddr of the family it names.
-            let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
-            if family == libc::AF_INET {
-                // SAFETY: an AF_INET address is a sockaddr_in.
-                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                out.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(
-                    sin.sin_addr.s_addr,
-                ))));
-            } else if family == libc::AF_INET6 {
-                // SAFETY: an AF_INET6 address is a sockaddr_in6.
-                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
-                out.push(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)));
+        // SAFETY: the node's address and netmask are null or sockaddrs of
+        // the family they name, alive until freeifaddrs.
+        let (addr, mask) = unsafe { (ip_of(ifa.ifa_addr), ip_of(ifa.ifa_netmask)) };
+        if let Some(addr) = addr {
+            let prefix = match mask {
+                Some(IpAddr::V4(m)) => u32::from(m).leading_ones() as u8,
+                Some(IpAddr::V6(m)) => u128::from(m).leading_ones() as u8,
+                None if addr.is_ipv4() => 32,
+                None => 128,
+            };
+            if let Ok(net) = ipnet::IpNet::new(addr, prefix) {
+                out.push(net);
             }
         }
         at = ifa.ifa_next;

@@ -47,7 +47,7 @@ use std::sync::Arc;
 
 use hashbrown::HashSet;
 use smoltcp::wire::{EthernetAddress, EthernetFrame};
-use xvs_config::{Address, ConnRules, PortRange, ServiceKey, UnknownPort};
+use xvs_config::{Address, ConnRules, Encap, PortRange, ServiceKey, UnknownPort};
 use xvs_conntrack::{
     tcp_flags, Direction, Endpoint, Filter, FlowId, FlowInfo, FlowKey, FlowState, FlowTable,
     InsertError, L4Proto, NewFlow, Packet, Removal, Timeouts,
@@ -56,7 +56,7 @@ use xvs_conntrack::{
 pub use crate::counters::Counters;
 use crate::events::{EventKind, FlowEvent, FlowEvents};
 use crate::family::{Answer, Family, IpPacket};
-use crate::forward::{NextHop, Plan, Route};
+use crate::forward::{NextHop, Plan, Rewrite, Route};
 use crate::neighbours::Neighbours;
 use crate::sched::{pick_persistent, Request};
 pub use crate::services::AnyService;
@@ -64,6 +64,7 @@ use crate::services::{CompiledService, ServiceCounts, ServiceTable};
 use crate::snat::SnatEndpoints;
 use crate::traffic::DestState;
 use crate::wire::answer::arp_reply;
+use crate::wire::encap::{Encapsulated, Outer, Wrap};
 use crate::wire::ndp::{advertise, solicited_node};
 use crate::wire::{classify, ArpOp, DropReason, Fragment, Frame, IcmpErrorNat, Ipv6, Nat, Ndp, L4};
 
@@ -201,6 +202,11 @@ pub struct PipelineConfig {
     pub rules: ConnRules,
     /// What a VIP port without a service answers.
     pub unknown_port: UnknownPort,
+    /// How tunnel backends' packets are encapsulated.
+    pub tunnel: xvs_config::Tunnel,
+    /// MTU of the backend-facing link: what an encapsulated packet must
+    /// fit.
+    pub backend_mtu: u16,
 }
 
 /// What a worker's pipeline shares between its families: settings,
@@ -264,6 +270,11 @@ pub struct Half<A: Family> {
     /// one ended, where the oldest flows were, so a free endpoint is
     /// usually the first.
     snat: SnatEndpoints<A>,
+    /// Outer source of tunnels (the configured one, else the first SNAT
+    /// address), and the network a client-derived one comes from
+    /// (`(net, mask)`).
+    tunnel_src: A,
+    tunnel_net: Option<(A, A)>,
 }
 
 /// One worker's pipeline: IPv4 and IPv6 side by side.
@@ -276,10 +287,19 @@ pub struct Pipeline {
 }
 
 impl<A: Family> Half<A> {
-    fn new(table: FlowTable<A>, snat: Vec<A>, ports: PortRange, mac: EthernetAddress) -> Half<A> {
+    fn new(
+        table: FlowTable<A>,
+        snat: Vec<A>,
+        ports: PortRange,
+        mac: EthernetAddress,
+        tunnel: (Option<A>, Option<(A, A)>),
+    ) -> Half<A> {
         let mut owned = HashSet::new();
         owned.extend(snat.iter().copied());
+        let first = snat.first().copied().unwrap_or(A::UNSPECIFIED);
         Half {
+            tunnel_src: tunnel.0.unwrap_or(first),
+            tunnel_net: tunnel.1,
             table,
             services: ServiceTable::default(),
             owned,
@@ -577,10 +597,10 @@ impl<A: Family> Half<A> {
         }
     }
 
-    /// Full-NAT rewrite of a tracked flow's packet.
+    /// A tracked flow's packet, sent the way its plan says.
     fn forward(
         &mut self,
-        core: &Core,
+        core: &mut Core,
         buf: &mut [u8],
         ip: &A::Ip,
         id: FlowId,
@@ -600,11 +620,62 @@ impl<A: Family> Half<A> {
             );
         }
         let route = Plan::from_tag(f.plan()).route(&f, dir);
+        let ends = (f.client(), f.backend().addr);
         let (ours, next) = match self.link(core, &route, true) {
             Ok(macs) => macs,
             Err(v) => return v,
         };
-        sent(ip.forward(buf, &route.nat, ours, next), ip, route.side)
+        match route.rewrite {
+            Rewrite::Nat(nat) => sent(ip.forward(buf, &nat, ours, next), ip, route.side),
+            Rewrite::Route => sent(ip.route(buf, ours, next), ip, route.side),
+            Rewrite::Tunnel(e) => self.tunnel(core, buf, ip, e, ends, (ours, next)),
+        }
+    }
+
+    /// Encapsulates a packet of a tunnel flow from `client` to the
+    /// backend at `to`; one that no longer fits the backend link gets
+    /// fragmentation needed / packet too big (Katran's answer, counted in
+    /// `too_big`), never a silent drop.
+    fn tunnel(
+        &self,
+        core: &mut Core,
+        buf: &mut [u8],
+        ip: &A::Ip,
+        encap: Encap,
+        (client, to): (Endpoint<A>, A),
+        (ours, next): (EthernetAddress, EthernetAddress),
+    ) -> Verdict {
+        // The flow's entropy: the outer UDP source port (and IPv6 flow
+        // label) spread tunnelled flows over a backend's queues.
+        let h = client.addr.fold32() ^ u32::from(client.port).wrapping_mul(0x9e37_79b1);
+        let h = h ^ (h >> 16);
+        let wrap = match encap {
+            Encap::Ipip => Wrap::Ipip,
+            Encap::Gue => Wrap::Gue {
+                src_port: 0xc000 | (h as u16 & 0x3fff),
+                dst_port: core.cfg.tunnel.gue_port,
+            },
+        };
+        let src = match self.tunnel_net {
+            Some((net, mask)) => A::within_net(net, mask, client.addr),
+            None => self.tunnel_src,
+        };
+        let outer = Outer { src, dst: to, wrap };
+        match ip.encap(buf, &outer, core.cfg.backend_mtu, h, ours, next) {
+            Ok(Encapsulated::Sent(len)) => Verdict::Forward {
+                len,
+                to: Side::Backend,
+            },
+            Ok(Encapsulated::TooBig(mtu)) => match ip.too_big(buf, mtu) {
+                Ok(Some(len)) => {
+                    core.counters.too_big += 1;
+                    Verdict::Answer(len)
+                }
+                Ok(None) => Verdict::Drop(DropReason::TunnelTooBig),
+                Err(r) => Verdict::Drop(r),
+            },
+            Err(r) => Verdict::Drop(r),
+        }
     }
 
     /// The Ethernet addresses of `route`: ours on its side, and its next
@@ -726,6 +797,7 @@ impl<A: Family> Half<A> {
             backend_id: b.id,
             client_mac: src_mac,
             plan: b.plan.tag(),
+            one_way: b.plan.is_one_way(),
         };
         let mut obs = ServiceCounts {
             table: &self.services,
@@ -799,7 +871,7 @@ impl<A: Family> Half<A> {
     }
 
     /// An ICMP error about a tracked flow, translated like the flow.
-    fn related(&mut self, core: &Core, buf: &mut [u8], ip: &A::Ip) -> Verdict {
+    fn related(&mut self, core: &mut Core, buf: &mut [u8], ip: &A::Ip) -> Verdict {
         let Some(key) = ip.key() else {
             return Verdict::Drop(DropReason::IcmpErrorNoFlow);
         };
@@ -810,19 +882,29 @@ impl<A: Family> Half<A> {
         // The error goes where the flow's packets in `dir` go (the flow's
         // plan says where); the packet it quotes went the other way.
         let route = Plan::from_tag(f.plan()).route(&f, dir);
-        let m = IcmpErrorNat {
-            outer_src: route.nat.src.addr,
-            outer_dst: route.nat.dst.addr,
-            inner: Nat {
-                src: route.nat.dst,
-                dst: route.nat.src,
-            },
-        };
+        let ends = (f.client(), f.backend().addr);
         let (ours, next) = match self.link(core, &route, false) {
             Ok(macs) => macs,
             Err(v) => return v,
         };
-        sent(ip.forward_error(buf, &m, ours, next), ip, route.side)
+        match route.rewrite {
+            Rewrite::Nat(nat) => {
+                let m = IcmpErrorNat {
+                    outer_src: nat.src.addr,
+                    outer_dst: nat.dst.addr,
+                    inner: Nat {
+                        src: nat.dst,
+                        dst: nat.src,
+                    },
+                };
+                sent(ip.forward_error(buf, &m, ours, next), ip, route.side)
+            }
+            // A one-way flow's backend gets the error as it came (IPVS
+            // passes it to the real server by the flow's method), so its
+            // PMTU discovery towards the client works.
+            Rewrite::Route => sent(ip.route(buf, ours, next), ip, route.side),
+            Rewrite::Tunnel(e) => self.tunnel(core, buf, ip, e, ends, (ours, next)),
+        }
     }
 }
 
@@ -877,17 +959,23 @@ impl Pipeline {
         table: FlowTable<Ipv4Addr>,
         table6: FlowTable<Ipv6Addr>,
     ) -> Pipeline {
+        let net = cfg
+            .tunnel
+            .client_source_net
+            .map(|n| (n.network(), n.netmask()));
         let v4 = Half::new(
             table,
             cfg.snat_addrs.clone(),
             cfg.snat_ports,
             cfg.backend_mac,
+            (cfg.tunnel.source, net),
         );
         let v6 = Half::new(
             table6,
             cfg.snat_addrs6.clone(),
             cfg.snat_ports,
             cfg.backend_mac,
+            (cfg.tunnel.source6, None),
         );
         Pipeline {
             core: Core {

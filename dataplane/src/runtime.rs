@@ -272,10 +272,14 @@ pub struct Dataplane {
     workers: usize,
 }
 
-/// The interface's Ethernet address, asked of the kernel with
-/// SIOCGIFHWADDR (which follows the calling thread's network namespace;
-/// /sys would show the namespace it was mounted in).
-fn interface_mac(ifname: &str) -> Result<EthernetAddress, StartError> {
+/// Asks the kernel about an interface with `request` (an `SIOCGIF*`
+/// ioctl, which follows the calling thread's network namespace; /sys
+/// would show the namespace it was mounted in) and reads the answer.
+fn ask_interface<R>(
+    ifname: &str,
+    request: libc::c_ulong,
+    read: impl FnOnce(&libc::ifreq) -> R,
+) -> Result<R, StartError> {
     let err = |source| StartError::Interface {
         ifname: ifname.to_owned(),
         source,
@@ -297,18 +301,36 @@ fn interface_mac(ifname: &str) -> Result<EthernetAddress, StartError> {
         *dst = src as libc::c_char;
     }
     // SAFETY: `ifr` is a valid ifreq with a NUL-terminated name (the
-    // name is shorter than IFNAMSIZ and the rest is zero).
-    let ret = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFHWADDR, &mut ifr) };
+    // name is shorter than IFNAMSIZ and the rest is zero); the SIOCGIF*
+    // requests write only into it.
+    let ret = unsafe { libc::ioctl(sock.as_raw_fd(), request as _, &mut ifr) };
     if ret != 0 {
         return Err(err(std::io::Error::last_os_error()));
     }
-    // SAFETY: SIOCGIFHWADDR filled the hwaddr member of the union.
-    let sa = unsafe { ifr.ifr_ifru.ifru_hwaddr };
-    let mut mac = [0u8; 6];
-    for (m, b) in mac.iter_mut().zip(sa.sa_data.iter()) {
-        *m = *b as u8;
-    }
-    Ok(EthernetAddress(mac))
+    Ok(read(&ifr))
+}
+
+/// The interface's Ethernet address.
+fn interface_mac(ifname: &str) -> Result<EthernetAddress, StartError> {
+    ask_interface(ifname, libc::SIOCGIFHWADDR as libc::c_ulong, |ifr| {
+        // SAFETY: SIOCGIFHWADDR filled the hwaddr member of the union.
+        let sa = unsafe { ifr.ifr_ifru.ifru_hwaddr };
+        let mut mac = [0u8; 6];
+        for (m, b) in mac.iter_mut().zip(sa.sa_data.iter()) {
+            *m = *b as u8;
+        }
+        EthernetAddress(mac)
+    })
+}
+
+/// The interface's MTU (what a tunnel backend's encapsulated packets
+/// must fit).
+fn interface_mtu(ifname: &str) -> Result<u16, StartError> {
+    ask_interface(ifname, libc::SIOCGIFMTU as libc::c_ulong, |ifr| {
+        // SAFETY: SIOCGIFMTU filled the mtu member of the union.
+        let mtu = unsafe { ifr.ifr_ifru.ifru_mtu };
+        mtu.clamp(576, i32::from(u16::MAX)) as u16
+    })
 }
 
 impl Dataplane {
@@ -350,6 +372,7 @@ impl Dataplane {
         }
         let mac = interface_mac(ifnames[0])?;
         let backend_mac = interface_mac(ifnames[ifnames.len() - 1])?;
+        let backend_mtu = interface_mtu(ifnames[ifnames.len() - 1])?;
         // `steering = "all"`: the program hands every packet to xvs.
         let all = i.steering == SteeringMode::All;
         // SNAT addresses that are the host's own: their ports are checked
@@ -420,6 +443,8 @@ impl Dataplane {
                 timeouts: cfg.conntrack.timeouts,
                 rules: cfg.conntrack.rules,
                 unknown_port: cfg.vips.unknown_port,
+                tunnel: cfg.tunnel,
+                backend_mtu,
             };
             let (table, mut r) =
                 crate::state::open_table(cfg, w, capacity, now).map_err(state_err)?;

@@ -100,7 +100,7 @@ impl<A: Address> CompiledService<A> {
                 id: i as u32,
                 endpoint: endpoint_of(b),
                 weight: b.weight,
-                plan: Plan::of(b.forward),
+                plan: Plan::of(b.forward, b.encap),
             })
             .collect();
         Self::assemble(
@@ -172,7 +172,7 @@ impl<A: Address> CompiledService<A> {
                 id: id.unwrap_or_default(),
                 endpoint: endpoint_of(b),
                 weight: b.weight,
-                plan: Plan::of(b.forward),
+                plan: Plan::of(b.forward, b.encap),
             })
             .collect();
         let (counts, stats) = if ids.len() <= prev.stats.backends() {
@@ -550,6 +550,7 @@ mod tests {
                 port: 8080,
                 weight: 1,
                 forward: ForwardMethod::Masq,
+                encap: Default::default(),
             })
             .collect();
         s

@@ -78,6 +78,7 @@ impl Gateway {
             port: 8080,
             weight: 1,
             forward: ForwardMethod::Masq,
+            encap: Default::default(),
         }];
         let compiled = Arc::new(CompiledService::new(1, &svc, 2, None));
         let mut g = Gateway {
@@ -99,6 +100,8 @@ impl Gateway {
                     timeouts: Default::default(),
                     rules: Default::default(),
                     unknown_port: Default::default(),
+                    tunnel: Default::default(),
+                    backend_mtu: 1500,
                 },
                 0,
             );

@@ -335,6 +335,7 @@ fn service(port: u16, weights: &[(usize, u32)]) -> xvs_config::Service {
             port: 8080,
             weight,
             forward: xvs_config::ForwardMethod::Masq,
+            encap: xvs_config::Encap::Ipip,
         })
         .collect();
     s.into()

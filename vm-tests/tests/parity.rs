@@ -56,6 +56,7 @@ fn base(n: u8) -> Service {
             port: 8080,
             weight: 1,
             forward: ForwardMethod::Masq,
+            encap: Default::default(),
         })
         .collect();
     s.into()

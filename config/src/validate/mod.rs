@@ -37,6 +37,7 @@ pub(crate) fn parse(file: &str, text: &str, host: &Host<'_>) -> Result<Config, I
         locator: Locator::new(text),
         out: Vec::new(),
         host,
+        checks: Vec::new(),
     };
     let raw = match read_raw(text) {
         Ok(raw) => raw,
@@ -57,6 +58,8 @@ struct Checker<'a> {
     locator: Locator<'a>,
     out: Vec<Diagnostic>,
     host: &'a Host<'a>,
+    /// Health checks of the backends validated so far.
+    checks: Vec<crate::health::BackendCheck>,
 }
 
 /// What the machine a file is checked on has, for the rules that depend on
@@ -66,6 +69,9 @@ struct Checker<'a> {
 pub struct Host<'a> {
     /// The host's own addresses: no VIP or backend may be one.
     pub addresses: &'a [IpAddr],
+    /// The prefixes of the host's links: a direct-routing backend must be
+    /// in one (empty: unknown, not checked).
+    pub connected: &'a [ipnet::IpNet],
     /// The memory the host can give, to check the conntrack capacity.
     pub memory: Option<Memory<'a>>,
 }
@@ -83,6 +89,7 @@ impl std::fmt::Debug for Host<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Host")
             .field("addresses", &self.addresses)
+            .field("connected", &self.connected)
             .field("memory", &self.memory.as_ref().map(|m| m.available))
             .finish()
     }
@@ -144,11 +151,13 @@ impl Checker<'_> {
         let admin = self.admin(raw.admin);
         let kubernetes = self.kubernetes(raw.kubernetes);
         let restart = self.restart(raw.restart);
+        let tunnel = self.tunnel(raw.tunnel);
         let snat_addrs: Vec<IpAddr> = snat
             .as_ref()
             .map(|s| s.0.all_addresses())
             .unwrap_or_default();
         let services = self.services(raw.services, &snat_addrs);
+        let checks = std::mem::take(&mut self.checks);
         Some(Config {
             interfaces: interfaces?,
             snat: snat?.0,
@@ -157,7 +166,9 @@ impl Checker<'_> {
             admin: admin?,
             kubernetes: kubernetes?,
             restart: restart?,
+            tunnel: tunnel?,
             services: services?.into_iter().map(|(s, _)| s).collect(),
+            checks,
         })
     }
 

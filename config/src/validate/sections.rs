@@ -417,6 +417,55 @@ impl Checker<'_> {
         })
     }
 
+    pub(super) fn tunnel(&mut self, raw: crate::raw::RawTunnel) -> Option<crate::settings::Tunnel> {
+        let mut out = crate::settings::Tunnel::default();
+        let mut ok = true;
+        if let Some(a) = &raw.source {
+            match a.get_ref().parse::<Ipv4Addr>() {
+                Ok(v) if crate::service::is_unicast(v) => out.source = Some(v),
+                _ => {
+                    self.report(
+                        &a.span(),
+                        "tunnel.source",
+                        format!("\"{}\" is not a unicast IPv4 address", a.get_ref()),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        if let Some(a) = &raw.source6 {
+            match a.get_ref().parse::<Ipv6Addr>() {
+                Ok(v) if crate::service::is_unicast6(v) => out.source6 = Some(v),
+                _ => {
+                    self.report(
+                        &a.span(),
+                        "tunnel.source6",
+                        format!("\"{}\" is not a unicast IPv6 address", a.get_ref()),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        if let Some(n) = &raw.client_source_net {
+            match n.get_ref().parse::<ipnet::Ipv4Net>() {
+                Ok(net) if net.prefix_len() >= 8 && net.prefix_len() <= 30 => {
+                    out.client_source_net = Some(net.trunc())
+                }
+                _ => {
+                    self.report(&n.span(), "tunnel.client_source_net", format!("\"{}\" is not an IPv4 network with a prefix of 8 to 30 bits (e.g. \"198.18.240.0/20\")", n.get_ref()));
+                    ok = false;
+                }
+            }
+        }
+        if let Some(p) = &raw.gue_port {
+            match self.int_in(p, "tunnel.gue_port", 1..65_536, "1..=65535") {
+                Some(port) => out.gue_port = port,
+                None => ok = false,
+            }
+        }
+        ok.then_some(out)
+    }
+
     pub(super) fn restart(&mut self, raw: RawRestart) -> Option<Restart> {
         let hold_ms = match &raw.hold {
             None => Some(DEFAULT_HOLD_MS),
@@ -506,7 +555,7 @@ fn is_label_value(s: &str) -> bool {
 /// Milliseconds of a duration written as systemd writes `RestartSec=`: a
 /// number with a unit, `ms` or `s` ("5s", "1500ms", "0.5s"); `None` when
 /// it is not one.
-fn parse_duration_ms(text: &str) -> Option<u64> {
+pub(super) fn parse_duration_ms(text: &str) -> Option<u64> {
     let t = text.trim();
     let (number, scale) = if let Some(n) = t.strip_suffix("ms") {
         (n, 1.0)

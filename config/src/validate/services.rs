@@ -6,8 +6,9 @@ use std::net::IpAddr;
 use std::ops::Range;
 
 use super::{every, Checker};
-use crate::names::{ForwardMethod, Protocol, Scheduler};
-use crate::raw::{RawBackend, RawService, Sp};
+use crate::health::{BackendCheck, HealthCheck};
+use crate::names::{CheckKind, ForwardMethod, Protocol, Scheduler};
+use crate::raw::{RawBackend, RawCheck, RawService, Sp};
 use crate::service::{
     full_mask, parse_netmask, parse_source_range, Backend, BackendField, Persistence,
     SchedulerFlags, Service, ServiceField, ServiceKey, DEFAULT_WEIGHT, MAX_MAGLEV_TABLE_SIZE,
@@ -115,6 +116,14 @@ impl Checker<'_> {
                 .enumerate()
                 .map(|(k, b)| self.backend(&format!("{at}.backends[{k}]"), b.get_ref(), port)),
         );
+        let checks = every(r.backends.iter().enumerate().map(|(k, b)| {
+            match &b.get_ref().check {
+                None => Some(None),
+                Some(c) => self
+                    .check(&format!("{at}.backends[{k}].check"), c)
+                    .map(Some),
+            }
+        }));
 
         let service = Service {
             key: ServiceKey {
@@ -139,13 +148,133 @@ impl Checker<'_> {
         let gateway = crate::service::Gateway {
             snat,
             host: self.host.addresses,
+            connected: self.host.connected,
         };
         let violations = service.check_in(&gateway);
         for v in &violations {
             let span = service_field_span(r, &header, v.field);
             self.report(&span, format!("{at}.{}", v.field), v.message.clone());
         }
-        violations.is_empty().then_some(service)
+        let checks = checks?;
+        if !violations.is_empty() {
+            return None;
+        }
+        let mut ok = true;
+        let mut found = Vec::new();
+        for (k, (b, c)) in service.backends.iter().zip(checks).enumerate() {
+            let Some((check, port)) = c else { continue };
+            if check.kind == CheckKind::Off {
+                continue;
+            }
+            if port.unwrap_or(b.port) == 0 {
+                let span = r.backends[k].span();
+                self.report(
+                    &span,
+                    format!("{at}.backends[{k}].check.port"),
+                    "a backend of a port-0 service has no port to check: give check.port",
+                );
+                ok = false;
+                continue;
+            }
+            found.push(BackendCheck {
+                service: service.key,
+                address: b.address,
+                port: port.unwrap_or(b.port),
+                check,
+            });
+        }
+        self.checks.extend(found);
+        ok.then_some(service)
+    }
+
+    /// A backend's `check` table.
+    fn check(&mut self, at: &str, raw: &Sp<RawCheck>) -> Option<(HealthCheck, Option<u16>)> {
+        let r = raw.get_ref();
+        let mut c = HealthCheck {
+            kind: r.kind.unwrap_or(CheckKind::Tcp),
+            ..HealthCheck::default()
+        };
+        let mut ok = true;
+        let ms = |me: &mut Self, v: &Option<Sp<String>>, field: &str, default: u32| match v {
+            None => Some(default),
+            Some(t) => {
+                match super::sections::parse_duration_ms(t.get_ref()) {
+                    Some(ms) if (100..=3_600_000).contains(&ms) => Some(ms as u32),
+                    _ => {
+                        me.report(
+                        &t.span(),
+                        format!("{at}.{field}"),
+                        format!("\"{}\" is not a duration of 100ms to 3600s (e.g. \"2s\", \"500ms\")", t.get_ref()),
+                    );
+                        None
+                    }
+                }
+            }
+        };
+        let interval = ms(self, &r.interval, "interval", c.interval_ms);
+        let timeout = ms(self, &r.timeout, "timeout", c.timeout_ms);
+        match (interval, timeout) {
+            (Some(i), Some(t)) if t <= i => (c.interval_ms, c.timeout_ms) = (i, t),
+            (Some(i), Some(t)) => {
+                let span = r.timeout.as_ref().map_or(raw.span(), |t| t.span());
+                self.report(
+                    &span,
+                    format!("{at}.timeout"),
+                    format!(
+                        "{t}ms is longer than the interval ({i}ms): a check would overlap the next"
+                    ),
+                );
+                ok = false;
+            }
+            _ => ok = false,
+        }
+        let count = |me: &mut Self, v: &Option<Sp<i64>>, field: &str, default: u32| match v {
+            None => Some(default),
+            Some(n) => me.int_in(n, &format!("{at}.{field}"), 1..101, "1..=100"),
+        };
+        match (
+            count(self, &r.rise, "rise", c.rise),
+            count(self, &r.fall, "fall", c.fall),
+        ) {
+            (Some(rise), Some(fall)) => (c.rise, c.fall) = (rise, fall),
+            _ => ok = false,
+        }
+        if let Some(p) = &r.http_path {
+            if p.get_ref().starts_with('/') && !p.get_ref().contains(char::is_whitespace) {
+                c.http_path = p.get_ref().clone();
+            } else {
+                self.report(
+                    &p.span(),
+                    format!("{at}.http_path"),
+                    format!(
+                        "\"{}\" is not an HTTP path (it starts with / and has no spaces)",
+                        p.get_ref()
+                    ),
+                );
+                ok = false;
+            }
+        }
+        if let Some(st) = &r.expect_status {
+            match self.int_in(st, &format!("{at}.expect_status"), 100..600, "100..=599") {
+                Some(v) => c.expect_status = v,
+                None => ok = false,
+            }
+        }
+        if c.kind != CheckKind::Http && (r.http_path.is_some() || r.expect_status.is_some()) {
+            self.report(&raw.span(), at.to_string(), format!("http_path and expect_status apply to kind = \"http\" only (this check is \"{}\")", c.kind));
+            ok = false;
+        }
+        let port = match &r.port {
+            None => None,
+            Some(p) => match self.int_in(p, &format!("{at}.port"), 1..65_536, "1..=65535") {
+                Some(v) => Some(v),
+                None => {
+                    ok = false;
+                    None
+                }
+            },
+        };
+        ok.then_some((c, port))
     }
 
     fn backend(
@@ -173,6 +302,7 @@ impl Checker<'_> {
             port: port?,
             weight: weight?,
             forward: raw.forward.unwrap_or(ForwardMethod::Masq),
+            encap: raw.encap.unwrap_or_default(),
         })
     }
 }

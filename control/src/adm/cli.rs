@@ -137,8 +137,13 @@ Options:
                                       ipvsadm 1.31's code does; its man page says 300)
   --netmask      -M netmask           persistent granularity mask
   --real-server  -r server-address    server-address is host (and port)
-  --masquerading -m                   masquerading (full NAT: the only method; -g, the
-                                      default of ipvsadm, and -i are refused)
+  --gatewaying   -g                   gatewaying (direct routing: the default; the real
+                                      server shares a link and holds the VIP, no port)
+  --ipip         -i                   ipip encapsulation (tunneling; replies bypass xvs)
+  --masquerading -m                   masquerading (full NAT through a SNAT address)
+  --tun-type     type                 ipip (default) or gue (to port 6080, no checksum)
+  --tun-port     port                 the GUE port (6080: tunnel.gue_port)
+  --tun-nocsum                        GUE without a UDP checksum (what xvs sends)
   --weight       -w weight            capacity of real server
   --connection   -c                   output of current connections
   --timeout                           output of timeout (tcp tcpfin udp)
@@ -312,11 +317,16 @@ mod tests {
             "198.19.0.1:80",
             "-r",
             "198.18.1.10",
-            "-g",
+            "-i",
+            "--tun-type",
+            "gre",
         ]);
         assert_eq!(
             (s, e.as_str()),
-            (2, "only masquerading (-m, full NAT) is supported\n")
+            (
+                2,
+                "--tun-type gre: xvs tunnels with ipip or gue (GRE is not done)\n"
+            )
         );
         // No daemon at this socket: a clear one-line error, status 2.
         let (s, _, e) = run(&["xvsadm", "-Ln", "--socket", "/nonexistent/xvs.sock"]);

@@ -24,7 +24,7 @@
 use std::fmt::Write;
 use std::net::IpAddr;
 
-use xvs_config::Address;
+use xvs_config::{Address, Encap, ForwardMethod, DEFAULT_GUE_PORT};
 
 use super::names::{addrport, Names};
 use crate::view::{BackendView, ConnView, Listing, ServiceView, TimeoutView};
@@ -185,16 +185,28 @@ fn service(out: &mut String, s: &ServiceView, f: Format, names: &dyn Names) {
                 0, 0, b.active, b.inactive
             );
         } else if f.tun_info {
+            let tun = match b.encap {
+                Some(Encap::Gue) => format!("gue:{DEFAULT_GUE_PORT}:nocsum"),
+                Some(Encap::Ipip) => "ipip".to_owned(),
+                None => "n/a".to_owned(),
+            };
             let _ = writeln!(
                 out,
                 "  -> {d:<28} {:<7} {:<13} {:<6} {:<10} {:<10}",
-                "Masq", "n/a", b.weight, b.active, b.inactive
+                b.forward.ipvsadm_name(),
+                tun,
+                b.weight,
+                b.active,
+                b.inactive
             );
         } else {
             let _ = writeln!(
                 out,
                 "  -> {d:<28} {:<7} {:<6} {:<10} {:<10}",
-                "Masq", b.weight, b.active, b.inactive
+                b.forward.ipvsadm_name(),
+                b.weight,
+                b.active,
+                b.inactive
             );
         }
     }
@@ -375,9 +387,17 @@ pub fn save(l: &Listing, f: Format, names: &dyn Names) -> String {
         }
         out.push('\n');
         for b in dests(&s.backends, f.nosort) {
+            let fwd = match (b.forward, b.encap) {
+                (ForwardMethod::Masq, _) => "-m".to_owned(),
+                (ForwardMethod::Route, _) => "-g".to_owned(),
+                (ForwardMethod::Tunnel, Some(Encap::Gue)) => {
+                    format!("-i --tun-type gue --tun-port {DEFAULT_GUE_PORT} --tun-nocsum")
+                }
+                (ForwardMethod::Tunnel, _) => "-i".to_owned(),
+            };
             let _ = writeln!(
                 out,
-                "-a {svc} -r {} -m -w {}",
+                "-a {svc} -r {} {fwd} -w {}",
                 addrport(names, b.address, b.port, proto),
                 b.weight
             );
@@ -432,6 +452,8 @@ mod tests {
             address: Ipv4Addr::new(198, 18, 1, last).into(),
             port: 8080,
             weight,
+            forward: xvs_config::ForwardMethod::Masq,
+            encap: None,
             active,
             inactive,
             stats: Stats::default(),

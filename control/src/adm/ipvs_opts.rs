@@ -353,6 +353,10 @@ pub struct Command {
     pub dest: Option<(IpAddr, u16)>,
     /// `-m`/`-g`/`-i` (`-g` when none).
     pub fwd: Fwd,
+    /// `--tun-type` (`ipip` unless given): an index of [`TUN_NAMES`].
+    pub tun_type: usize,
+    /// `--tun-port`.
+    pub tun_port: Option<u16>,
     /// `-w` (1 unless given).
     pub weight: u32,
     /// Listing format.
@@ -809,7 +813,7 @@ fn generic_opt_check(cmd: Cmd, options: u64) -> Result<(), Exit> {
 }
 
 /// Tunnel types and their options (`tunnel_types_v_options`).
-const TUN_NAMES: [&str; 3] = ["ipip", "gue", "gre"];
+pub const TUN_NAMES: [&str; 3] = ["ipip", "gue", "gre"];
 const TUN_OPTS: [usize; 4] = [
     optc::TUN_PORT,
     optc::TUN_NOCSUM,
@@ -873,6 +877,8 @@ pub fn parse(argv: &[String], in_restore: bool, names: &dyn Resolve) -> Result<I
         sched_flags: 0,
         dest: None,
         fwd: Fwd::Droute,
+        tun_type: 0,
+        tun_port: None,
         weight: 1,
         format: Format::default(),
         timeouts: None,
@@ -1065,10 +1071,14 @@ pub fn parse(argv: &[String], in_restore: bool, names: &dyn Resolve) -> Result<I
                     .iter()
                     .position(|n| *n == a)
                     .ok_or_else(|| fail("illegal tunnel type specified"))?;
+                c.tun_type = tun_type;
             }
             Tag::TunPort => {
                 set(&mut c.options, optc::TUN_PORT)?;
-                number(a, 1, 65535).ok_or_else(|| fail("illegal tunnel port specified"))?;
+                c.tun_port = Some(
+                    number(a, 1, 65535).ok_or_else(|| fail("illegal tunnel port specified"))?
+                        as u16,
+                );
             }
             Tag::TunNocsum => set(&mut c.options, optc::TUN_NOCSUM)?,
             Tag::TunCsum => set(&mut c.options, optc::TUN_CSUM)?,
@@ -1231,8 +1241,23 @@ pub fn unsupported(c: &Command) -> Option<Exit> {
             return no(name, why);
         }
     }
-    if matches!(c.cmd, Cmd::AddDest | Cmd::EditDest) && c.fwd != Fwd::Masq {
-        return Some(fail("only masquerading (-m, full NAT) is supported"));
+    if matches!(c.cmd, Cmd::AddDest | Cmd::EditDest) && c.fwd == Fwd::Tunnel {
+        if TUN_NAMES[c.tun_type] == "gre" {
+            return Some(fail(
+                "--tun-type gre: xvs tunnels with ipip or gue (GRE is not done)",
+            ));
+        }
+        if let Some(p) = c.tun_port.filter(|&p| p != xvs_config::DEFAULT_GUE_PORT) {
+            return Some(fail(format!(
+                "--tun-port {p}: xvs sends GUE to one port for every real server (tunnel.gue_port, {})",
+                xvs_config::DEFAULT_GUE_PORT
+            )));
+        }
+        if c.has(optc::TUN_CSUM) || c.has(optc::TUN_REMCSUM) {
+            return Some(fail(
+                "--tun-csum/--tun-remcsum: xvs sends GUE over IPv4 without a UDP checksum (--tun-nocsum)",
+            ));
+        }
     }
     None
 }
@@ -1685,13 +1710,37 @@ mod tests {
     #[test]
     fn xvs_refuses_what_it_does_not_do_after_ipvsadm_s_checks() {
         let why = |a: &[&str]| unsupported(&cmd(a)).map(|e| (e.status, e.message));
+        // -g (also what -a without a method means), -i, -m: all done.
+        for m in [
+            &[][..],
+            &["-g"],
+            &["-m"],
+            &["-i"],
+            &["-i", "--tun-type", "gue", "--tun-port", "6080"],
+        ] {
+            let mut a = vec!["-a", "-t", "198.19.0.1:80", "-r", "198.18.1.10"];
+            a.extend_from_slice(m);
+            assert_eq!(why(&a), None, "{m:?}");
+        }
         assert_eq!(
-            why(&["-a", "-t", "198.19.0.1:80", "-r", "198.18.1.10"]),
-            Some((2, "only masquerading (-m, full NAT) is supported".into()))
+            why(&[
+                "-a",
+                "-t",
+                "198.19.0.1:80",
+                "-r",
+                "198.18.1.10",
+                "-i",
+                "--tun-type",
+                "gre"
+            ]),
+            Some((
+                2,
+                "--tun-type gre: xvs tunnels with ipip or gue (GRE is not done)".into()
+            ))
         );
         assert_eq!(
-            why(&["-a", "-t", "198.19.0.1:80", "-r", "198.18.1.10", "-g"]),
-            Some((2, "only masquerading (-m, full NAT) is supported".into()))
+            why(&["-a", "-t", "198.19.0.1:80", "-r", "198.18.1.10", "-i", "--tun-type", "gue", "--tun-port", "7000"]),
+            Some((2, "--tun-port 7000: xvs sends GUE to one port for every real server (tunnel.gue_port, 6080)".into()))
         );
         assert!(why(&["-A", "-f", "1"])
             .unwrap()

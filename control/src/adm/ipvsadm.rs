@@ -15,11 +15,13 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use hyper::Method;
 use xvs_config::api::{BackendSpec, EditSpec, ServiceRef, ServiceSpec};
+use xvs_config::{Encap, ForwardMethod};
 
 use super::client::{request, Endpoint};
 use super::format::{connections, list, list_service, save, timeout};
 use super::ipvs_opts::{
-    optc, parse, unsupported, Cmd, Command, Exit, Invocation, Service, SCHED1, SCHED2, SCHED3,
+    optc, parse, unsupported, Cmd, Command, Exit, Fwd, Invocation, Service, SCHED1, SCHED2, SCHED3,
+    TUN_NAMES,
 };
 use super::names::{Names, Numeric, System};
 use crate::api::ConnPage;
@@ -170,6 +172,18 @@ fn edit_of(c: &Command) -> Result<EditSpec, Exit> {
             address: Some(a),
             port: Some(port),
             weight: Some(c.weight),
+            forward: Some(match c.fwd {
+                Fwd::Masq => ForwardMethod::Masq,
+                Fwd::Droute => ForwardMethod::Route,
+                Fwd::Tunnel => ForwardMethod::Tunnel,
+            }),
+            encap: (c.fwd == Fwd::Tunnel).then(|| {
+                if TUN_NAMES[c.tun_type] == "gue" {
+                    Encap::Gue
+                } else {
+                    Encap::Ipip
+                }
+            }),
         }
     };
     Ok(match c.cmd {

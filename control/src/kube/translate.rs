@@ -184,6 +184,7 @@ fn backends(
                 port: c.port,
                 weight,
                 forward: ForwardMethod::Masq,
+                encap: Default::default(),
             })
         })
         .collect()

@@ -7,7 +7,7 @@
 use xvs_config::Address;
 use xvs_conntrack::{Direction, FlowRef};
 
-use super::{NextHop, Route};
+use super::{NextHop, Rewrite, Route};
 use crate::pipeline::Side;
 use crate::wire::Nat;
 
@@ -16,18 +16,18 @@ use crate::wire::Nat;
 pub fn route<A: Address>(f: &FlowRef<'_, A>, dir: Direction) -> Route<A> {
     match dir {
         Direction::Original => Route {
-            nat: Nat {
+            rewrite: Rewrite::Nat(Nat {
                 src: f.snat(),
                 dst: f.backend(),
-            },
+            }),
             side: Side::Backend,
             next_hop: NextHop::Neighbour(f.backend().addr),
         },
         Direction::Reply => Route {
-            nat: Nat {
+            rewrite: Rewrite::Nat(Nat {
                 src: f.vip(),
                 dst: f.client(),
-            },
+            }),
             side: Side::Client,
             next_hop: NextHop::Mac(f.client_mac()),
         },

@@ -19,12 +19,18 @@
 //!   goes in, and the packet it quotes is mapped the other way (so errors
 //!   follow whatever plan the flow has).
 //!
-//! A new forwarding mode (direct routing, IP-in-IP) is a new variant, a
-//! module beside [`full_nat`], and an arm in [`Plan::route`].
+//! - A plan that bypasses replies (direct routing, tunnels: [`one_way`])
+//!   takes no SNAT endpoint and its flows are one-way
+//!   ([`Plan::is_one_way`]): the backend answers the client itself, so
+//!   the packet keeps both its ends and only its way there changes.
+//!
+//! A new forwarding mode is a new variant, a module beside [`full_nat`]
+//! and [`one_way`], and an arm in [`Plan::route`].
 
 pub mod full_nat;
+pub mod one_way;
 
-use xvs_config::{Address, ForwardMethod};
+use xvs_config::{Address, Encap, ForwardMethod};
 use xvs_conntrack::{Direction, FlowRef};
 
 use crate::pipeline::Side;
@@ -38,13 +44,24 @@ pub enum Plan {
     /// backend, and back.
     #[default]
     FullNat = 0,
+    /// Direct routing (ipvsadm's `-g`, Route): the Ethernet destination
+    /// only.
+    Route = 1,
+    /// IP-in-IP tunnel (ipvsadm's `-i`, Tunnel).
+    Ipip = 2,
+    /// GUE tunnel (ipvsadm's `-i --tun-type gue`).
+    Gue = 3,
 }
 
 impl Plan {
-    /// The plan of a configured forwarding method.
-    pub fn of(method: ForwardMethod) -> Plan {
-        match method {
-            ForwardMethod::Masq => Plan::FullNat,
+    /// The plan of a configured forwarding method (and encapsulation, for
+    /// a tunnel).
+    pub fn of(method: ForwardMethod, encap: Encap) -> Plan {
+        match (method, encap) {
+            (ForwardMethod::Masq, _) => Plan::FullNat,
+            (ForwardMethod::Route, _) => Plan::Route,
+            (ForwardMethod::Tunnel, Encap::Ipip) => Plan::Ipip,
+            (ForwardMethod::Tunnel, Encap::Gue) => Plan::Gue,
         }
     }
 
@@ -58,16 +75,22 @@ impl Plan {
     /// default plan).
     pub fn from_tag(tag: u8) -> Plan {
         match tag {
-            0 => Plan::FullNat,
-            _ => Plan::default(),
+            1 => Plan::Route,
+            2 => Plan::Ipip,
+            3 => Plan::Gue,
+            _ => Plan::FullNat,
         }
     }
 
     /// Whether a new flow of this plan takes a SNAT endpoint.
     pub fn takes_snat(self) -> bool {
-        match self {
-            Plan::FullNat => true,
-        }
+        self == Plan::FullNat
+    }
+
+    /// Whether its flows are one-way (the backend answers the client
+    /// itself).
+    pub fn is_one_way(self) -> bool {
+        self != Plan::FullNat
     }
 
     /// What a packet of flow `f` in direction `dir` becomes.
@@ -75,8 +98,22 @@ impl Plan {
     pub fn route<A: Address>(self, f: &FlowRef<'_, A>, dir: Direction) -> Route<A> {
         match self {
             Plan::FullNat => full_nat::route(f, dir),
+            Plan::Route => one_way::route(f, Rewrite::Route),
+            Plan::Ipip => one_way::route(f, Rewrite::Tunnel(Encap::Ipip)),
+            Plan::Gue => one_way::route(f, Rewrite::Tunnel(Encap::Gue)),
         }
     }
+}
+
+/// What is done to the packet itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rewrite<A: Address = std::net::Ipv4Addr> {
+    /// Full NAT: both ends rewritten.
+    Nat(Nat<A>),
+    /// Direct routing: nothing but the hop limit (and the MACs).
+    Route,
+    /// Encapsulated to the flow's backend.
+    Tunnel(Encap),
 }
 
 /// Where the next hop's Ethernet address comes from.
@@ -92,8 +129,8 @@ pub enum NextHop<A: Address = std::net::Ipv4Addr> {
 /// What one packet of a flow becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Route<A: Address = std::net::Ipv4Addr> {
-    /// The L3/L4 rewrite.
-    pub nat: Nat<A>,
+    /// What is done to the packet.
+    pub rewrite: Rewrite<A>,
     /// The side it leaves on.
     pub side: Side,
     /// Its next hop.
@@ -115,9 +152,15 @@ mod tests {
 
     #[test]
     fn tags_round_trip_and_masq_is_full_nat() {
-        assert_eq!(Plan::of(ForwardMethod::Masq), Plan::FullNat);
-        assert_eq!(Plan::from_tag(Plan::FullNat.tag()), Plan::FullNat);
-        assert!(Plan::FullNat.takes_snat());
+        assert_eq!(Plan::of(ForwardMethod::Masq, Encap::Gue), Plan::FullNat);
+        assert_eq!(Plan::of(ForwardMethod::Route, Encap::Ipip), Plan::Route);
+        assert_eq!(Plan::of(ForwardMethod::Tunnel, Encap::Ipip), Plan::Ipip);
+        assert_eq!(Plan::of(ForwardMethod::Tunnel, Encap::Gue), Plan::Gue);
+        for p in [Plan::FullNat, Plan::Route, Plan::Ipip, Plan::Gue] {
+            assert_eq!(Plan::from_tag(p.tag()), p);
+            assert_eq!(p.takes_snat(), p == Plan::FullNat);
+            assert_eq!(p.is_one_way(), p != Plan::FullNat);
+        }
     }
 
     #[test]
@@ -139,13 +182,21 @@ mod tests {
         let f = t.flow(id);
         let plan = Plan::from_tag(f.plan());
         let out = plan.route(&f, Direction::Original);
-        assert_eq!(out.nat.src, new.snat);
-        assert_eq!(out.nat.dst, new.backend);
+        let Rewrite::Nat(nat) = out.rewrite else {
+            panic!("{out:?}")
+        };
+        assert_eq!(nat.src, new.snat);
+        assert_eq!(nat.dst, new.backend);
         assert_eq!(out.side, Side::Backend);
         assert_eq!(out.next_hop, NextHop::Neighbour(new.backend.addr));
         let back = plan.route(&f, Direction::Reply);
-        assert_eq!(back.nat.src, new.vip);
-        assert_eq!(back.nat.dst, new.client);
+        assert_eq!(
+            back.rewrite,
+            Rewrite::Nat(Nat {
+                src: new.vip,
+                dst: new.client
+            })
+        );
         assert_eq!(back.side, Side::Client);
         assert_eq!(back.next_hop, NextHop::Mac(new.client_mac));
     }

@@ -221,7 +221,16 @@ pub(super) fn reset_for(
 /// bytes (RFC 792). Suppressed (RFC 1812 4.3.2.7) for later fragments and
 /// for packets from or to a non-unicast address.
 pub fn icmp_port_unreachable(buf: &mut [u8], ip: &Ipv4) -> Result<Option<usize>, DropReason> {
-    icmp_error_answer(buf, ip, 3, 3)
+    icmp_error_answer(buf, ip, 3, 3, 0)
+}
+
+/// Turns a TCP or UDP packet that no longer fits the next link once
+/// encapsulated into an ICMP fragmentation needed (type 3, code 4, RFC
+/// 1191) from its destination, carrying `mtu` (what fits before
+/// encapsulation) as the next-hop MTU, so the client's PMTU discovery
+/// lowers its segment size. Suppressed like [`icmp_port_unreachable`].
+pub fn icmp_frag_needed(buf: &mut [u8], ip: &Ipv4, mtu: u16) -> Result<Option<usize>, DropReason> {
+    icmp_error_answer(buf, ip, 3, 4, u32::from(mtu))
 }
 
 /// Turns a TCP or UDP packet whose TTL ran out (0 or 1 on arrival: it
@@ -230,16 +239,18 @@ pub fn icmp_port_unreachable(buf: &mut [u8], ip: &Ipv4) -> Result<Option<usize>,
 /// (a VIP or SNAT address xvs owns), quoting it like any ICMP error.
 /// Suppressed like [`icmp_port_unreachable`].
 pub fn icmp_time_exceeded(buf: &mut [u8], ip: &Ipv4) -> Result<Option<usize>, DropReason> {
-    icmp_error_answer(buf, ip, 11, 0)
+    icmp_error_answer(buf, ip, 11, 0, 0)
 }
 
 /// An ICMP error of `kind` and `code` about a TCP or UDP packet, from its
-/// destination.
+/// destination; `rest` is the header's second word (zero but for
+/// fragmentation needed, where it carries the next-hop MTU).
 fn icmp_error_answer(
     buf: &mut [u8],
     ip: &Ipv4,
     kind: u8,
     code: u8,
+    rest: u32,
 ) -> Result<Option<usize>, DropReason> {
     if !matches!(ip.l4, L4::Tcp { .. } | L4::Udp { .. })
         || ip.fragment == Fragment::Later
@@ -271,6 +282,7 @@ fn icmp_error_answer(
     // header is written here.
     let m = &mut buf[at..len];
     m[..ICMP_HEADER_LEN].fill(0); // checksum, unused
+    m[4..8].copy_from_slice(&rest.to_be_bytes());
     let mut msg = Icmpv4Packet::new_unchecked(m);
     msg.set_msg_type(Icmpv4Message::from(kind));
     msg.set_msg_code(code);

@@ -104,22 +104,33 @@ pub fn tcp_reset6(buf: &mut [u8], ip: &Ipv6) -> Result<Option<usize>, DropReason
 /// Turns a TCP or UDP packet into an ICMPv6 port unreachable (type 1,
 /// code 4) from its destination.
 pub fn port_unreachable6(buf: &mut [u8], ip: &Ipv6) -> Result<Option<usize>, DropReason> {
-    error_answer6(buf, ip, icmpv6::DST_UNREACHABLE, 4)
+    error_answer6(buf, ip, icmpv6::DST_UNREACHABLE, 4, 0)
+}
+
+/// Turns a TCP or UDP packet that no longer fits the next link once
+/// encapsulated into an ICMPv6 packet too big (type 2, code 0, RFC 4443
+/// 3.2) from its destination, carrying `mtu` (what fits before
+/// encapsulation, at least the minimum 1280).
+pub fn packet_too_big6(buf: &mut [u8], ip: &Ipv6, mtu: u16) -> Result<Option<usize>, DropReason> {
+    let mtu = u32::from(mtu).max(MIN_MTU as u32);
+    error_answer6(buf, ip, icmpv6::PACKET_TOO_BIG, 0, mtu)
 }
 
 /// Turns a TCP or UDP packet whose hop limit ran out into an ICMPv6 time
 /// exceeded (type 3, code 0) from the address it was sent to.
 pub fn time_exceeded6(buf: &mut [u8], ip: &Ipv6) -> Result<Option<usize>, DropReason> {
-    error_answer6(buf, ip, icmpv6::TIME_EXCEEDED, 0)
+    error_answer6(buf, ip, icmpv6::TIME_EXCEEDED, 0, 0)
 }
 
 /// An ICMPv6 error of `kind` and `code` about a TCP or UDP packet, from
-/// its destination, quoting the packet from its IPv6 header on.
+/// its destination, quoting the packet from its IPv6 header on; `rest` is
+/// the header's second word (the MTU of a packet too big).
 fn error_answer6(
     buf: &mut [u8],
     ip: &Ipv6,
     kind: u8,
     code: u8,
+    rest: u32,
 ) -> Result<Option<usize>, DropReason> {
     if !matches!(ip.l4, L4::Tcp { .. } | L4::Udp { .. })
         || ip.fragment != Fragment::Whole
@@ -142,6 +153,7 @@ fn error_answer6(
     buf[L4_AT..at].fill(0);
     buf[L4_AT] = kind;
     buf[L4_AT + 1] = code;
+    buf[L4_AT + 4..L4_AT + 8].copy_from_slice(&rest.to_be_bytes());
     let sum = icmpv6_checksum(ip.dst, ip.src, &buf[L4_AT..end]);
     put16(buf, L4_AT + 2, sum);
     Ok(Some(pad(buf, end)))

@@ -124,6 +124,13 @@ drop_reasons! {
     NdpMalformed = "ndp_malformed",
     /// A neighbour solicitation for an address xvs does not own.
     NdpNotOwned = "ndp_not_owned",
+    /// A packet for a tunnel backend that no longer fits the link once
+    /// encapsulated and may not be answered with fragmentation needed /
+    /// packet too big (an ICMP error itself, a fragment, a non-unicast
+    /// source).
+    TunnelTooBig = "tunnel_too_big",
+    /// No room in the frame's buffer for the encapsulation header.
+    EncapNoRoom = "encap_no_room",
 }
 
 impl DropReason {

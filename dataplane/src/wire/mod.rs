@@ -13,6 +13,7 @@ pub mod arp;
 pub mod checksum;
 pub mod classify;
 mod drop_reason;
+pub mod encap;
 pub mod field;
 pub mod icmp_error;
 pub mod ipv6;

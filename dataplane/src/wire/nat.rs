@@ -169,6 +169,19 @@ pub fn decrement_ttl(frame: &mut [u8], ip: &Ipv4) -> Result<(), DropReason> {
     Ok(())
 }
 
+/// Direct routing (IPVS's `-g`): the packet leaves as it came but for the
+/// TTL (a router's decrement) and the MACs. On
+/// [`DropReason::TtlExceeded`] the frame is unchanged.
+pub fn route(
+    frame: &mut [u8],
+    ip: &Ipv4,
+    ours: EthernetAddress,
+    next: EthernetAddress,
+) -> Result<(), DropReason> {
+    decrement_ttl(frame, ip)?;
+    set_macs(frame, ours, next)
+}
+
 /// Sets the Ethernet source and destination addresses.
 pub fn set_macs(
     frame: &mut [u8],

@@ -42,6 +42,22 @@ fn hop(frame: &mut [u8]) -> Result<(), DropReason> {
     Ok(())
 }
 
+/// Direct routing (IPVS's `-g`): the packet leaves as it came but for the
+/// hop limit and the MACs. On [`DropReason::TtlExceeded`] the frame is
+/// unchanged.
+pub fn route6(
+    frame: &mut [u8],
+    ip: &Ipv6,
+    ours: EthernetAddress,
+    next: EthernetAddress,
+) -> Result<(), DropReason> {
+    if frame.len() < ip.end() {
+        return Err(DropReason::Ipv6Truncated);
+    }
+    hop(frame)?;
+    super::nat::set_macs(frame, ours, next)
+}
+
 /// Rewrites the address at `at` to `to`; the change as a checksum delta.
 #[inline(always)]
 fn swap_addr(frame: &mut [u8], at: usize, to: Ipv6Addr) -> Delta {

@@ -33,6 +33,8 @@ pub(crate) fn config() -> PipelineConfig {
         timeouts: Timeouts::default(),
         rules: ConnRules::default(),
         unknown_port: UnknownPort::Drop,
+        tunnel: Default::default(),
+        backend_mtu: 1500,
     }
 }
 
@@ -57,6 +59,7 @@ pub(crate) fn rr_service<A: Address>(
             port,
             weight,
             forward: ForwardMethod::Masq,
+            encap: Default::default(),
         })
         .collect();
     s
