@@ -1,0 +1,264 @@
+//! Direct routing (ipvsadm's `-g`) on the real AF_XDP path: backends on
+//! the gateway's segment hold the VIP on `lo` with `arp_ignore = 1` and
+//! `arp_announce = 2`, as LVS-DR real servers are set up, and answer the
+//! client straight over the switch; xvs sees only the client's half of
+//! each connection. A mixed service (one route, one masq backend) serves
+//! both ways at once.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use xvs_vm_tests::daemon::{self, Daemon};
+use xvs_vm_tests::privileged;
+use xvs_vm_tests::procs::Spawned;
+use xvs_vm_tests::topology::{backend_addr, Spec, Topology, CLIENT_ADDR};
+
+const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
+const VIP: &str = "198.19.0.1";
+
+fn bins() -> PathBuf {
+    let mut p = PathBuf::from(TESTNET);
+    p.set_file_name("xvs");
+    assert!(p.exists(), "{} missing: cargo build first", p.display());
+    p.parent().unwrap().to_owned()
+}
+
+/// Makes backend `i` an LVS-DR real server: the VIP on `lo`, no ARP
+/// answers or announcements for it, and the client reached directly on
+/// the segment (not back through the gateway).
+fn real_server(t: &Topology, i: usize) {
+    let ns = &t.backends[i].ns;
+    ns.ip(&["addr", "add", &format!("{VIP}/32"), "dev", "lo"])
+        .unwrap();
+    for (k, v) in [
+        ("net.ipv4.conf.all.arp_ignore", "1"),
+        ("net.ipv4.conf.all.arp_announce", "2"),
+        ("net.ipv4.conf.b0.arp_ignore", "1"),
+        ("net.ipv4.conf.b0.arp_announce", "2"),
+    ] {
+        ns.sysctl(k, v).unwrap();
+    }
+    ns.ip(&["route", "add", &format!("{CLIENT_ADDR}/32"), "dev", "b0"])
+        .unwrap();
+}
+
+/// An echo server named `name` in backend `i` on `on`.
+fn serve(t: &Topology, i: usize, name: &str, on: &str) -> Spawned {
+    let mut cmd = t.backends[i].ns.command(TESTNET);
+    cmd.args(["serve", "--name", name, "--tcp", on]);
+    let (s, line) = Spawned::start(cmd, "echo server", Duration::from_secs(5)).unwrap();
+    assert_eq!(line, format!("ready {name}"));
+    s
+}
+
+fn config(t: &Topology, backends: &str) -> String {
+    format!(
+        r#"[interfaces]
+mode = "one-arm"
+client = "{}"
+queues = [0]
+cores = [0]
+poll = "adaptive"
+xdp_mode = "native"
+zero_copy = "off"
+
+[snat]
+addresses = ["198.18.1.2"]
+ports = "1024-65535"
+
+[[services]]
+vip = "{VIP}"
+port = 80
+scheduler = "rr"
+backends = [{backends}]
+"#,
+        t.gateway_client_if
+    )
+}
+
+fn client_tcp(t: &Topology, connections: usize) -> String {
+    let out = t
+        .client
+        .ns
+        .exec(
+            TESTNET,
+            &[
+                "tcp",
+                "--connect",
+                &format!("{VIP}:80"),
+                "--connections",
+                &connections.to_string(),
+                "--concurrency",
+                "8",
+            ],
+        )
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+fn field(line: &str, key: &str) -> u64 {
+    daemon::field(line, key).unwrap_or_else(|| panic!("{key} not in {line}"))
+}
+
+/// Stops xvs and returns its worker line, its frames accounted for.
+fn stop(xvs: Daemon) -> String {
+    let (status, printed) = xvs.stop();
+    assert!(status.is_some_and(|s| s.success()), "{printed}");
+    let line = printed
+        .lines()
+        .find(|l| l.starts_with("worker "))
+        .unwrap_or_else(|| panic!("{printed}"))
+        .to_owned();
+    let sum = field(&line, "forwarded")
+        + field(&line, "answered")
+        + field(&line, "consumed")
+        + field(&line, "dropped");
+    assert_eq!(field(&line, "rx"), sum, "{line}");
+    assert!(line.contains("frames_accounted=true"), "{line}");
+    line
+}
+
+#[test]
+fn direct_routing_replies_bypass_xvs() {
+    if !privileged("direct_routing_replies_bypass_xvs") {
+        return;
+    }
+    let t = Topology::build(Spec::one_arm(2)).unwrap();
+    let mut servers = Vec::new();
+    for i in 0..2 {
+        real_server(&t, i);
+        servers.push(serve(&t, i, &format!("b{i}"), &format!("{VIP}:80")));
+    }
+    let backends = (0..2)
+        .map(|i| {
+            format!(
+                "{{ address = \"{}\", forward = \"route\" }}",
+                backend_addr(i)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let (xvs, ready) = Daemon::start(&t, "dr", &bins(), &config(&t, &backends), &[]).unwrap();
+    assert!(ready.starts_with("ready: 1 services on g0"), "{ready}");
+    // The listing shows the method as ipvsadm does, and -S carries it.
+    let list = xvs.adm_ok(&["-Ln"]);
+    assert!(
+        list.contains(&format!("  -> {}:80", backend_addr(0))) && list.contains("Route"),
+        "{list}"
+    );
+    let saved = xvs.adm_ok(&["-Sn"]);
+    assert!(
+        saved.contains(&format!("-r {}:80 -g -w 1", backend_addr(0))),
+        "{saved}"
+    );
+
+    let out_before = t.client.ns.snmp("Tcp", "OutSegs").unwrap();
+    let in_before = t.client.ns.snmp("Tcp", "InSegs").unwrap();
+    let summary = client_tcp(&t, 200);
+    assert!(summary.starts_with("ok=200 failed=0 by="), "{summary}");
+    assert!(
+        summary.contains("b0:100") && summary.contains("b1:100"),
+        "{summary}"
+    );
+    let sent = t.client.ns.snmp("Tcp", "OutSegs").unwrap() - out_before;
+    let received = t.client.ns.snmp("Tcp", "InSegs").unwrap() - in_before;
+    // Conntrack keeps the client's direction only: no reply counted.
+    let conns = xvs.adm_ok(&["-Lnc"]);
+    assert!(
+        conns.contains("ESTABLISHED") || conns.contains("FIN_WAIT") || conns.contains("CLOSE"),
+        "{conns}"
+    );
+    let line = stop(xvs);
+    // xvs forwarded exactly the client's segments, and nothing else: the
+    // backends' answers (as many segments again) reached the client
+    // without it.
+    assert_eq!(field(&line, "forwarded"), sent, "{line}");
+    assert!(received >= 3 * 200, "client received {received} segments");
+    assert_eq!(field(&line, "new_flows"), 200, "{line}");
+    drop(servers);
+}
+
+#[test]
+fn a_mixed_service_routes_one_backend_and_masquerades_the_other() {
+    if !privileged("a_mixed_service_routes_one_backend_and_masquerades_the_other") {
+        return;
+    }
+    let t = Topology::build(Spec::one_arm(2)).unwrap();
+    real_server(&t, 0);
+    let _dr = serve(&t, 0, "dr", &format!("{VIP}:80"));
+    let _nat = serve(&t, 1, "nat", &format!("{}:8080", backend_addr(1)));
+    let backends = format!(
+        "{{ address = \"{}\", forward = \"route\" }}, {{ address = \"{}\", port = 8080, forward = \"masq\" }}",
+        backend_addr(0),
+        backend_addr(1)
+    );
+    let (xvs, _) = Daemon::start(&t, "mixed", &bins(), &config(&t, &backends), &[]).unwrap();
+    let list = xvs.adm_ok(&["-Ln"]);
+    assert!(list.contains("Route") && list.contains("Masq"), "{list}");
+    let summary = client_tcp(&t, 100);
+    assert!(summary.starts_with("ok=100 failed=0 by="), "{summary}");
+    assert!(
+        summary.contains("dr:50") && summary.contains("nat:50"),
+        "{summary}"
+    );
+    let line = stop(xvs);
+    assert_eq!(field(&line, "new_flows"), 100, "{line}");
+}
+
+#[test]
+fn xvsadm_adds_route_and_tunnel_real_servers_as_ipvsadm_does() {
+    if !privileged("xvsadm_adds_route_and_tunnel_real_servers_as_ipvsadm_does") {
+        return;
+    }
+    let t = Topology::build(Spec::one_arm(2)).unwrap();
+    let (xvs, _) = Daemon::start(&t, "adm", &bins(), &config(&t, ""), &[]).unwrap();
+    let svc = format!("{VIP}:80");
+    // No method: ipvsadm's default, gatewaying; its port is forced to the
+    // service's, as ipvsadm does.
+    xvs.adm_ok(&["-a", "-t", &svc, "-r", &format!("{}:8080", backend_addr(0))]);
+    xvs.adm_ok(&[
+        "-a",
+        "-t",
+        &svc,
+        "-r",
+        &backend_addr(1).to_string(),
+        "-i",
+        "--tun-type",
+        "gue",
+        "--tun-port",
+        "6080",
+    ]);
+    let list = xvs.adm_ok(&["-Ln", "--tun-info"]);
+    assert!(
+        list.contains(&format!("  -> {}:80", backend_addr(0))),
+        "{list}"
+    );
+    assert!(
+        list.contains("Route") && list.contains("Tunnel") && list.contains("gue:6080"),
+        "{list}"
+    );
+    let saved = xvs.adm_ok(&["-Sn"]);
+    assert!(
+        saved.contains(&format!("-r {}:80 -g -w 1", backend_addr(0))),
+        "{saved}"
+    );
+    assert!(
+        saved.contains(&format!(
+            "-r {}:80 -i --tun-type gue --tun-port 6080 --tun-nocsum -w 1",
+            backend_addr(1)
+        )),
+        "{saved}"
+    );
+    // -S output restores to the same listing.
+    xvs.adm_ok(&["-C"]);
+    let (code, _, err) = xvs.adm_input(&["-R"], &saved);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(xvs.adm_ok(&["-Sn"]), saved);
+    // A route backend off the gateway's segments is refused, saying why.
+    let (code, _, err) = xvs.adm(&["-a", "-t", &svc, "-r", "198.18.9.9", "-g"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("not on a directly connected segment"), "{err}");
+    stop(xvs);
+}
