@@ -257,7 +257,10 @@ fn cases() -> Vec<Golden> {
         g("-A -a -t 198.19.0.1:80", "", "invalid option `-a'\n", 2),
         g("-A -t 198.19.0.1:80 -s rr -s wlc", "", "multiple 'scheduler' options specified\n", 2),
         // What ipvsadm takes and xvs does not do: refused with why.
-        g("-a -t 198.19.0.1:80 -r 198.18.1.10", "", "only masquerading (-m, full NAT) is supported\n", 2),
+        // No method: gatewaying, as ipvsadm; to a service that does not
+        // exist, ipvsadm's own error.
+        g("-a -t 198.19.0.1:80 -r 198.18.1.10", "", "Service not defined\n", 255),
+        g("-a -t 198.19.0.1:80 -r 198.18.1.10 -i --tun-type gre", "", "--tun-type gre: xvs tunnels with ipip or gue (GRE is not done)\n", 2),
         g("-A -f 1", "", "-f: not supported by xvs: services are addresses and ports (no firewall-mark services)\n", 2),
         g("--start-daemon master", "", "--start-daemon: not supported by xvs: no connection sync daemon (each gateway keeps its own flows; mh schedules alike on every gateway)\n", 2),
         // The table: names resolve through the namespace's hosts file.
