@@ -116,7 +116,7 @@ pub fn icmp_echo_reply(buf: &mut [u8], ip: &Ipv4) -> Result<Option<usize>, DropR
 
 /// Emits a fresh 20-byte IPv4 header after the Ethernet header and fills
 /// its checksum. `buf` holds at least the Ethernet and IPv4 headers.
-fn write_ip_header(
+pub(super) fn write_ip_header(
     buf: &mut [u8],
     total_len: u16,
     tos: u8,

@@ -31,7 +31,13 @@ const MIN_MTU: usize = 1280;
 
 /// Writes a fresh IPv6 header (no extension header) after the Ethernet
 /// header. `buf` holds at least both headers.
-fn write_header(buf: &mut [u8], payload_len: usize, next: u8, src: Ipv6Addr, dst: Ipv6Addr) {
+pub(super) fn write_header(
+    buf: &mut [u8],
+    payload_len: usize,
+    next: u8,
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+) {
     buf[IP..IP + 4].copy_from_slice(&[0x60, 0, 0, 0]);
     put16(buf, IP + ipv6::PAYLOAD_LEN, payload_len as u16);
     buf[IP + ipv6::NEXT_HEADER] = next;

@@ -7,10 +7,11 @@
 //! is written in front of it, in the frame's room beyond its end (the
 //! packet moves back by the outer header's length).
 //!
-//! Outer headers: IPv4 with DF set (the inner packet is never
-//! fragmented: what does not fit is refused with [`Encapsulated::TooBig`],
-//! which the caller answers with fragmentation needed), TTL 64, the inner
-//! TOS copied; IPv6 with hop limit 64, the inner traffic class copied and
+//! Outer headers (written as xvs's answers are, TTL / hop limit
+//! [`super::answer::ANSWER_TTL`]): IPv4 with DF set (the inner packet is
+//! never fragmented: what does not fit is refused with
+//! [`Encapsulated::TooBig`], which the caller answers with fragmentation
+//! needed), the inner TOS copied; IPv6 the inner traffic class copied and
 //! a flow label from the GUE/ECMP entropy. The GUE UDP checksum is zero
 //! over IPv4 (RFC 8086 allows it) and computed over IPv6 (RFC 8200 needs
 //! it).
@@ -24,9 +25,12 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use smoltcp::wire::{EthernetAddress, IpProtocol};
 
-use super::checksum::{put16, put_addr};
+use super::answer::write_ip_header;
+use super::answer6::write_header;
+use super::checksum::put16;
 use super::field::{eth, ipv4, ipv6, udp};
 use super::nat::{decrement_ttl, set_macs};
+use super::nat6::hop;
 use super::ndp::l4_checksum6;
 use super::{DropReason, Ipv4, Ipv6};
 
@@ -36,8 +40,6 @@ const IPPROTO_IPIP: u8 = 4;
 const IPPROTO_IPV6: u8 = 41;
 /// IP protocol number of UDP.
 const IPPROTO_UDP: u8 = 17;
-/// TTL / hop limit of the outer header.
-const OUTER_TTL: u8 = 64;
 
 /// How a packet is wrapped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,11 +56,19 @@ pub enum Wrap {
 }
 
 impl Wrap {
-    /// Bytes the wrapping adds after an outer IP header of `ip_len`.
+    /// Bytes the wrapping adds after the outer IP header.
     const fn extra(self) -> usize {
         match self {
             Wrap::Ipip => 0,
             Wrap::Gue { .. } => udp::HEADER_LEN,
+        }
+    }
+
+    /// The outer header's protocol (`ipip`: the family's IP-in-IP number).
+    const fn protocol(self, ipip: u8) -> u8 {
+        match self {
+            Wrap::Ipip => ipip,
+            Wrap::Gue { .. } => IPPROTO_UDP,
         }
     }
 }
@@ -148,21 +158,9 @@ pub fn encap4(
     let at = eth::HEADER_LEN;
     let tos = frame[at + 1];
     frame.copy_within(at..at + inner, at + over);
-    let h = &mut frame[at..at + ipv4::MIN_HEADER_LEN];
-    h.fill(0);
-    h[0] = 0x45;
-    h[1] = tos;
-    h[2..4].copy_from_slice(&((over + inner) as u16).to_be_bytes());
-    h[6] = 0x40; // DF
-    h[8] = OUTER_TTL;
-    h[9] = match outer.wrap {
-        Wrap::Ipip => IPPROTO_IPIP,
-        Wrap::Gue { .. } => IPPROTO_UDP,
-    };
-    put_addr(frame, at + ipv4::SRC, outer.src);
-    put_addr(frame, at + ipv4::DST, outer.dst);
-    let sum = header_checksum(&frame[at..at + ipv4::MIN_HEADER_LEN]);
-    put16(frame, at + ipv4::CHECKSUM, sum);
+    let proto = outer.wrap.protocol(IPPROTO_IPIP);
+    let len = (over + inner) as u16;
+    write_ip_header(frame, len, tos, true, proto.into(), outer.src, outer.dst);
     if let Wrap::Gue { src_port, dst_port } = outer.wrap {
         put_udp(frame, at + ipv4::MIN_HEADER_LEN, src_port, dst_port, inner);
     }
@@ -187,28 +185,21 @@ pub fn encap6(
     else {
         return Ok(Encapsulated::TooBig(mtu.saturating_sub(over as u16)));
     };
+    hop(frame)?;
     let at = eth::HEADER_LEN;
-    let hop = at + ipv6::HOP_LIMIT;
-    if frame[hop] <= 1 {
-        return Err(DropReason::TtlExceeded);
-    }
-    frame[hop] -= 1;
     let class = (u16::from_be_bytes([frame[at], frame[at + 1]]) >> 4) as u8;
     frame.copy_within(at..at + inner, at + over);
+    let proto = outer.wrap.protocol(IPPROTO_IPV6);
+    write_header(
+        frame,
+        over - ipv6::HEADER_LEN + inner,
+        proto,
+        outer.src,
+        outer.dst,
+    );
+    // The inner traffic class, and the flow's entropy as the label.
     let first = 0x6000_0000 | u32::from(class) << 20 | (label & 0x000f_ffff);
     frame[at..at + 4].copy_from_slice(&first.to_be_bytes());
-    put16(
-        frame,
-        at + ipv6::PAYLOAD_LEN,
-        (over - ipv6::HEADER_LEN + inner) as u16,
-    );
-    frame[at + ipv6::NEXT_HEADER] = match outer.wrap {
-        Wrap::Ipip => IPPROTO_IPV6,
-        Wrap::Gue { .. } => IPPROTO_UDP,
-    };
-    frame[hop] = OUTER_TTL;
-    put_addr(frame, at + ipv6::SRC, outer.src);
-    put_addr(frame, at + ipv6::DST, outer.dst);
     if let Wrap::Gue { src_port, dst_port } = outer.wrap {
         let u = at + ipv6::HEADER_LEN;
         put_udp(frame, u, src_port, dst_port, inner);
@@ -221,18 +212,6 @@ pub fn encap6(
     }
     set_macs(frame, ours, next)?;
     Ok(Encapsulated::Sent(total))
-}
-
-/// The Internet checksum of an IPv4 header whose checksum field is zero.
-fn header_checksum(h: &[u8]) -> u16 {
-    let mut sum: u32 = h
-        .chunks_exact(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
 }
 
 #[cfg(test)]
@@ -259,8 +238,7 @@ mod tests {
         h[9] = 6;
         h[12..16].copy_from_slice(&[198, 18, 0, 2]);
         h[16..20].copy_from_slice(&[198, 19, 0, 1]);
-        let sum = header_checksum(&buf[14..34]);
-        buf[24..26].copy_from_slice(&sum.to_be_bytes());
+        smoltcp::wire::Ipv4Packet::new_unchecked(&mut buf[14..34]).fill_checksum();
         let t = &mut buf[34..54];
         t[0..2].copy_from_slice(&40000u16.to_be_bytes());
         t[2..4].copy_from_slice(&80u16.to_be_bytes());
@@ -373,5 +351,72 @@ mod tests {
             Err(DropReason::EncapNoRoom)
         );
         assert_eq!(small, before);
+    }
+
+    /// A TCP SYN from 2001:2::2 to 2001:2:ff::1 with hop limit 64 and a
+    /// traffic class of 0x28, in a 2048-byte buffer.
+    fn syn6() -> (Vec<u8>, usize) {
+        let mut buf = vec![0u8; 2048];
+        buf[12..14].copy_from_slice(&[0x86, 0xdd]);
+        buf[14..18].copy_from_slice(&[0x62, 0x80, 0, 0]);
+        buf[18..20].copy_from_slice(&20u16.to_be_bytes());
+        buf[20] = 6;
+        buf[21] = 64;
+        let src: Ipv6Addr = "2001:2::2".parse().unwrap();
+        let dst: Ipv6Addr = "2001:2:ff::1".parse().unwrap();
+        buf[22..38].copy_from_slice(&src.octets());
+        buf[38..54].copy_from_slice(&dst.octets());
+        buf[54..56].copy_from_slice(&40000u16.to_be_bytes());
+        buf[56..58].copy_from_slice(&80u16.to_be_bytes());
+        buf[66] = 5 << 4;
+        buf[67] = 0x02;
+        (buf, 14 + 40 + 20)
+    }
+
+    #[test]
+    fn ipv6_tunnels_keep_the_class_label_the_flow_and_checksum_gue() {
+        let outer = |wrap| Outer {
+            src: "2001:2:0:1::100".parse::<Ipv6Addr>().unwrap(),
+            dst: "2001:2:0:1::10".parse::<Ipv6Addr>().unwrap(),
+            wrap,
+        };
+        let gue = Wrap::Gue {
+            src_port: 50000,
+            dst_port: 6080,
+        };
+        for (wrap, over, next) in [(Wrap::Ipip, 40, IPPROTO_IPV6), (gue, 48, IPPROTO_UDP)] {
+            let (mut buf, len) = syn6();
+            let original = buf[..len].to_vec();
+            let Ok(Frame::Ipv6(ip)) = classify(&buf[..len]) else {
+                panic!("not IPv6")
+            };
+            let out = encap6(&mut buf, &ip, &outer(wrap), 1500, 0xabcde, OURS, NEXT).unwrap();
+            assert_eq!(out, Encapsulated::Sent(len + over));
+            let o = smoltcp::wire::Ipv6Packet::new_checked(&buf[14..len + over]).unwrap();
+            assert_eq!(u8::from(o.next_header()), next);
+            assert_eq!(usize::from(o.payload_len()), len - 14 + over - 40);
+            assert_eq!((o.traffic_class(), o.flow_label()), (0x28, 0xabcde));
+            assert_eq!(o.hop_limit(), 64);
+            let inner = &buf[14 + over..len + over];
+            assert_eq!(inner[7], 63, "inner hop limit decremented");
+            assert_eq!(&inner[8..], &original[22..]);
+            if wrap == gue {
+                let u = smoltcp::wire::UdpPacket::new_checked(&buf[54..len + over]).unwrap();
+                let (s, d) = (o.src_addr(), o.dst_addr());
+                assert!(u.verify_checksum(&s.into(), &d.into()));
+            }
+        }
+        // Too big for the link: the MTU that would fit, frame unchanged.
+        let (mut buf, len) = syn6();
+        let before = buf.clone();
+        let Ok(Frame::Ipv6(ip)) = classify(&buf[..len]) else {
+            panic!()
+        };
+        let mtu = (len - 14 + 40 - 1) as u16;
+        assert_eq!(
+            encap6(&mut buf, &ip, &outer(Wrap::Ipip), mtu, 0, OURS, NEXT),
+            Ok(Encapsulated::TooBig(mtu - 40))
+        );
+        assert_eq!(buf, before);
     }
 }

@@ -33,7 +33,7 @@ const DST: usize = eth::HEADER_LEN + ipv6::DST;
 /// Decrements the hop limit, or refuses with [`DropReason::TtlExceeded`]
 /// (the frame unchanged) when it would reach 0.
 #[inline(always)]
-fn hop(frame: &mut [u8]) -> Result<(), DropReason> {
+pub(super) fn hop(frame: &mut [u8]) -> Result<(), DropReason> {
     let h = frame[HOP_LIMIT];
     if h <= 1 {
         return Err(DropReason::TtlExceeded);
