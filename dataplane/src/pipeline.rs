@@ -620,7 +620,6 @@ impl<A: Family> Half<A> {
             );
         }
         let route = Plan::from_tag(f.plan()).route(&f, dir);
-        let ends = (f.client(), f.backend().addr);
         let (ours, next) = match self.link(core, &route, true) {
             Ok(macs) => macs,
             Err(v) => return v,
@@ -628,12 +627,11 @@ impl<A: Family> Half<A> {
         match route.rewrite {
             Rewrite::Nat(nat) => sent(ip.forward(buf, &nat, ours, next), ip, route.side),
             Rewrite::Route => sent(ip.route(buf, ours, next), ip, route.side),
-            Rewrite::Tunnel(e) => self.tunnel(core, buf, ip, e, ends, (ours, next)),
+            Rewrite::Tunnel(e) => self.tunnel(core, buf, ip, e, id, (ours, next)),
         }
     }
 
-    /// Encapsulates a packet of a tunnel flow from `client` to the
-    /// backend at `to`; one that no longer fits the backend link gets
+    /// Encapsulates a packet of the tunnel flow `id` to its backend; one that no longer fits the backend link gets
     /// fragmentation needed / packet too big (Katran's answer, counted in
     /// `too_big`), never a silent drop.
     fn tunnel(
@@ -642,9 +640,12 @@ impl<A: Family> Half<A> {
         buf: &mut [u8],
         ip: &A::Ip,
         encap: Encap,
-        (client, to): (Endpoint<A>, A),
+        id: FlowId,
         (ours, next): (EthernetAddress, EthernetAddress),
     ) -> Verdict {
+        // The entry is in cache: the packet just looked it up.
+        let f = self.table.flow(id);
+        let (client, to) = (f.client(), f.backend().addr);
         // The flow's entropy: the outer UDP source port (and IPv6 flow
         // label) spread tunnelled flows over a backend's queues.
         let h = client.addr.fold32() ^ u32::from(client.port).wrapping_mul(0x9e37_79b1);
@@ -882,7 +883,6 @@ impl<A: Family> Half<A> {
         // The error goes where the flow's packets in `dir` go (the flow's
         // plan says where); the packet it quotes went the other way.
         let route = Plan::from_tag(f.plan()).route(&f, dir);
-        let ends = (f.client(), f.backend().addr);
         let (ours, next) = match self.link(core, &route, false) {
             Ok(macs) => macs,
             Err(v) => return v,
@@ -903,7 +903,7 @@ impl<A: Family> Half<A> {
             // passes it to the real server by the flow's method), so its
             // PMTU discovery towards the client works.
             Rewrite::Route => sent(ip.route(buf, ours, next), ip, route.side),
-            Rewrite::Tunnel(e) => self.tunnel(core, buf, ip, e, ends, (ours, next)),
+            Rewrite::Tunnel(e) => self.tunnel(core, buf, ip, e, id, (ours, next)),
         }
     }
 }

@@ -122,3 +122,34 @@ fn what_no_longer_fits_gets_fragmentation_needed_with_the_reduced_mtu() {
     );
     assert_eq!(p.counters().too_big, 1);
 }
+
+/// A router on the client's side answers a backend's direct reply with
+/// fragmentation needed, to the VIP: the error goes to the flow's backend
+/// the flow's way (IPVS passes it to the real server), unchanged but for
+/// the TTL, so the backend's PMTU towards the client shrinks.
+#[test]
+fn icmp_errors_about_direct_replies_go_to_the_backend_the_flow_s_way() {
+    let error = ICMP_FRAG_NEEDED_ABOUT_DIRECT_REPLY;
+    for (forward, over) in [(ForwardMethod::Route, 0), (ForwardMethod::Tunnel, 20)] {
+        let mut p = pipeline(forward, Encap::Ipip, 1500);
+        run(&mut p, TCP_SYN, 1);
+        let (v, out) = run(&mut p, error, 2);
+        assert_eq!(
+            v,
+            Verdict::Forward {
+                len: error.len() + over,
+                to: Side::Backend
+            },
+            "{forward}"
+        );
+        let inner = [&out[..14], &out[14 + over..]].concat();
+        let (a, b) = (ipv4(error), ipv4(&inner));
+        assert_eq!((b.src, b.dst, b.l4), (a.src, a.dst, a.l4), "{forward}");
+        assert_eq!(b.ttl, a.ttl - 1);
+        assert_eq!(&inner[34..], &error[34..]);
+    }
+    // No flow: dropped, counted.
+    let mut p = pipeline(ForwardMethod::Route, Encap::Ipip, 1500);
+    let (v, _) = run(&mut p, error, 2);
+    assert!(matches!(v, Verdict::Drop(_)), "{v:?}");
+}
