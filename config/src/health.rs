@@ -11,14 +11,15 @@ use std::net::IpAddr;
 use crate::names::CheckKind;
 use crate::service::ServiceKey;
 
-/// Default seconds between checks.
+/// Default milliseconds between checks.
 pub const DEFAULT_CHECK_INTERVAL_MS: u32 = 2_000;
 /// Default check timeout.
 pub const DEFAULT_CHECK_TIMEOUT_MS: u32 = 1_000;
-/// Default successes that bring a failed backend back (keepalived's
-/// `retry`-style counters: one success by default).
+/// Default consecutive successes that bring a failed backend back (as
+/// HAProxy's `rise`).
 pub const DEFAULT_RISE: u32 = 2;
-/// Default failures that take a backend out.
+/// Default consecutive failures that take a backend out (as HAProxy's
+/// `fall`).
 pub const DEFAULT_FALL: u32 = 3;
 
 /// How one backend is checked.
@@ -61,8 +62,8 @@ pub struct BackendCheck {
     pub service: ServiceKey,
     /// The backend's address.
     pub address: IpAddr,
-    /// The backend's port (the service's port on a port-0 service is 0:
-    /// the check then needs `port`).
+    /// The port checked: the check's own `port`, else the backend's (a
+    /// backend of a port-0 service has none: its check must give one).
     pub port: u16,
     /// How.
     pub check: HealthCheck,

@@ -905,7 +905,6 @@ pub fn parse(argv: &[String], in_restore: bool, names: &dyn Resolve) -> Result<I
     let mut svc_proto = Proto::Tcp;
     let mut dest_port: Option<u16> = None;
     let mut sched_flags_arg: Option<String> = None;
-    let mut tun_type = 0usize;
     let set = set_option;
     // An output option: the option, then its format flag.
     let output = |c: &mut Command, o: usize, flag: fn(&mut Format) -> &mut bool| {
@@ -1067,11 +1066,10 @@ pub fn parse(argv: &[String], in_restore: bool, names: &dyn Resolve) -> Result<I
             Tag::TunInfo => output(&mut c, optc::TUN_INFO, |f| &mut f.tun_info)?,
             Tag::TunType => {
                 set(&mut c.options, optc::TUN_TYPE)?;
-                tun_type = TUN_NAMES
+                c.tun_type = TUN_NAMES
                     .iter()
                     .position(|n| *n == a)
                     .ok_or_else(|| fail("illegal tunnel type specified"))?;
-                c.tun_type = tun_type;
             }
             Tag::TunPort => {
                 set(&mut c.options, optc::TUN_PORT)?;
@@ -1162,7 +1160,7 @@ pub fn parse(argv: &[String], in_restore: bool, names: &dyn Resolve) -> Result<I
         if tun_opts.iter().any(|&o| c.has(o)) && c.fwd != Fwd::Tunnel {
             return Err(fail("Tunnel options conflict with forward method"));
         }
-        tunnel_opt_check(tun_type, c.options)?;
+        tunnel_opt_check(c.tun_type, c.options)?;
     } else if let Some((_, port)) = &mut c.dest {
         *port = dest_port.unwrap_or(match c.service {
             Some(Service::Addr(_, _, p)) => p,
