@@ -570,8 +570,7 @@ impl Engine {
     /// host's own addresses), so every source refuses the same services
     /// with the same words.
     fn problems(&self, s: &Service) -> Vec<String> {
-        let host = xvs_dataplane::host::all_addresses().unwrap_or_default();
-        let connected = xvs_dataplane::host::connected().unwrap_or_default();
+        let (host, connected) = xvs_dataplane::host::addresses_and_links().unwrap_or_default();
         let snat = self.config.snat.all_addresses();
         let gateway = xvs_config::Gateway {
             snat: &snat,

@@ -20,9 +20,10 @@ pub struct Machine {
 impl Machine {
     /// Reads the machine (the calling thread's network namespace).
     pub fn read() -> Machine {
+        let (addresses, connected) = xvs_dataplane::host::addresses_and_links().unwrap_or_default();
         Machine {
-            addresses: xvs_dataplane::host::all_addresses().unwrap_or_default(),
-            connected: xvs_dataplane::host::connected().unwrap_or_default(),
+            addresses,
+            connected,
             available: xvs_dataplane::host::available_memory(),
         }
     }

@@ -28,15 +28,18 @@ pub fn all_addresses() -> std::io::Result<Vec<IpAddr>> {
     Ok(interface_nets()?.into_iter().map(|n| n.addr()).collect())
 }
 
-/// The prefixes of the host's links (every interface address with its
-/// prefix length, loopback's left out): where a direct-routing backend
-/// must be.
-pub fn connected() -> std::io::Result<Vec<ipnet::IpNet>> {
-    Ok(interface_nets()?
-        .into_iter()
+/// The addresses of the host's interfaces (both families), and the
+/// prefixes of its links (every interface address with its prefix
+/// length, loopback's left out: where a direct-routing backend must be),
+/// from one read.
+pub fn addresses_and_links() -> std::io::Result<(Vec<IpAddr>, Vec<ipnet::IpNet>)> {
+    let nets = interface_nets()?;
+    let links = nets
+        .iter()
         .filter(|n| !n.addr().is_loopback())
         .map(|n| n.trunc())
-        .collect())
+        .collect();
+    Ok((nets.into_iter().map(|n| n.addr()).collect(), links))
 }
 
 /// A socket address of getifaddrs as an IP address, if it is one.
