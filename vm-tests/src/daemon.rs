@@ -261,6 +261,25 @@ impl Daemon {
         }
     }
 
+    /// Stops it (SIGTERM) and checks what it printed: a clean exit, and
+    /// worker 0's frames all accounted for (`rx = forwarded + answered +
+    /// consumed + dropped`, `frames_accounted=true`); returns that line.
+    pub fn stop_accounted(self) -> String {
+        let (status, printed) = self.stop();
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "xvs exit {status:?}: {printed}"
+        );
+        let Some(line) = printed.lines().find(|l| l.starts_with("worker 0:")) else {
+            panic!("xvs printed no counter line:\n{printed}")
+        };
+        let get = |k| field(line, k).unwrap_or_else(|| panic!("{k} not in {line}"));
+        let sum = get("forwarded") + get("answered") + get("consumed") + get("dropped");
+        assert_eq!(get("rx"), sum, "{line}");
+        assert!(line.contains("frames_accounted=true"), "{line}");
+        line.to_owned()
+    }
+
     /// Kills it with `signal` (e.g. SIGKILL) and waits for it.
     pub fn kill(mut self, signal: i32) -> (Option<ExitStatus>, String) {
         match self.xvs.take() {

@@ -13,6 +13,7 @@ pub mod netns;
 pub mod nginx;
 pub mod procs;
 pub mod topology;
+pub mod wrk;
 
 /// Whether privileged tests can run here. Without root: prints why and
 /// returns `false`, or panics when `XVS_REQUIRE_PRIVILEGED` is set.

@@ -91,6 +91,33 @@ pub const GATEWAY_BACKEND_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 1);
 /// Client address.
 pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 
+/// The SNAT address the one-arm tests give xvs (on the backends' link,
+/// no host has it).
+pub const SNAT_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 2);
+
+/// The head of a one-arm config for xvs on `t`'s gateway: its interface
+/// with `queues` queues (worker `q` on core `q`), native XDP in copy mode,
+/// and [`SNAT_ADDR`] with every port; services follow.
+pub fn one_arm_head(t: &Topology, queues: usize) -> String {
+    let q: Vec<usize> = (0..queues).collect();
+    format!(
+        r#"[interfaces]
+mode = "one-arm"
+client = "{}"
+queues = {q:?}
+cores = {q:?}
+poll = "adaptive"
+xdp_mode = "native"
+zero_copy = "off"
+
+[snat]
+addresses = ["{SNAT_ADDR}"]
+ports = "1024-65535"
+"#,
+        t.gateway_client_if
+    )
+}
+
 /// The address of backend `i`.
 pub fn backend_addr(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(198, 18, 1, 10 + i as u8)

@@ -11,7 +11,7 @@ use std::time::Duration;
 use xvs_vm_tests::daemon::{self, Daemon};
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
-use xvs_vm_tests::topology::{backend_addr, Arms, Spec, Topology};
+use xvs_vm_tests::topology::{backend_addr, one_arm_head, Arms, Spec, Topology};
 
 const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
 
@@ -36,19 +36,7 @@ fn config_queues(t: &Topology, scheduler: &str, queues: usize) -> String {
         .map(|i| format!("{{ address = \"{}\", port = 8080 }}", backend_addr(i)))
         .collect();
     format!(
-        r#"[interfaces]
-mode = "one-arm"
-client = "{}"
-queues = {queues:?}
-cores = {queues:?}
-poll = "adaptive"
-xdp_mode = "native"
-zero_copy = "off"
-
-[snat]
-addresses = ["198.18.1.2"]
-ports = "1024-65535"
-
+        r#"{head}
 [[services]]
 vip = "198.19.0.1"
 port = 80
@@ -62,9 +50,8 @@ port = 53
 scheduler = "{scheduler}"
 backends = [{b}]
 "#,
-        t.gateway_client_if,
+        head = one_arm_head(t, queues),
         b = backends.join(", "),
-        queues = (0..queues).collect::<Vec<_>>(),
     )
 }
 

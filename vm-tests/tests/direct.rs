@@ -2,8 +2,9 @@
 //! the gateway's segment hold the VIP on `lo` with `arp_ignore = 1` and
 //! `arp_announce = 2`, as LVS-DR real servers are set up, and answer the
 //! client straight over the switch; xvs sees only the client's half of
-//! each connection. A mixed service (one route, one masq backend) serves
-//! both ways at once.
+//! each connection: with the project's echo client, with nginx, curl and
+//! wrk, and across a `kill -9` of xvs. A mixed service (one route, one
+//! masq backend) serves both ways at once.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
@@ -11,18 +12,17 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use xvs_vm_tests::daemon::{self, Daemon};
+use xvs_vm_tests::nginx::Nginx;
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
-use xvs_vm_tests::topology::{backend_addr, Spec, Topology, CLIENT_ADDR};
+use xvs_vm_tests::topology::{backend_addr, one_arm_head, Spec, Topology, CLIENT_ADDR};
+use xvs_vm_tests::wrk::Wrk;
 
 const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
 const VIP: &str = "198.19.0.1";
 
 fn bins() -> PathBuf {
-    let mut p = PathBuf::from(TESTNET);
-    p.set_file_name("xvs");
-    assert!(p.exists(), "{} missing: cargo build first", p.display());
-    p.parent().unwrap().to_owned()
+    daemon::bins(TESTNET)
 }
 
 /// Makes backend `i` an LVS-DR real server: the VIP on `lo`, no ARP
@@ -55,27 +55,22 @@ fn serve(t: &Topology, i: usize, name: &str, on: &str) -> Spawned {
 
 fn config(t: &Topology, backends: &str) -> String {
     format!(
-        r#"[interfaces]
-mode = "one-arm"
-client = "{}"
-queues = [0]
-cores = [0]
-poll = "adaptive"
-xdp_mode = "native"
-zero_copy = "off"
-
-[snat]
-addresses = ["198.18.1.2"]
-ports = "1024-65535"
-
-[[services]]
-vip = "{VIP}"
-port = 80
-scheduler = "rr"
-backends = [{backends}]
-"#,
-        t.gateway_client_if
+        "{}\n[[services]]\nvip = \"{VIP}\"\nport = 80\nscheduler = \"rr\"\nbackends = [{backends}]\n",
+        one_arm_head(t, 1)
     )
+}
+
+/// The backends of `t` as route backends of the VIP's port.
+fn route_backends(t: &Topology) -> String {
+    (0..t.backends.len())
+        .map(|i| {
+            format!(
+                "{{ address = \"{}\", forward = \"route\" }}",
+                backend_addr(i)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn client_tcp(t: &Topology, connections: usize) -> String {
@@ -100,24 +95,6 @@ fn client_tcp(t: &Topology, connections: usize) -> String {
 
 fn field(line: &str, key: &str) -> u64 {
     daemon::field(line, key).unwrap_or_else(|| panic!("{key} not in {line}"))
-}
-
-/// Stops xvs and returns its worker line, its frames accounted for.
-fn stop(xvs: Daemon) -> String {
-    let (status, printed) = xvs.stop();
-    assert!(status.is_some_and(|s| s.success()), "{printed}");
-    let line = printed
-        .lines()
-        .find(|l| l.starts_with("worker "))
-        .unwrap_or_else(|| panic!("{printed}"))
-        .to_owned();
-    let sum = field(&line, "forwarded")
-        + field(&line, "answered")
-        + field(&line, "consumed")
-        + field(&line, "dropped");
-    assert_eq!(field(&line, "rx"), sum, "{line}");
-    assert!(line.contains("frames_accounted=true"), "{line}");
-    line
 }
 
 #[test]
@@ -170,7 +147,7 @@ fn direct_routing_replies_bypass_xvs() {
         conns.contains("ESTABLISHED") || conns.contains("FIN_WAIT") || conns.contains("CLOSE"),
         "{conns}"
     );
-    let line = stop(xvs);
+    let line = xvs.stop_accounted();
     // xvs forwarded exactly the client's segments, and nothing else: the
     // backends' answers (as many segments again) reached the client
     // without it.
@@ -203,7 +180,7 @@ fn a_mixed_service_routes_one_backend_and_masquerades_the_other() {
         summary.contains("dr:50") && summary.contains("nat:50"),
         "{summary}"
     );
-    let line = stop(xvs);
+    let line = xvs.stop_accounted();
     assert_eq!(field(&line, "new_flows"), 100, "{line}");
 }
 
@@ -260,5 +237,66 @@ fn xvsadm_adds_route_and_tunnel_real_servers_as_ipvsadm_does() {
     let (code, _, err) = xvs.adm(&["-a", "-t", &svc, "-r", "198.18.9.9", "-g"]);
     assert_ne!(code, 0);
     assert!(err.contains("not on a directly connected segment"), "{err}");
-    stop(xvs);
+    xvs.stop_accounted();
+}
+
+/// The operator's own clients through direct routing: nginx real servers
+/// listening on the VIP, curl seeing both, and wrk with keep-alive and
+/// `Connection: close` connections without one error, also while xvs is
+/// killed (`kill -9`) and started again: the next instance adopts the
+/// one-way flows, and the backends' answers never needed xvs.
+#[test]
+fn nginx_curl_and_wrk_through_direct_routing_across_kill_9() {
+    if !privileged("nginx_curl_and_wrk_through_direct_routing_across_kill_9") {
+        return;
+    }
+    let t = Topology::build(Spec::one_arm(2)).unwrap();
+    let vip: std::net::Ipv4Addr = VIP.parse().unwrap();
+    let mut nginx = Vec::new();
+    for i in 0..2 {
+        real_server(&t, i);
+        nginx.push(Nginx::start(&t.backends[i].ns, vip, 80, &format!("b{i}")).unwrap());
+    }
+    // The flow state outlives each instance's own folder.
+    let state = daemon::ScratchDir::new(&t, "dr-real-state").unwrap();
+    let text = format!(
+        "{}\n[restart]\nhold = \"5s\"\nstate_dir = \"{}\"\n",
+        config(&t, &route_backends(&t)),
+        state.path().display()
+    );
+    let (xvs, _) = Daemon::start(&t, "dr-real", &bins(), &text, &[]).unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..10 {
+        let out = t
+            .client
+            .ns
+            .exec("curl", &["-sf", "-m", "2", &format!("http://{VIP}/")])
+            .unwrap();
+        assert!(out.status.success(), "curl: {out:?}");
+        seen.insert(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+    }
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["b0", "b1"]);
+    let url = format!("http://{VIP}/");
+    let kept = Wrk::start(&t.client.ns, &url, 8, false);
+    let closed = Wrk::start(&t.client.ns, &url, 8, true);
+    std::thread::sleep(Duration::from_secs(3));
+    let (status, _) = xvs.kill(libc::SIGKILL);
+    assert!(status.is_some());
+    let (xvs, _) = Daemon::start(&t, "dr-real", &bins(), &text, &[]).unwrap();
+    let status: serde_json::Value = serde_json::from_str(&xvs.get("/v1/status")).unwrap();
+    assert!(
+        status["restart"]["adopted_flows"].as_u64().unwrap_or(0) >= 16,
+        "{status}"
+    );
+    for (what, w) in [("keep-alive", kept), ("Connection: close", closed)] {
+        let w = w.join().unwrap();
+        assert!(w.requests > 500, "{what}: {}", w.text);
+        assert_eq!((w.errors, w.non_2xx), (0, 0), "{what}: {}", w.text);
+    }
+    // Both real servers answered the load, every request through xvs.
+    for n in &nginx {
+        let s = n.status().unwrap();
+        assert!(s.requests > 100, "{}: {s:?}", n.name);
+    }
+    xvs.stop_accounted();
 }

@@ -14,6 +14,7 @@ use xvs_vm_tests::daemon::{drops, field, Daemon};
 use xvs_vm_tests::nginx::Nginx;
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::topology::{backend_addr, Arms, Spec, Topology};
+use xvs_vm_tests::wrk::Wrk;
 
 const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
 const VIP: &str = "198.19.0.1:80";
@@ -97,16 +98,7 @@ impl Lab {
     /// every request on a new connection, as `Connection: close` loads
     /// do), in a thread: its summary when joined.
     fn wrk(&self, seconds: u32, close: bool) -> std::thread::JoinHandle<Wrk> {
-        let mut cmd = self.t.client.ns.command("wrk");
-        cmd.args(["-t1", "-c16", &format!("-d{seconds}s"), "--timeout", "2s"]);
-        if close {
-            cmd.args(["-H", "Connection: close"]);
-        }
-        cmd.arg("http://198.19.0.1/");
-        std::thread::spawn(move || {
-            let out = cmd.output().unwrap();
-            Wrk::parse(&String::from_utf8_lossy(&out.stdout))
-        })
+        Wrk::start(&self.t.client.ns, "http://198.19.0.1/", seconds, close)
     }
 
     /// `n` HTTP requests, each a new connection from client port `port`,
@@ -148,44 +140,6 @@ impl Lab {
         let out = self.gw.adm_ok(&["-Ln", "--stats", "--json"]);
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         v["services"][0].clone()
-    }
-}
-
-/// What wrk printed.
-#[derive(Debug, Default)]
-struct Wrk {
-    requests: u64,
-    errors: u64,
-    /// Answers other than 2xx or 3xx.
-    non_2xx: u64,
-    text: String,
-}
-
-impl Wrk {
-    fn parse(text: &str) -> Wrk {
-        let mut w = Wrk {
-            text: text.to_owned(),
-            ..Wrk::default()
-        };
-        for line in text.lines().map(str::trim) {
-            if let Some(n) = line
-                .split(" requests in ")
-                .next()
-                .filter(|_| line.contains(" requests in "))
-            {
-                w.requests = n.trim().parse().unwrap_or(0);
-            }
-            if let Some(n) = line.strip_prefix("Non-2xx or 3xx responses:") {
-                w.non_2xx = n.trim().parse().unwrap_or(0);
-            }
-            if let Some(rest) = line.strip_prefix("Socket errors:") {
-                w.errors = rest
-                    .split(',')
-                    .filter_map(|kv| kv.split_whitespace().nth(1)?.parse::<u64>().ok())
-                    .sum();
-            }
-        }
-        w
     }
 }
 

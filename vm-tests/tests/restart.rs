@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use xvs_vm_tests::daemon::{Daemon, ScratchDir};
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
-use xvs_vm_tests::topology::{backend_addr, Arms, Spec, Topology};
+use xvs_vm_tests::topology::{backend_addr, one_arm_head, Arms, Spec, Topology};
 
 const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
 const VIP: &str = "198.19.0.1";
@@ -34,24 +34,8 @@ fn config(t: &Topology, state: &Path, hold: &str) -> String {
         .map(|i| format!("{{ address = \"{}\", port = 8080 }}", backend_addr(i)))
         .collect();
     let mut text = format!(
-        r#"[interfaces]
-mode = "one-arm"
-client = "{}"
-queues = [0]
-cores = [0]
-poll = "adaptive"
-xdp_mode = "native"
-zero_copy = "off"
-
-[snat]
-addresses = ["198.18.1.2"]
-ports = "1024-65535"
-
-[restart]
-hold = "{hold}"
-state_dir = "{}"
-"#,
-        t.gateway_client_if,
+        "{}\n[restart]\nhold = \"{hold}\"\nstate_dir = \"{}\"\n",
+        one_arm_head(t, 1),
         state.display()
     );
     for (sched, port) in SCHEDULERS {
