@@ -234,6 +234,11 @@ mod tests {
     use super::*;
     use Direction::{Original as In, Reply as Out};
 
+    /// The states IPVS's table has a column for (sNO..sSA), in order.
+    fn tcp_rows() -> &'static [FlowState] {
+        &FlowState::ALL[..=S::SynAck.index()]
+    }
+
     #[test]
     fn handshake_data_and_close_from_the_client() {
         let mut s = S::None;
@@ -290,19 +295,7 @@ mod tests {
     #[test]
     fn every_transition_matches_ipvs() {
         use S::*;
-        let states = [
-            None,
-            Established,
-            SynSent,
-            SynRecv,
-            FinWait,
-            TimeWait,
-            Close,
-            CloseWait,
-            LastAck,
-            Listen,
-            SynAck,
-        ];
+        let states = tcp_rows();
         // Rows copied from ip_vs_proto_tcp.c (sNO..sSA), INPUT then OUTPUT.
         let want: [[[FlowState; 11]; 4]; 2] = [
             [
@@ -381,7 +374,7 @@ mod tests {
         let events = [SYN, FIN, ACK, RST];
         for (d, dir) in [In, Out].into_iter().enumerate() {
             for (e, flags) in events.into_iter().enumerate() {
-                for (i, s) in states.into_iter().enumerate() {
+                for (i, s) in states.iter().copied().enumerate() {
                     assert_eq!(
                         tcp_next(s, dir, flags, false),
                         want[d][e][i],
@@ -397,19 +390,7 @@ mod tests {
     #[test]
     fn one_way_flows_follow_the_input_only_table() {
         use S::*;
-        let states = [
-            None,
-            Established,
-            SynSent,
-            SynRecv,
-            FinWait,
-            TimeWait,
-            Close,
-            CloseWait,
-            LastAck,
-            Listen,
-            SynAck,
-        ];
+        let states = tcp_rows();
         let (es, ss, sr, fw, tw) = (Established, SynSent, SynRecv, FinWait, TimeWait);
         let (cl, cw, la, li) = (Close, CloseWait, LastAck, Listen);
         let want = [
@@ -419,7 +400,7 @@ mod tests {
             [cl, cl, cl, sr, cl, cl, cl, cl, la, li, cl],
         ];
         for (e, flags) in [SYN, FIN, ACK, RST].into_iter().enumerate() {
-            for (i, s) in states.into_iter().enumerate() {
+            for (i, s) in states.iter().copied().enumerate() {
                 for dir in [In, Out] {
                     assert_eq!(
                         tcp_next(s, dir, flags, true),
