@@ -371,6 +371,28 @@ impl Topology {
             .collect()
     }
 
+    /// Makes backend `i` a real server that answers `vip` itself, as LVS
+    /// direct-routing and tunnel real servers are set up: the VIP on `lo`,
+    /// no ARP answers or announcements for it (`arp_ignore = 1`,
+    /// `arp_announce = 2`), and the client reached straight over the
+    /// segment rather than back through the gateway.
+    pub fn lvs_real_server(&self, i: usize, vip: Ipv4Addr) -> Result<(), CmdError> {
+        let b = &self.backends[i];
+        b.ns.ip(&["addr", "add", &format!("{vip}/32"), "dev", "lo"])?;
+        for dev in ["all", b.ifname.as_str()] {
+            b.ns.sysctl(&format!("net.ipv4.conf.{dev}.arp_ignore"), "1")?;
+            b.ns.sysctl(&format!("net.ipv4.conf.{dev}.arp_announce"), "2")?;
+        }
+        b.ns.ip(&[
+            "route",
+            "add",
+            &format!("{CLIENT_ADDR}/32"),
+            "dev",
+            &b.ifname,
+        ])
+        .map(|_| ())
+    }
+
     /// The switch namespace (its ports are `p-gw`, `p-cl` in one-arm
     /// mode, `p-b0`, ...).
     pub fn switch(&self) -> &Netns {

@@ -15,7 +15,7 @@ use xvs_vm_tests::daemon::{self, Daemon};
 use xvs_vm_tests::nginx::Nginx;
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
-use xvs_vm_tests::topology::{backend_addr, one_arm_head, Spec, Topology, CLIENT_ADDR};
+use xvs_vm_tests::topology::{backend_addr, one_arm_head, Spec, Topology};
 use xvs_vm_tests::wrk::Wrk;
 
 const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
@@ -25,23 +25,9 @@ fn bins() -> PathBuf {
     daemon::bins(TESTNET)
 }
 
-/// Makes backend `i` an LVS-DR real server: the VIP on `lo`, no ARP
-/// answers or announcements for it, and the client reached directly on
-/// the segment (not back through the gateway).
+/// Makes backend `i` an LVS-DR real server of the VIP.
 fn real_server(t: &Topology, i: usize) {
-    let ns = &t.backends[i].ns;
-    ns.ip(&["addr", "add", &format!("{VIP}/32"), "dev", "lo"])
-        .unwrap();
-    for (k, v) in [
-        ("net.ipv4.conf.all.arp_ignore", "1"),
-        ("net.ipv4.conf.all.arp_announce", "2"),
-        ("net.ipv4.conf.b0.arp_ignore", "1"),
-        ("net.ipv4.conf.b0.arp_announce", "2"),
-    ] {
-        ns.sysctl(k, v).unwrap();
-    }
-    ns.ip(&["route", "add", &format!("{CLIENT_ADDR}/32"), "dev", "b0"])
-        .unwrap();
+    t.lvs_real_server(i, VIP.parse().unwrap()).unwrap();
 }
 
 /// An echo server named `name` in backend `i` on `on`.

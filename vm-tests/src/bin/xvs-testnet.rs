@@ -19,6 +19,14 @@
 //!   then `ok=N failed=M rounds=R max_stall_ms=S` (the longest wait for an
 //!   echo: how long a gateway restart stopped the stream).
 //!
+//! - `decap`: a tunnel endpoint for a backend whose kernel has neither
+//!   `ipip` nor `fou`: IPv4-in-IPv4 packets (a raw protocol-4 socket) and
+//!   GUE variant 1 datagrams (a UDP socket) lose their outer headers and
+//!   the inner packets enter the stack through a TUN device, as if an
+//!   `ipip` or `fou` interface had decapsulated them; prints `ready` once
+//!   both sockets and the device exist, then `decapsulated ipip=N gue=M`
+//!   when its time is up.
+//!
 //! Every operation has a timeout; loads are bounded in count and time.
 
 use std::collections::BTreeMap;
@@ -147,6 +155,18 @@ enum Cmd {
         #[arg(long, default_value_t = 2000)]
         timeout_ms: u64,
     },
+    /// Decapsulates IPIP and GUE to a TUN device for a bounded time.
+    Decap {
+        /// Name of the TUN device to create.
+        #[arg(long)]
+        tun: String,
+        /// UDP port GUE arrives on.
+        #[arg(long, default_value_t = 6080)]
+        gue_port: u16,
+        /// How long to run, in seconds.
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+    },
     /// UDP request/response load.
     Udp {
         /// Address to send to.
@@ -207,6 +227,20 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Sink { listen, seconds } => sink(listen, seconds),
+        Cmd::Decap {
+            tun,
+            gue_port,
+            seconds,
+        } => match decap::run(&tun, gue_port, Duration::from_secs(seconds)) {
+            Ok((ipip, gue)) => {
+                println!("decapsulated ipip={ipip} gue={gue}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                println!("decap failed: {e}");
+                ExitCode::from(1)
+            }
+        },
         Cmd::Streams {
             connect,
             connections,
@@ -664,4 +698,128 @@ fn udp_load(to: SocketAddr, requests: u32, timeout: Duration) -> ExitCode {
     }
     let ok = by.values().sum();
     report(ok, failed, &by)
+}
+
+/// The `decap` subcommand: a userspace stand-in for Linux's `ipip` and
+/// `fou` receive paths (written by hand: a TUN device and two sockets is
+/// all it needs, and the TUN crates bring async runtimes along).
+#[allow(clippy::disallowed_types)] // a bounded run measures real time
+mod decap {
+    use std::fs::File;
+    use std::io::Write;
+    use std::net::UdpSocket;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    /// Opens the TUN device `name` (no packet information header: each
+    /// write is one IP packet).
+    fn open_tun(name: &str) -> std::io::Result<File> {
+        if name.len() >= libc::IFNAMSIZ {
+            return Err(std::io::Error::other("TUN name too long"));
+        }
+        let tun = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/net/tun")?;
+        // SAFETY: ifreq is plain old data; all-zero is a valid value.
+        let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+        for (d, b) in ifr.ifr_name.iter_mut().zip(name.bytes()) {
+            *d = b as libc::c_char;
+        }
+        ifr.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+        // SAFETY: `tun` is an open /dev/net/tun; TUNSETIFF reads and
+        // writes only the ifreq it is given.
+        let r = unsafe {
+            libc::ioctl(
+                std::os::fd::AsRawFd::as_raw_fd(&tun),
+                libc::TUNSETIFF as _,
+                &mut ifr,
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(tun)
+    }
+
+    /// A raw socket receiving every IPv4 packet of protocol 4 (with its
+    /// outer header), reads bounded by `timeout`.
+    fn ipip_socket(timeout: Duration) -> std::io::Result<OwnedFd> {
+        // SAFETY: socket has no memory preconditions; the result is
+        // checked before it is owned.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 4) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor nothing else owns.
+        let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+        let tv = libc::timeval {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+        };
+        // SAFETY: SO_RCVTIMEO takes a timeval, given with its size.
+        let r = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(sock)
+    }
+
+    /// Decapsulates for `run_for`; the packets passed on, IPIP and GUE.
+    pub(crate) fn run(tun: &str, gue_port: u16, run_for: Duration) -> std::io::Result<(u64, u64)> {
+        let tick = Duration::from_millis(200);
+        let dev = Arc::new(open_tun(tun)?);
+        let raw = ipip_socket(tick)?;
+        let udp = UdpSocket::bind(("0.0.0.0", gue_port))?;
+        udp.set_read_timeout(Some(tick))?;
+        println!("ready");
+        let until = Instant::now() + run_for;
+        let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+        let ipip = {
+            let (dev, counts) = (dev.clone(), counts.clone());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while Instant::now() < until {
+                    // SAFETY: `raw` is an open socket; `buf` is writable
+                    // for its length.
+                    let n = unsafe {
+                        libc::recv(
+                            std::os::fd::AsRawFd::as_raw_fd(&raw),
+                            buf.as_mut_ptr().cast(),
+                            buf.len(),
+                            0,
+                        )
+                    };
+                    let Ok(n) = usize::try_from(n) else { continue };
+                    let ihl = usize::from(buf[0] & 0x0f) * 4;
+                    if n > ihl && buf[ihl] >> 4 == 4 && (&*dev).write(&buf[ihl..n]).is_ok() {
+                        counts[0].fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        };
+        let mut buf = [0u8; 65536];
+        while Instant::now() < until {
+            let Ok(n) = udp.recv(&mut buf) else { continue };
+            // GUE variant 1: the payload is the inner IP packet itself.
+            if n > 0 && buf[0] >> 6 == 1 && (&*dev).write(&buf[..n]).is_ok() {
+                counts[1].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let _ = ipip.join();
+        Ok((
+            counts[0].load(Ordering::Relaxed),
+            counts[1].load(Ordering::Relaxed),
+        ))
+    }
 }

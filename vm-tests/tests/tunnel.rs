@@ -1,0 +1,182 @@
+//! Tunnels (ipvsadm's `-i`) on the real AF_XDP path: xvs wraps the
+//! client's packets in IPv4-in-IPv4 or GUE to real servers that hold the
+//! VIP on `lo` and answer the client straight over the segment. This
+//! kernel has neither `ipip` nor `fou`, so each backend decapsulates with
+//! `xvs-testnet decap` (a raw protocol-4 socket and a GUE UDP socket
+//! feeding a TUN device), which does what those interfaces' receive paths
+//! do. A large upload shows the fragmentation-needed path: 1500-byte
+//! client packets no longer fit a 1500-byte backend link once wrapped.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::time::Duration;
+
+use xvs_vm_tests::daemon::{self, Daemon};
+use xvs_vm_tests::privileged;
+use xvs_vm_tests::procs::Spawned;
+use xvs_vm_tests::topology::{backend_addr, one_arm_head, Spec, Topology};
+
+const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
+const VIP: &str = "198.19.0.1";
+/// How long each backend's decapsulator runs.
+const DECAP_SECONDS: u64 = 20;
+
+/// Backend `i` as a tunnel real server: the VIP on `lo`, a decapsulator
+/// on TUN device `xt0` (up, no reverse-path filter: the inner packets'
+/// client is reached over `b0`), and an echo server named `name` on the
+/// VIP's port. Returns the decapsulator and the server.
+fn tunnel_server(t: &Topology, i: usize, name: &str) -> (Spawned, Spawned) {
+    t.lvs_real_server(i, VIP.parse().unwrap()).unwrap();
+    let ns = &t.backends[i].ns;
+    let mut cmd = ns.command(TESTNET);
+    cmd.args(["decap", "--tun", "xt0", "--seconds"])
+        .arg(DECAP_SECONDS.to_string());
+    let (decap, line) = Spawned::start(cmd, "decap", Duration::from_secs(5)).unwrap();
+    assert_eq!(line, "ready");
+    ns.ip(&["link", "set", "xt0", "up"]).unwrap();
+    for dev in ["all", "default", "xt0"] {
+        ns.sysctl(&format!("net.ipv4.conf.{dev}.rp_filter"), "0")
+            .unwrap();
+    }
+    let mut cmd = ns.command(TESTNET);
+    cmd.args(["serve", "--name", name, "--tcp", &format!("{VIP}:80")]);
+    let (server, line) = Spawned::start(cmd, "echo server", Duration::from_secs(5)).unwrap();
+    assert_eq!(line, format!("ready {name}"));
+    (decap, server)
+}
+
+/// What a decapsulator passed on, once its time is up: `(ipip, gue)`.
+fn decapsulated(decap: Spawned) -> (u64, u64) {
+    let (_, out) = decap.wait(Duration::from_secs(DECAP_SECONDS + 5));
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("decapsulated "))
+        .unwrap_or_else(|| panic!("decap printed {out:?}"));
+    (
+        daemon::field(line, "ipip").unwrap(),
+        daemon::field(line, "gue").unwrap(),
+    )
+}
+
+fn config(t: &Topology, backends: &str) -> String {
+    format!(
+        "{}\n[[services]]\nvip = \"{VIP}\"\nport = 80\nscheduler = \"rr\"\nbackends = [{backends}]\n",
+        one_arm_head(t, 1)
+    )
+}
+
+fn client_tcp(t: &Topology, connections: u32, payload: usize) -> String {
+    let out = t
+        .client
+        .ns
+        .exec(
+            TESTNET,
+            &[
+                "tcp",
+                "--connect",
+                &format!("{VIP}:80"),
+                "--connections",
+                &connections.to_string(),
+                "--concurrency",
+                "8",
+                "--payload",
+                &payload.to_string(),
+            ],
+        )
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+fn field(line: &str, key: &str) -> u64 {
+    daemon::field(line, key).unwrap_or_else(|| panic!("{key} not in {line}"))
+}
+
+/// One service, an IPIP and a GUE real server: every connection works,
+/// xvs forwards exactly the client's segments (the answers bypass it),
+/// and each backend received its own encapsulation only.
+#[test]
+fn ipip_and_gue_real_servers_answer_the_client_themselves() {
+    if !privileged("ipip_and_gue_real_servers_answer_the_client_themselves") {
+        return;
+    }
+    let t = Topology::build(Spec::one_arm(2)).unwrap();
+    let (decap0, _s0) = tunnel_server(&t, 0, "ipip");
+    let (decap1, _s1) = tunnel_server(&t, 1, "gue");
+    let backends = format!(
+        "{{ address = \"{}\", forward = \"tunnel\" }}, {{ address = \"{}\", forward = \"tunnel\", encap = \"gue\" }}",
+        backend_addr(0),
+        backend_addr(1)
+    );
+    let (xvs, _) = Daemon::start(
+        &t,
+        "tun",
+        &daemon::bins(TESTNET),
+        &config(&t, &backends),
+        &[],
+    )
+    .unwrap();
+    let list = xvs.adm_ok(&["-Ln", "--tun-info"]);
+    assert!(
+        list.contains("Tunnel") && list.contains("ipip") && list.contains("gue:6080"),
+        "{list}"
+    );
+    let out_before = t.client.ns.snmp("Tcp", "OutSegs").unwrap();
+    let summary = client_tcp(&t, 200, 1000);
+    assert_eq!(summary, "ok=200 failed=0 by=gue:100,ipip:100");
+    let sent = t.client.ns.snmp("Tcp", "OutSegs").unwrap() - out_before;
+    let line = xvs.stop_accounted();
+    assert_eq!(field(&line, "forwarded"), sent, "{line}");
+    assert_eq!(field(&line, "too_big"), 0, "{line}");
+    let (ipip0, gue0) = decapsulated(decap0);
+    let (ipip1, gue1) = decapsulated(decap1);
+    assert!(
+        ipip0 >= 100 * 3 && gue0 == 0,
+        "ipip backend: ipip={ipip0} gue={gue0}"
+    );
+    assert!(
+        gue1 >= 100 * 3 && ipip1 == 0,
+        "gue backend: ipip={ipip1} gue={gue1}"
+    );
+    // Every forwarded packet reached a backend and was passed on.
+    assert_eq!(ipip0 + gue1, sent);
+}
+
+/// Uploads of 2 MB through an IPIP real server whose link has the
+/// client's MTU (1500): the first full-size segments do not fit once
+/// wrapped, xvs answers fragmentation needed with 1480, the client's
+/// kernel lowers its path MTU to the VIP and every byte arrives.
+#[test]
+fn a_large_upload_through_a_tunnel_lowers_the_client_s_path_mtu() {
+    if !privileged("a_large_upload_through_a_tunnel_lowers_the_client_s_path_mtu") {
+        return;
+    }
+    let t = Topology::build(Spec::one_arm(1)).unwrap();
+    let (decap, _server) = tunnel_server(&t, 0, "ipip");
+    let backends = format!(
+        "{{ address = \"{}\", forward = \"tunnel\" }}",
+        backend_addr(0)
+    );
+    let (xvs, _) = Daemon::start(
+        &t,
+        "tun-mtu",
+        &daemon::bins(TESTNET),
+        &config(&t, &backends),
+        &[],
+    )
+    .unwrap();
+    let summary = client_tcp(&t, 4, 2_000_000);
+    assert_eq!(summary, "ok=4 failed=0 by=ipip:4");
+    let route = t.client.ns.ip(&["route", "get", VIP]).unwrap();
+    let route = String::from_utf8_lossy(&route.stdout).into_owned();
+    assert!(route.contains("mtu 1480"), "{route}");
+    let line = xvs.stop_accounted();
+    assert!(field(&line, "too_big") >= 1, "{line}");
+    assert!(
+        field(&line, "answered") >= field(&line, "too_big"),
+        "{line}"
+    );
+    // At least the 8 MB in segments of at most 1440 bytes went through
+    // the tunnel.
+    let (ipip, _) = decapsulated(decap);
+    assert!(ipip >= 4 * 2_000_000 / 1440, "only {ipip} packets decapsulated");
+}
