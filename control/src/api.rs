@@ -34,6 +34,8 @@ pub struct Shared {
     pub latency: Arc<Mutex<Histogram>>,
     /// Flow events.
     pub events: Arc<crate::events::Collector>,
+    /// Health checks' states.
+    pub health: Arc<crate::health::Checks>,
     /// The Kubernetes source's state, when it is on.
     pub kube: Option<Arc<crate::kube::source::KubeStatus>>,
     /// Connections the unix socket closed at its limit.
@@ -576,6 +578,10 @@ async fn flush(State(st): State<Arc<Shared>>) -> Result<Json<serde_json::Value>,
     Ok(Json(serde_json::json!({ "deleted": n })))
 }
 
+async fn health(State(st): State<Arc<Shared>>) -> Json<Vec<crate::health::CheckView>> {
+    Json(st.health.list())
+}
+
 async fn conntrack_stats(
     State(st): State<Arc<Shared>>,
 ) -> Result<Json<Vec<metrics::WorkerConntrack>>, ApiError> {
@@ -795,6 +801,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
             get(state_timeouts).put(set_state_timeouts),
         )
         .route("/v1/events", get(events))
+        .route("/v1/health", get(health))
         .with_state(shared)
 }
 

@@ -9,6 +9,11 @@
 //! kept for `/v1/status` and returned); a reload sends one update per
 //! added or changed service and one removal per removed service, and
 //! nothing for the others, so their flows and counts are untouched.
+//!
+//! Health: a backend its health check found down is sent with weight 0
+//! (its flows finish, no new ones), as keepalived sets IPVS weights;
+//! `applied` keeps the configured weight, so the file's services compare
+//! as written and a backend that comes back gets its weight again.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -187,6 +192,8 @@ pub struct Engine {
     /// When the first update of the latest reconcile was sent.
     #[allow(clippy::disallowed_types)] // the control -> data latency is wall-clock time
     sent_at: Option<std::time::Instant>,
+    /// Backends (service, address, port) their health check found down.
+    down: std::collections::BTreeSet<(ServiceKey, IpAddr, u16)>,
 }
 
 fn by_key(services: &[Service]) -> BTreeMap<ServiceKey, Service> {
@@ -208,7 +215,51 @@ impl Engine {
             conflicts: Vec::new(),
             zeroed: Default::default(),
             sent_at: None,
+            down: Default::default(),
         }
+    }
+
+    /// `s` as the data plane gets it: the backends found down at weight 0.
+    fn effective(&self, s: &Service) -> Service {
+        let mut out = s.clone();
+        for b in &mut out.backends {
+            if self.down.contains(&(s.key, b.address, b.port)) {
+                b.weight = 0;
+            }
+        }
+        out
+    }
+
+    /// Whether the backend `address:port` of `key` was found down.
+    pub fn is_down(&self, key: &ServiceKey, address: IpAddr, port: u16) -> bool {
+        self.down.contains(&(*key, address, port))
+    }
+
+    /// Records a health check's verdict on a backend; when it changes
+    /// what the data plane has, sends that one service again (its other
+    /// backends, and every other service, untouched). Returns whether the
+    /// verdict changed anything.
+    pub fn set_health(&mut self, key: ServiceKey, address: IpAddr, port: u16, up: bool) -> bool {
+        let changed = if up {
+            self.down.remove(&(key, address, port))
+        } else {
+            self.down.insert((key, address, port))
+        };
+        let Some(s) = self.applied.get(&key).filter(|_| changed) else {
+            return changed;
+        };
+        if !s
+            .backends
+            .iter()
+            .any(|b| b.address == address && b.port == port)
+        {
+            return changed;
+        }
+        let sent = self.effective(s);
+        if let Err(e) = self.dp.upsert_service(&sent) {
+            tracing::error!("{}: health change not applied: {e}", key_name(&key));
+        }
+        changed
     }
 
     /// The data plane.
@@ -306,7 +357,7 @@ impl Engine {
                         a.added += 1;
                     }
                     self.dp
-                        .upsert_service(s)
+                        .upsert_service(&self.effective(s))
                         .map_err(|e| Refused::Invalid(format!("{}: {e}", key_name(&s.key))))?;
                     self.zeroed.keep_backends(s);
                     self.applied.insert(s.key, s.clone());
@@ -981,6 +1032,41 @@ mod tests {
             ]
         );
         assert_eq!(e.applied()[&key(81)].backends[0].weight, 5);
+    }
+
+    /// A health verdict sends that one service again, the backend at
+    /// weight 0, and nothing when it changes nothing; a reload keeps the
+    /// verdict in what it sends; the configured weight comes back with
+    /// the backend.
+    #[test]
+    fn a_backend_found_down_is_sent_at_weight_0_and_comes_back_with_its_weight() {
+        let f = File::new(&services(&[(80, 3), (81, 1)]));
+        let (mut e, log) = engine(&f);
+        let b = IpAddr::from(Ipv4Addr::new(198, 18, 1, 10));
+        let weight = |e: &Engine| {
+            crate::stats::sample(e)
+                .into_iter()
+                .find(|s| s.key == key(80))
+                .unwrap()
+                .backends[0]
+                .weight
+        };
+        assert!(e.set_health(key(80), b, 8080, false));
+        assert_eq!(taken(&log), [Sent::Upsert(key(80))]);
+        assert!(e.is_down(&key(80), b, 8080));
+        assert_eq!(weight(&e), 0);
+        assert_eq!(e.applied()[&key(80)].backends[0].weight, 3);
+        // The same verdict again changes nothing.
+        assert!(!e.set_health(key(80), b, 8080, false));
+        assert!(taken(&log).is_empty());
+        // A reload that changes the service sends it still down.
+        f.write(&services(&[(80, 4), (81, 1)]));
+        e.reload().unwrap();
+        assert_eq!(taken(&log), [Sent::Upsert(key(80))]);
+        assert_eq!(weight(&e), 0);
+        assert!(e.set_health(key(80), b, 8080, true));
+        assert_eq!(taken(&log), [Sent::Upsert(key(80))]);
+        assert_eq!(weight(&e), 4);
     }
 
     #[test]

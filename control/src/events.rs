@@ -23,7 +23,8 @@ pub struct EventView {
     pub time_ms: u64,
     /// Worker.
     pub worker: u16,
-    /// `NEW`, `CLOSED` or `DROPPED`.
+    /// `NEW`, `CLOSED` or `DROPPED`; `BACKEND_UP` or `BACKEND_DOWN` for a
+    /// health check's verdict (worker 0, source `health-check`).
     pub verdict: String,
     /// Drop reason (snake_case), for drops.
     pub reason: Option<String>,
@@ -70,6 +71,22 @@ impl EventView {
         }
     }
 
+    /// A health check's verdict on a backend (`BACKEND_UP` or
+    /// `BACKEND_DOWN` with why), from the control plane (worker 0), now.
+    pub fn health(c: &xvs_config::BackendCheck, up: bool, why: Option<String>) -> EventView {
+        EventView {
+            time_ms: now_ms(),
+            worker: 0,
+            verdict: if up { "BACKEND_UP" } else { "BACKEND_DOWN" }.into(),
+            reason: why,
+            protocol: c.service.protocol.name().to_ascii_uppercase(),
+            src: "health-check".into(),
+            dst: HostPort(c.service.vip, c.service.port).to_string(),
+            backend: Some(HostPort(c.address, c.port).to_string()),
+            snat: None,
+        }
+    }
+
     /// Whether it passes `observe`'s filters.
     pub fn matches(&self, verdict: Option<&str>, service: Option<&str>) -> bool {
         verdict.is_none_or(|v| self.verdict.eq_ignore_ascii_case(v))
@@ -96,6 +113,15 @@ impl EventView {
     }
 }
 
+/// Milliseconds since the UNIX epoch: wall-clock stamps for operators
+/// (the data plane has only its own monotonic seconds).
+fn now_ms() -> u64 {
+    #[allow(clippy::disallowed_types)]
+    let now = std::time::SystemTime::now();
+    now.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// The collector's shared state.
 pub struct Collector {
     history: Mutex<VecDeque<EventView>>,
@@ -114,10 +140,7 @@ impl Collector {
 
     /// The last `n` events that pass the filters, oldest first.
     pub fn last(&self, n: usize, verdict: Option<&str>, service: Option<&str>) -> Vec<EventView> {
-        let h = match self.history.lock() {
-            Ok(h) => h,
-            Err(p) => p.into_inner(),
-        };
+        let h = self.history();
         let mut v: Vec<EventView> = h
             .iter()
             .rev()
@@ -135,24 +158,33 @@ impl Collector {
     }
 
     fn take(&self, batch: &[FlowEvent]) {
-        // Wall-clock stamps for operators; the data plane has only its
-        // own monotonic seconds.
-        #[allow(clippy::disallowed_types)]
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        let mut h = match self.history.lock() {
+        let now = now_ms();
+        let mut h = self.history();
+        for e in batch {
+            self.keep(&mut h, EventView::of(e, now));
+        }
+    }
+
+    /// Publishes one event of the control plane's own (a health check's
+    /// verdict) beside the flows'.
+    pub fn record(&self, v: EventView) {
+        let mut h = self.history();
+        self.keep(&mut h, v);
+    }
+
+    fn history(&self) -> std::sync::MutexGuard<'_, VecDeque<EventView>> {
+        match self.history.lock() {
             Ok(h) => h,
             Err(p) => p.into_inner(),
-        };
-        for e in batch {
-            let v = EventView::of(e, now_ms);
-            if h.len() == HISTORY {
-                h.pop_front();
-            }
-            h.push_back(v.clone());
-            let _ = self.live.send(v);
         }
+    }
+
+    fn keep(&self, h: &mut VecDeque<EventView>, v: EventView) {
+        if h.len() == HISTORY {
+            h.pop_front();
+        }
+        h.push_back(v.clone());
+        let _ = self.live.send(v);
     }
 
     /// Drains `queues` every 20 ms until the task is dropped.

@@ -151,13 +151,24 @@ pub fn render(
         ),
         (
             "xvs_backend_weight",
-            "Weight of the backend (0: quiesced).",
+            "Weight of the backend in force (0: quiesced, or found down by its health check).",
             |b| u64::from(b.weight),
         ),
     ] {
         family(&mut out, name, "gauge", help);
         for (label, b) in &backends {
             let _ = writeln!(out, "{name}{{{label}}} {}", get(b));
+        }
+    }
+    family(
+        &mut out,
+        "xvs_backend_up",
+        "gauge",
+        "Whether the backend's health check finds it up (checked backends only).",
+    );
+    for (label, b) in &backends {
+        if let Some(h) = &b.health {
+            let _ = writeln!(out, "xvs_backend_up{{{label}}} {}", u8::from(h == "up"));
         }
     }
     family(
@@ -378,6 +389,7 @@ mod tests {
                     weight: 2,
                     forward: xvs_config::ForwardMethod::Masq,
                     encap: None,
+                    health: None,
                     active: 1,
                     inactive: 2,
                     stats: Stats {

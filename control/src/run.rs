@@ -248,6 +248,7 @@ pub fn run(config: &Path) -> u8 {
             estimator: Mutex::new(Estimator::default()),
             latency: Arc::new(Mutex::new(crate::metrics::Histogram::default())),
             events: crate::events::Collector::new(),
+            health: Arc::default(),
             kube: cfg
                 .kubernetes
                 .enabled
@@ -270,6 +271,11 @@ pub fn run(config: &Path) -> u8 {
         };
         let queues = engine.call(|e| e.dataplane().events()).await?;
         let collector = tokio::spawn(shared.events.clone().run(queues));
+        let checker = tokio::spawn(crate::health::run(
+            engine.clone(),
+            shared.health.clone(),
+            shared.events.clone(),
+        ));
         let unix = bind_unix(&cfg.admin.socket)?;
         let app = router(shared.clone());
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -385,6 +391,7 @@ pub fn run(config: &Path) -> u8 {
         }
         est.abort();
         collector.abort();
+        checker.abort();
         if let Some(k) = kube_task {
             for t in k {
                 t.abort();

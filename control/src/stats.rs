@@ -25,6 +25,8 @@ pub struct BackendSample {
     pub weight: u32,
     /// Forwarding method and encapsulation.
     pub forward: (xvs_config::ForwardMethod, xvs_config::Encap),
+    /// Its health check's verdict (`Some(true)`: up; none: not checked).
+    pub up: Option<bool>,
     /// Active flows.
     pub active: u64,
     /// Inactive flows.
@@ -60,6 +62,12 @@ pub fn sample(e: &Engine) -> Vec<ServiceSample> {
         .into_iter()
         .map(|c| (c.key(), c))
         .collect();
+    let checked: std::collections::BTreeSet<(ServiceKey, std::net::IpAddr, u16)> = e
+        .config()
+        .checks
+        .iter()
+        .map(|c| (c.service, c.address, c.port))
+        .collect();
     e.applied()
         .values()
         .map(|s| {
@@ -82,11 +90,15 @@ pub fn sample(e: &Engine) -> Vec<ServiceSample> {
                     .map(|b| {
                         // Counts and counters are by the backend's stable id.
                         let id = c.and_then(|c| Some((c, c.backend_id(b.address, b.port)?)));
+                        let down = e.is_down(&s.key, b.address, b.port);
                         BackendSample {
                             address: b.address,
                             port: b.port,
-                            weight: b.weight,
+                            weight: if down { 0 } else { b.weight },
                             forward: (b.forward, b.encap),
+                            up: checked
+                                .contains(&(s.key, b.address, b.port))
+                                .then_some(!down),
                             active: id.map_or(0, |(c, id)| u64::from(c.counts().active(id))),
                             inactive: id.map_or(0, |(c, id)| u64::from(c.counts().inactive(id))),
                             totals: id.map_or_else(TrafficTotals::default, |(c, id)| {
@@ -294,6 +306,7 @@ pub fn listing(size: u32, samples: &[ServiceSample], est: &Estimator) -> Listing
                         forward: b.forward.0,
                         encap: (b.forward.0 == xvs_config::ForwardMethod::Tunnel)
                             .then_some(b.forward.1),
+                        health: b.up.map(|up| if up { "up" } else { "down" }.to_owned()),
                         active: b.active,
                         inactive: b.inactive,
                         stats: stats_of(&b.totals),
@@ -347,6 +360,7 @@ mod tests {
                 port: 80,
                 weight: 1,
                 forward: Default::default(),
+                up: None,
                 active: 0,
                 inactive: 0,
                 totals,

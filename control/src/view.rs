@@ -65,6 +65,10 @@ pub struct BackendView {
     /// Encapsulation of a tunnel backend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encap: Option<xvs_config::Encap>,
+    /// `up` or `down` by its health check (none: not checked); a backend
+    /// found down is shown at weight 0, the weight the data plane uses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
     /// ESTABLISHED flows, all workers.
     pub active: u64,
     /// Other flows, all workers.

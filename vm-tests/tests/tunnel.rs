@@ -178,5 +178,8 @@ fn a_large_upload_through_a_tunnel_lowers_the_client_s_path_mtu() {
     // At least the 8 MB in segments of at most 1440 bytes went through
     // the tunnel.
     let (ipip, _) = decapsulated(decap);
-    assert!(ipip >= 4 * 2_000_000 / 1440, "only {ipip} packets decapsulated");
+    assert!(
+        ipip >= 4 * 2_000_000 / 1440,
+        "only {ipip} packets decapsulated"
+    );
 }

@@ -1,6 +1,6 @@
 //! `xvsadm`'s command line: ipvsadm's (parsed and checked as ipvsadm
 //! 1.31 does, [`super::ipvs_opts`]; run by [`super::ipvsadm`]), plus the
-//! `conntrack` and `observe` subcommands, and xvs's own `--reload`,
+//! `conntrack`, `observe` and `health` subcommands, and xvs's own `--reload`,
 //! `--set-timeout` and `--json`.
 //!
 //! The options saying where the daemon is (`--socket`, `--server`,
@@ -107,6 +107,7 @@ Usage:
   {p} --reload
   {p} conntrack -L|-D|-F|-S|-C|-E [filters]     (like conntrack(8); --help)
   {p} observe [--verdict V] [--service VIP:PORT] [--last N] [--follow]
+  {p} health                                     (the real servers' health checks)
   {p} -h
 
 Commands:
@@ -200,17 +201,17 @@ pub fn main_with(
     };
     let program = rest.first().cloned().unwrap_or_else(|| "xvsadm".into());
     match rest.get(1).map(String::as_str) {
-        Some("conntrack") | Some("observe") => {
+        Some("conntrack") | Some("observe") | Some("health") => {
             let sub = &rest[1];
             let mut argv = vec![format!("xvsadm {sub}")];
             argv.extend(rest[2..].iter().cloned());
             if g.json {
                 argv.push("--json".into());
             }
-            return if sub == "conntrack" {
-                super::conntrack::main(&argv, &to, out, err)
-            } else {
-                super::observe::main(&argv, &to, out, err)
+            return match sub.as_str() {
+                "conntrack" => super::conntrack::main(&argv, &to, out, err),
+                "observe" => super::observe::main(&argv, &to, out, err),
+                _ => super::health::main(&argv, &to, out, err),
             };
         }
         _ => {}

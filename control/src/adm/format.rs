@@ -454,6 +454,7 @@ mod tests {
             weight,
             forward: xvs_config::ForwardMethod::Masq,
             encap: None,
+            health: None,
             active,
             inactive,
             stats: Stats::default(),

@@ -4,6 +4,7 @@ pub mod cli;
 pub mod client;
 pub mod conntrack;
 pub mod format;
+pub mod health;
 pub mod ipvs_opts;
 pub mod ipvsadm;
 pub mod names;
