@@ -62,9 +62,11 @@ pub struct BackendCheck {
     pub service: ServiceKey,
     /// The backend's address.
     pub address: IpAddr,
-    /// The port checked: the check's own `port`, else the backend's (a
-    /// backend of a port-0 service has none: its check must give one).
+    /// The backend's port (what identifies it in its service).
     pub port: u16,
+    /// The port probed: the check's own `port`, else the backend's (a
+    /// backend of a port-0 service has none: its check must give one).
+    pub probe_port: u16,
     /// How.
     pub check: HealthCheck,
 }

@@ -206,15 +206,17 @@ fn a_route_backend_must_be_on_a_connected_segment() {
 fn health_checks_are_read_with_their_defaults_and_checked() {
     let c = xvs_config::parse_str(
         "xvs.toml",
-        &with_base("[[services]]\nvip = \"198.19.0.1\"\nport = 80\n[[services.backends]]\naddress = \"198.18.1.1\"\ncheck = { kind = \"http\", interval = \"500ms\", timeout = \"200ms\", rise = 1, fall = 2, http_path = \"/health\", expect_status = 204 }\n[[services.backends]]\naddress = \"198.18.1.2\"\ncheck = { kind = \"tcp\" }\n[[services.backends]]\naddress = \"198.18.1.3\"\ncheck = { kind = \"none\" }\n[[services.backends]]\naddress = \"198.18.1.4\"\n"),
+        &with_base("[[services]]\nvip = \"198.19.0.1\"\nport = 80\n[[services.backends]]\naddress = \"198.18.1.1\"\ncheck = { kind = \"http\", interval = \"500ms\", timeout = \"200ms\", rise = 1, fall = 2, http_path = \"/health\", expect_status = 204 }\n[[services.backends]]\naddress = \"198.18.1.2\"\ncheck = { kind = \"tcp\", port = 8081 }\n[[services.backends]]\naddress = \"198.18.1.3\"\ncheck = { kind = \"none\" }\n[[services.backends]]\naddress = \"198.18.1.4\"\n"),
     )
     .unwrap();
     assert_eq!(c.checks.len(), 2);
     let http = &c.checks[0];
     assert_eq!(
-        (http.address, http.port),
-        ("198.18.1.1".parse().unwrap(), 80)
+        (http.address, http.port, http.probe_port),
+        ("198.18.1.1".parse().unwrap(), 80, 80)
     );
+    // A check's own port is probed; the backend stays the service's.
+    assert_eq!((c.checks[1].port, c.checks[1].probe_port), (80, 8081));
     assert_eq!(
         http.check,
         xvs_config::HealthCheck {

@@ -97,7 +97,10 @@ impl EventView {
     pub fn line(&self) -> String {
         let secs = self.time_ms / 1000;
         let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
+        let health = self.verdict.starts_with("BACKEND_");
         let tail = match (&self.reason, &self.backend) {
+            (Some(r), Some(b)) if health => format!(" {b}: {r}"),
+            (None, Some(b)) if health => format!(" {b}"),
             (Some(r), _) => format!(" {r}"),
             (None, Some(b)) => format!(" to {b}"),
             _ => String::new(),

@@ -92,7 +92,7 @@ impl Checks {
 
 /// One probe: `Ok` when the backend passed it, else why not.
 pub async fn probe(check: &BackendCheck) -> Result<(), String> {
-    let to = SocketAddr::new(check.address, check.port);
+    let to = SocketAddr::new(check.address, check.probe_port);
     let c = &check.check;
     let run = async {
         let stream = TcpStream::connect(to)
@@ -221,7 +221,7 @@ async fn check_loop(
             service: service.clone(),
             backend: backend.clone(),
             kind: c.check.kind.name().to_owned(),
-            port: c.port,
+            port: c.probe_port,
             state: "up".into(),
             successes: 0,
             failures: 0,

@@ -1,8 +1,10 @@
 //! Real HTTP backends: Debian's nginx in a backend namespace, one process
 //! (`master_process off`, so the guard's PID is the whole server), serving
-//! `NAME\n` on `/` (so a client sees which backend answered) and nginx's
-//! `stub_status` on `/status`; its files live in a folder of its own,
-//! removed with it.
+//! `NAME\n` on `/` (so a client sees which backend answered), nginx's
+//! `stub_status` on `/status`, and `/health`: 200 while it is healthy,
+//! 503 once a test says it is not ([`Nginx::set_healthy`]: what a health
+//! check sees, the rest served as before); its files live in a folder of
+//! its own, removed with it.
 //!
 //! Invariant: the server is killed (by its own PID) and its folder removed
 //! when the guard drops, also when a test panics.
@@ -70,12 +72,15 @@ impl Nginx {
                server {{\n\
 {listen}\
                  location = /status {{ stub_status; }}\n\
+                 location = /health {{ root {d}/www; default_type text/plain; try_files /health =503; }}\n\
                  location / {{ default_type text/plain; return 200 \"{name}\\n\"; }}\n\
                }}\n\
              }}\n"
         );
         let path = dir.join("nginx.conf");
         std::fs::write(&path, conf)?;
+        std::fs::create_dir_all(dir.join("www"))?;
+        std::fs::write(dir.join("www/health"), "ok\n")?;
         let mut cmd = ns.command("nginx");
         cmd.args(["-p", &d.to_string(), "-c"])
             .arg(&path)
@@ -94,6 +99,17 @@ impl Nginx {
             status_url: url,
             name: name.to_owned(),
         })
+    }
+
+    /// Makes `/health` answer 200 (`true`) or 503 (`false`); everything
+    /// else is served as before.
+    pub fn set_healthy(&self, healthy: bool) -> std::io::Result<()> {
+        let f = self.dir.join("www/health");
+        if healthy {
+            std::fs::write(f, "ok\n")
+        } else {
+            std::fs::remove_file(f)
+        }
     }
 
     /// Its counters, asked over a connection of its own from its

@@ -179,7 +179,8 @@ impl Checker<'_> {
             found.push(BackendCheck {
                 service: service.key,
                 address: b.address,
-                port: port.unwrap_or(b.port),
+                port: b.port,
+                probe_port: port.unwrap_or(b.port),
                 check,
             });
         }
