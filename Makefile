@@ -81,6 +81,7 @@ e2e-bench: deps
 	$(CARGO) build --release -p xvs-control -p xvs-benches --bins
 	./target/release/xvs-bench --chart target/xvs-bench.svg --json target/xvs-bench.json $(BENCH_ARGS)
 	./target/release/xvs-control-bench
+	./target/release/xvs-dsr-bench
 
 ## vm-image: the two-VM benchmark image (vm-tests/vm/README.md; as root)
 vm-image: deps

@@ -121,8 +121,9 @@ pub struct Bed {
 }
 
 impl Bed {
-    /// Builds the topology and starts the sink.
-    pub fn build(seconds: f64) -> Result<Bed, String> {
+    /// Builds the topology and starts the sink, which also counts frames
+    /// to `also` (VIPs whose packets reach it unchanged: direct routing).
+    pub fn build(seconds: f64, also: &[IpAddr]) -> Result<Bed, String> {
         let topo = Topology::build(Spec {
             arms: Arms::Two,
             backends: 1,
@@ -165,6 +166,7 @@ impl Bed {
                 .iter()
                 .chain(&target_endpoints6())
                 .map(|e| e.addr)
+                .chain(also.iter().copied())
                 .collect(),
             mac: sink_mac,
             reflect: false,

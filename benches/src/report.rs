@@ -183,8 +183,10 @@ pub fn write_json(report: &Report, path: &Path) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-const MODES: [(&str, RGBColor); 5] = [
+const MODES: [(&str, RGBColor); 7] = [
     ("xvs", RGBColor(0x1f, 0x77, 0xb4)),
+    ("xvs-route", RGBColor(0x17, 0xbe, 0xcf)),
+    ("xvs-gue", RGBColor(0x94, 0x67, 0xbd)),
     ("raw", RGBColor(0x7f, 0x7f, 0x7f)),
     ("iptables-legacy", RGBColor(0xd6, 0x27, 0x28)),
     ("iptables-nft", RGBColor(0xff, 0x7f, 0x0e)),

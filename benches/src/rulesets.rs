@@ -31,7 +31,7 @@ use std::hash::Hasher;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use siphasher::sip::SipHasher13;
-use xvs_config::HostPort;
+use xvs_config::{Encap, ForwardMethod, HostPort};
 use xvs_dataplane::wire::Endpoint;
 
 /// The cluster's pod CIDR: sources outside it are masqueraded.
@@ -429,6 +429,14 @@ pub fn nftables_change(old: &Svc, new: &Svc) -> String {
 /// The `[[services]]` of an xvs config for `svcs` (round robin, the
 /// closest to `statistic --mode random` among IPVS schedulers).
 pub fn xvs_services(svcs: &[Svc]) -> String {
+    xvs_services_via(svcs, ForwardMethod::Masq, Encap::Ipip)
+}
+
+/// [`xvs_services`] with every backend forwarded by `forward` (tunnels
+/// with `encap`): full NAT to the endpoint's port, or (direct routing,
+/// tunnels, which keep the packet's port) to the endpoint's address at
+/// the service's port.
+pub fn xvs_services_via(svcs: &[Svc], forward: ForwardMethod, encap: Encap) -> String {
     let mut out = String::with_capacity(svcs.len() * 200);
     for s in svcs {
         let _ = writeln!(
@@ -437,7 +445,16 @@ pub fn xvs_services(svcs: &[Svc]) -> String {
             s.vip, s.proto, s.port
         );
         for e in &s.endpoints {
-            let _ = writeln!(out, "  {{ address = \"{}\", port = {} }},", e.addr, e.port);
+            let _ = match forward {
+                ForwardMethod::Masq => {
+                    writeln!(out, "  {{ address = \"{}\", port = {} }},", e.addr, e.port)
+                }
+                f => writeln!(
+                    out,
+                    "  {{ address = \"{}\", forward = \"{f}\", encap = \"{encap}\" }},",
+                    e.addr
+                ),
+            };
         }
         out.push_str("]\n");
     }

@@ -1,7 +1,7 @@
 //! Real HTTP backends: Debian's nginx in a backend namespace, one process
 //! (`master_process off`, so the guard's PID is the whole server), serving
 //! `NAME\n` on `/` (so a client sees which backend answered), nginx's
-//! `stub_status` on `/status`, and `/health`: 200 while it is healthy,
+//! `stub_status` on `/status`, files a test puts on `/files/`, and `/health`: 200 while it is healthy,
 //! 503 once a test says it is not ([`Nginx::set_healthy`]: what a health
 //! check sees, the rest served as before); its files live in a folder of
 //! its own, removed with it.
@@ -73,6 +73,7 @@ impl Nginx {
 {listen}\
                  location = /status {{ stub_status; }}\n\
                  location = /health {{ root {d}/www; default_type text/plain; try_files /health =503; }}\n\
+                 location /files/ {{ alias {d}/www/; default_type application/octet-stream; }}\n\
                  location / {{ default_type text/plain; return 200 \"{name}\\n\"; }}\n\
                }}\n\
              }}\n"
@@ -99,6 +100,11 @@ impl Nginx {
             status_url: url,
             name: name.to_owned(),
         })
+    }
+
+    /// Serves `size` bytes at `/files/NAME`.
+    pub fn put_file(&self, name: &str, size: usize) -> std::io::Result<()> {
+        std::fs::write(self.dir.join("www").join(name), vec![b'x'; size])
     }
 
     /// Makes `/health` answer 200 (`true`) or 503 (`false`); everything

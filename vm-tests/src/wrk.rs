@@ -15,8 +15,24 @@ pub struct Wrk {
     pub errors: u64,
     /// Answers other than 2xx or 3xx.
     pub non_2xx: u64,
+    /// Bytes read (answers, headers included), as wrk rounds them.
+    pub bytes: f64,
     /// All of it.
     pub text: String,
+}
+
+/// wrk's byte figure (`48.84MB`, `1.02GB`, `512.00KB`, `100B`) in bytes.
+fn bytes_of(text: &str) -> Option<f64> {
+    let t = text.trim();
+    let (n, scale) = [
+        ("GB", 1u64 << 30),
+        ("MB", 1 << 20),
+        ("KB", 1 << 10),
+        ("B", 1),
+    ]
+    .iter()
+    .find_map(|(unit, scale)| t.strip_suffix(unit).map(|n| (n, *scale)))?;
+    Some(n.parse::<f64>().ok()? * scale as f64)
 }
 
 impl Wrk {
@@ -33,6 +49,12 @@ impl Wrk {
                 .filter(|_| line.contains(" requests in "))
             {
                 w.requests = n.trim().parse().unwrap_or(0);
+                w.bytes = line
+                    .rsplit(", ")
+                    .next()
+                    .and_then(|r| r.strip_suffix(" read"))
+                    .and_then(bytes_of)
+                    .unwrap_or(0.0);
             }
             if let Some(n) = line.strip_prefix("Non-2xx or 3xx responses:") {
                 w.non_2xx = n.trim().parse().unwrap_or(0);
@@ -64,5 +86,24 @@ impl Wrk {
                 ..Wrk::default()
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_wrk_s_summary() {
+        let w = Wrk::parse(
+            "Running 5s test @ http://198.19.0.1/\n  1 threads and 16 connections\n  \
+             12000 requests in 5.00s, 117.19MB read\n  Socket errors: connect 0, read 2, write 0, timeout 1\n  \
+             Non-2xx or 3xx responses: 3\nRequests/sec:   2400.00\n",
+        );
+        assert_eq!((w.requests, w.errors, w.non_2xx), (12000, 3, 3));
+        assert!((w.bytes - 117.19 * 1048576.0).abs() < 1.0);
+        assert_eq!(bytes_of("512.00KB"), Some(512.0 * 1024.0));
+        assert_eq!(bytes_of("100B"), Some(100.0));
+        assert_eq!(bytes_of("lots"), None);
     }
 }

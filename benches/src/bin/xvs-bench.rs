@@ -33,8 +33,10 @@ use xvs_benches::report::{
     fill_ratios, table, write_chart, write_json, Change, Report, Row, Target,
 };
 use xvs_benches::rulesets::{
-    iptables, iptables_change, nftables, nftables_change, services, xvs_services, Svc,
+    iptables, iptables_change, nftables, nftables_change, services, xvs_services, xvs_services_via,
+    Svc,
 };
+use xvs_config::{Encap, ForwardMethod};
 use xvs_dataplane::counters::CountersReading;
 use xvs_dataplane::runtime::Dataplane;
 use xvs_dataplane::wire::DropReason;
@@ -213,6 +215,91 @@ fn xvs_header(fam: Fam) -> String {
     )
 }
 
+/// (Re)starts xvs in the runner on config `text`; the seconds it took
+/// to start.
+fn start_xvs(runner: &XvsRunner, text: String) -> Result<Result<f64, String>, String> {
+    runner.run(move |dp: &mut Option<Dataplane>| -> Result<f64, String> {
+        if let Some(old) = dp.take() {
+            old.stop();
+        }
+        let start = Instant::now();
+        let cfg = xvs_config::parse_str("bench.toml", &text).map_err(|e| e.to_string())?;
+        let d = Dataplane::start(&cfg, || {
+            (xvs_dataplane::steer::monotonic_ns() / 1_000_000_000) as u32
+        })
+        .map_err(|e| e.to_string())?;
+        let took = start.elapsed().as_secs_f64();
+        *dp = Some(d);
+        Ok(took)
+    })
+}
+
+/// The service counts the direct-return rows are measured at: the
+/// smallest and the largest asked for.
+fn dsr_counts(cli: &Cli) -> Vec<usize> {
+    let mut c: Vec<usize> = [cli.services.iter().min(), cli.services.iter().max()]
+        .into_iter()
+        .flatten()
+        .copied()
+        .collect();
+    c.dedup();
+    c
+}
+
+/// The VIPs the direct-return rows send to (the sink counts them too:
+/// direct routing delivers the packet to the endpoint unchanged).
+fn dsr_vips(cli: &Cli) -> Vec<IpAddr> {
+    dsr_counts(cli)
+        .into_iter()
+        .map(|n| services(n, "udp", &target_endpoints())[n - 1].vip)
+        .collect()
+}
+
+/// xvs with direct routing and with GUE tunnels to the same endpoints
+/// (replies would bypass the gateway; here the sink counts what arrives,
+/// and it takes UDP: GUE rather than IPIP): `xvs-route` and `xvs-gue`
+/// rows beside full NAT's, at the smallest and the largest service
+/// count.
+fn run_xvs_dsr(cli: &Cli, bed: &mut Bed, rows: &mut Vec<Row>) -> Result<(), String> {
+    let runner = XvsRunner::new(bed.gateway())?;
+    for (forward, mode) in [
+        (ForwardMethod::Route, "xvs-route"),
+        (ForwardMethod::Tunnel, "xvs-gue"),
+    ] {
+        for n in dsr_counts(cli) {
+            let svcs = services(n, "udp", &target_endpoints());
+            let text = format!(
+                "{}{}",
+                xvs_header(Fam::V4),
+                xvs_services_via(&svcs, forward, Encap::Gue)
+            );
+            eprintln!("{mode}: {n} services");
+            let load = match start_xvs(&runner, text)? {
+                Ok(s) => s,
+                Err(e) => {
+                    failed(mode, n, &e, rows);
+                    continue;
+                }
+            };
+            let dst = ep_any(svcs[n - 1].vip, svcs[n - 1].port);
+            for w in WORKLOADS {
+                let before = xvs_totals(&runner)?;
+                let m = bed.measure(dst, w);
+                let after = xvs_totals(&runner)?;
+                let mut r = row(mode, n, w, m, Some(load));
+                r.note = Some(xvs_note(&before, &after));
+                rows.push(r);
+            }
+        }
+    }
+    drop(runner);
+    let dir = bench_state_dir();
+    xvs_dataplane::state::remove_files(&dir, "gc");
+    xvs_dataplane::state::unmount_dir(&dir);
+    let _ = std::fs::remove_dir_all(dir);
+    Ok(())
+}
+
 fn run_xvs(
     cli: &Cli,
     fam: Fam,
@@ -226,20 +313,7 @@ fn run_xvs(
         let svcs = services(n, "udp", &fam.targets());
         let text = format!("{}{}", xvs_header(fam), xvs_services(&svcs));
         eprintln!("{mode}: {n} services");
-        let loaded = runner.run(move |dp: &mut Option<Dataplane>| -> Result<f64, String> {
-            if let Some(old) = dp.take() {
-                old.stop();
-            }
-            let start = Instant::now();
-            let cfg = xvs_config::parse_str("bench.toml", &text).map_err(|e| e.to_string())?;
-            let d = Dataplane::start(&cfg, || {
-                (xvs_dataplane::steer::monotonic_ns() / 1_000_000_000) as u32
-            })
-            .map_err(|e| e.to_string())?;
-            let took = start.elapsed().as_secs_f64();
-            *dp = Some(d);
-            Ok(took)
-        })?;
+        let loaded = start_xvs(&runner, text)?;
         let load = match loaded {
             Ok(s) => s,
             Err(e) => {
@@ -621,7 +695,7 @@ fn bench(cli: Cli) -> Result<(), String> {
         return Err("--services: each count must be 1..=200000".into());
     }
     let started = Instant::now();
-    let mut bed = Bed::build(cli.seconds)?;
+    let mut bed = Bed::build(cli.seconds, &dsr_vips(&cli))?;
     let (mut rows, mut changes) = (Vec::new(), Vec::new());
 
     // 1. The ceiling: the raw forwarder, aimed at an endpoint directly.
@@ -637,6 +711,7 @@ fn bench(cli: Cli) -> Result<(), String> {
 
     // 2. xvs, over IPv4 then IPv6.
     run_xvs(&cli, Fam::V4, &mut bed, &mut rows, &mut changes)?;
+    run_xvs_dsr(&cli, &mut bed, &mut rows)?;
     run_xvs(&cli, Fam::V6, &mut bed, &mut rows, &mut changes)?;
 
     // 3. The kernel, with RPS giving it the forwarding CPU.
