@@ -153,3 +153,46 @@ fn icmp_errors_about_direct_replies_go_to_the_backend_the_flow_s_way() {
     let (v, _) = run(&mut p, error, 2);
     assert!(matches!(v, Verdict::Drop(_)), "{v:?}");
 }
+
+/// The outer source: `tunnel.source` when given, and with
+/// `tunnel.client_source_net` (Katran's trick) that network's prefix with
+/// the client's low bits, so a backend's RSS spreads clients.
+#[test]
+fn the_outer_source_is_the_configured_one_or_derived_from_the_client() {
+    let client = ipv4(TCP_SYN).src;
+    for (tunnel, want) in [
+        (
+            xvs_config::Tunnel {
+                source: Some(Ipv4Addr::new(198, 18, 1, 250)),
+                ..Default::default()
+            },
+            Ipv4Addr::new(198, 18, 1, 250),
+        ),
+        (
+            xvs_config::Tunnel {
+                client_source_net: Some("198.18.240.0/20".parse().unwrap()),
+                ..Default::default()
+            },
+            Ipv4Addr::from(
+                u32::from(Ipv4Addr::new(198, 18, 240, 0)) | (u32::from(client) & 0x0fff),
+            ),
+        ),
+    ] {
+        let mut p = Pipeline::new(
+            PipelineConfig {
+                snat_addrs: vec![SNAT],
+                tunnel,
+                ..config()
+            },
+            0,
+        );
+        p.own(VIP);
+        let mut s = rr_service(VIP, Protocol::Tcp, 80, &[(BACKEND, 80, 1)]);
+        s.backends[0].forward = ForwardMethod::Tunnel;
+        p.upsert_service(Arc::new(CompiledService::new(1, &s, 1, None)));
+        run(&mut p, ARP_REPLY_FROM_BACKEND, 0);
+        let (_, out) = run(&mut p, TCP_SYN, 1);
+        let outer = smoltcp::wire::Ipv4Packet::new_checked(&out[14..]).unwrap();
+        assert_eq!((outer.src_addr(), outer.dst_addr()), (want, BACKEND));
+    }
+}
