@@ -145,3 +145,24 @@ fn minimal_file_gets_the_defaults() {
     assert_eq!(s.backends[0].port, 80);
     assert_eq!(s.backends[0].weight, 1);
 }
+
+#[test]
+fn direct_return_routes_tunnels_and_checks() {
+    use xvs_config::{CheckKind, Encap, ForwardMethod};
+    let c = example("direct-return.toml");
+    let b = &c.services[0].backends;
+    assert_eq!(
+        b.iter().map(|b| (b.forward, b.port)).collect::<Vec<_>>(),
+        [
+            (ForwardMethod::Route, 80),
+            (ForwardMethod::Route, 80),
+            (ForwardMethod::Tunnel, 80)
+        ]
+    );
+    assert_eq!(b[2].encap, Encap::Gue);
+    assert_eq!(c.tunnel.gue_port, 6080);
+    assert_eq!(
+        c.checks.iter().map(|k| k.check.kind).collect::<Vec<_>>(),
+        [CheckKind::Http, CheckKind::Http, CheckKind::Tcp]
+    );
+}
