@@ -298,11 +298,9 @@ impl Topology {
     /// bounded by `timeout_ms`. Returns its summary line
     /// (`ok=N failed=M by=NAME:K,...`), also when some failed.
     pub fn tcp_load(&self, testnet: &str, to: &str, connections: usize, timeout_ms: u64) -> String {
-        let out = self
-            .client
-            .ns
-            .command(testnet)
-            .args([
+        self.client_says(
+            testnet,
+            &[
                 "tcp",
                 "--connect",
                 to,
@@ -310,9 +308,19 @@ impl Topology {
                 &connections.to_string(),
                 "--timeout-ms",
                 &timeout_ms.to_string(),
-            ])
-            .output();
-        out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            ],
+        )
+    }
+
+    /// Runs `testnet ARGS` (an `xvs-testnet` subcommand) on the client
+    /// and returns what it printed, trimmed (empty if it did not run).
+    pub fn client_says(&self, testnet: &str, args: &[&str]) -> String {
+        self.client
+            .ns
+            .command(testnet)
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
             .unwrap_or_default()
     }
 

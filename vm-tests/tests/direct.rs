@@ -60,23 +60,20 @@ fn route_backends(t: &Topology) -> String {
 }
 
 fn client_tcp(t: &Topology, connections: usize) -> String {
-    let out = t
-        .client
-        .ns
-        .exec(
-            TESTNET,
-            &[
-                "tcp",
-                "--connect",
-                &format!("{VIP}:80"),
-                "--connections",
-                &connections.to_string(),
-                "--concurrency",
-                "8",
-            ],
-        )
-        .unwrap();
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    let n = connections.to_string();
+    let to = format!("{VIP}:80");
+    t.client_says(
+        TESTNET,
+        &[
+            "tcp",
+            "--connect",
+            &to,
+            "--connections",
+            &n,
+            "--concurrency",
+            "8",
+        ],
+    )
 }
 
 fn field(line: &str, key: &str) -> u64 {

@@ -66,25 +66,25 @@ fn config(t: &Topology, backends: &str) -> String {
 }
 
 fn client_tcp(t: &Topology, connections: u32, payload: usize) -> String {
-    let out = t
-        .client
-        .ns
-        .exec(
-            TESTNET,
-            &[
-                "tcp",
-                "--connect",
-                &format!("{VIP}:80"),
-                "--connections",
-                &connections.to_string(),
-                "--concurrency",
-                "8",
-                "--payload",
-                &payload.to_string(),
-            ],
-        )
-        .unwrap();
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    let (n, bytes, to) = (
+        connections.to_string(),
+        payload.to_string(),
+        format!("{VIP}:80"),
+    );
+    t.client_says(
+        TESTNET,
+        &[
+            "tcp",
+            "--connect",
+            &to,
+            "--connections",
+            &n,
+            "--concurrency",
+            "8",
+            "--payload",
+            &bytes,
+        ],
+    )
 }
 
 fn field(line: &str, key: &str) -> u64 {

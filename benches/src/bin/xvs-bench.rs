@@ -215,6 +215,35 @@ fn xvs_header(fam: Fam) -> String {
     )
 }
 
+/// Both workloads against `dst` with xvs running (`mode` with `n`
+/// services, loaded in `load` seconds): a row each, xvs's counters in
+/// its note.
+fn measure_xvs(
+    runner: &XvsRunner,
+    bed: &mut Bed,
+    (mode, n, load): (&str, usize, f64),
+    dst: xvs_dataplane::wire::Endpoint<IpAddr>,
+    rows: &mut Vec<Row>,
+) -> Result<(), String> {
+    for w in WORKLOADS {
+        let before = xvs_totals(runner)?;
+        let m = bed.measure(dst, w);
+        let after = xvs_totals(runner)?;
+        let mut r = row(mode, n, w, m, Some(load));
+        r.note = Some(xvs_note(&before, &after));
+        rows.push(r);
+    }
+    Ok(())
+}
+
+/// Removes the measured data plane's flow state (after its runner).
+fn remove_bench_state() {
+    let dir = bench_state_dir();
+    xvs_dataplane::state::remove_files(&dir, "gc");
+    xvs_dataplane::state::unmount_dir(&dir);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// (Re)starts xvs in the runner on config `text`; the seconds it took
 /// to start.
 fn start_xvs(runner: &XvsRunner, text: String) -> Result<Result<f64, String>, String> {
@@ -282,21 +311,11 @@ fn run_xvs_dsr(cli: &Cli, bed: &mut Bed, rows: &mut Vec<Row>) -> Result<(), Stri
                 }
             };
             let dst = ep_any(svcs[n - 1].vip, svcs[n - 1].port);
-            for w in WORKLOADS {
-                let before = xvs_totals(&runner)?;
-                let m = bed.measure(dst, w);
-                let after = xvs_totals(&runner)?;
-                let mut r = row(mode, n, w, m, Some(load));
-                r.note = Some(xvs_note(&before, &after));
-                rows.push(r);
-            }
+            measure_xvs(&runner, bed, (mode, n, load), dst, rows)?;
         }
     }
     drop(runner);
-    let dir = bench_state_dir();
-    xvs_dataplane::state::remove_files(&dir, "gc");
-    xvs_dataplane::state::unmount_dir(&dir);
-    let _ = std::fs::remove_dir_all(dir);
+    remove_bench_state();
     Ok(())
 }
 
@@ -322,14 +341,7 @@ fn run_xvs(
             }
         };
         let dst = ep_any(svcs[n - 1].vip, svcs[n - 1].port);
-        for w in WORKLOADS {
-            let before = xvs_totals(&runner)?;
-            let m = bed.measure(dst, w);
-            let after = xvs_totals(&runner)?;
-            let mut r = row(&mode, n, w, m, Some(load));
-            r.note = Some(xvs_note(&before, &after));
-            rows.push(r);
-        }
+        measure_xvs(&runner, bed, (&mode, n, load), dst, rows)?;
         if n == cli.change_at && fam == Fam::V4 {
             let new = changed(&svcs[n - 1]);
             let one = format!("{}{}", xvs_header(fam), xvs_services(&[new]));
@@ -353,10 +365,7 @@ fn run_xvs(
         }
     }
     drop(runner);
-    let dir = bench_state_dir();
-    xvs_dataplane::state::remove_files(&dir, "gc");
-    xvs_dataplane::state::unmount_dir(&dir);
-    let _ = std::fs::remove_dir_all(dir);
+    remove_bench_state();
     Ok(())
 }
 
