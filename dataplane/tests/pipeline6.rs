@@ -218,3 +218,59 @@ fn what_cannot_be_served_is_dropped_by_its_reason() {
     }
     assert!(p.v6.table.is_empty());
 }
+
+/// Direct routing and IPv6-in-IPv6 over IPv6: the SYN reaches the backend
+/// as the client sent it but for the hop limit (route) or inside an outer
+/// IPv6 header from the first IPv6 SNAT address (tunnel), on a one-way
+/// flow; a backend link too small answers packet too big.
+#[test]
+fn ipv6_direct_routing_and_tunnels_keep_the_client_s_packet() {
+    let make = |forward, mtu| {
+        let mut p = Pipeline::new(
+            PipelineConfig {
+                snat_addrs: vec![Ipv4Addr::new(198, 18, 2, 1)],
+                snat_addrs6: vec![a6("2001:2:0:2::1")],
+                backend_mtu: mtu,
+                ..config()
+            },
+            0,
+        );
+        p.own(vip());
+        let mut s = rr_service(vip(), Protocol::Tcp, 80, &[(backend(), 80, 1)]);
+        s.backends[0].forward = forward;
+        p.upsert_service(Arc::new(CompiledService::new(1, &s, 1, None)));
+        run(&mut p, NA6_FROM_BACKEND, 0);
+        p
+    };
+    let mut p = make(xvs_config::ForwardMethod::Route, 1500);
+    let (v, out) = run(&mut p, TCP6_SYN, 1);
+    assert_eq!(v, forward(Side::Backend, TCP6_SYN));
+    assert_eq!(&out[14..21], &TCP6_SYN[14..21]);
+    assert_eq!(out[21], TCP6_SYN[21] - 1, "hop limit");
+    assert_eq!(&out[22..], &TCP6_SYN[22..]);
+    assert!(p.v6.table.iter().next().unwrap().is_one_way());
+
+    let mut p = make(xvs_config::ForwardMethod::Tunnel, 1500);
+    let (v, out) = run(&mut p, TCP6_SYN, 1);
+    assert_eq!(
+        v,
+        Verdict::Forward {
+            len: TCP6_SYN.len() + 40,
+            to: Side::Backend
+        }
+    );
+    let outer = smoltcp::wire::Ipv6Packet::new_checked(&out[14..]).unwrap();
+    assert_eq!(u8::from(outer.next_header()), 41);
+    assert_eq!(
+        (outer.src_addr(), outer.dst_addr()),
+        (a6("2001:2:0:2::1"), backend())
+    );
+    assert_eq!(&out[54 + 8..], &TCP6_SYN[22..]);
+
+    let small = (TCP6_SYN.len() - 14 + 39) as u16;
+    let mut p = make(xvs_config::ForwardMethod::Tunnel, small);
+    let (v, out) = run(&mut p, TCP6_SYN, 1);
+    assert!(matches!(v, Verdict::Answer(_)), "{v:?}");
+    assert_eq!((out[54], out[55]), (2, 0), "packet too big");
+    assert_eq!(p.counters().too_big, 1);
+}
