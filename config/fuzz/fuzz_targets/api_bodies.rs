@@ -21,9 +21,16 @@ fuzz_target!(|data: &[u8]| {
                     std::net::IpAddr::from([198, 18, 0, 1]),
                     std::net::IpAddr::from([0x2001, 2, 0, 1, 0, 0, 0, 1u16]),
                 ];
+                // And a link prefix, so direct-routing backends meet
+                // that rule too.
+                let connected: [ipnet::IpNet; 1] = [ipnet::IpNet::V4(ipnet::Ipv4Net::new_assert(
+                    [198, 18, 0, 0].into(),
+                    16,
+                ))];
                 let gateway = xvs_config::Gateway {
                     snat: &host,
                     host: &host,
+                    connected: &connected,
                 };
                 let violations = svc.check_in(&gateway);
                 if violations.is_empty() {
