@@ -83,6 +83,10 @@ xvs_conntrack::counter_table! {
         handed_in => "xvs_handed_in_frames_total",
         /// Hand-offs dropped because the owner's ring was full.
         handoff_full => "xvs_handoff_full_total",
+        /// Frames held until their next hop answered ARP or neighbour
+        /// discovery (then run again, or given up as
+        /// `next_hop_unresolved`).
+        held => "xvs_held_frames_total",
     }
 }
 

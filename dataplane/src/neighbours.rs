@@ -36,6 +36,9 @@ pub struct Neighbours<A: Address = Ipv4Addr> {
     source: A,
     /// Sender Ethernet address of the requests (the backend side's).
     mac: EthernetAddress,
+    /// Bumped whenever an address is learned or changes: frames held for
+    /// a next hop are run again only then (or when they age).
+    generation: u64,
 }
 
 impl<A: Address> Neighbours<A> {
@@ -46,6 +49,7 @@ impl<A: Address> Neighbours<A> {
             queue: Vec::with_capacity(QUEUE),
             source,
             mac,
+            generation: 0,
         }
     }
 
@@ -57,9 +61,16 @@ impl<A: Address> Neighbours<A> {
     /// Records `addr` at `mac` (a known one is updated; a new one only
     /// while there is room).
     pub fn learn(&mut self, addr: A, mac: [u8; 6]) {
-        if self.table.len() < CAPACITY || self.table.contains_key(&addr) {
-            self.table.insert(addr, mac);
+        if (self.table.len() < CAPACITY || self.table.contains_key(&addr))
+            && self.table.insert(addr, mac) != Some(mac)
+        {
+            self.generation += 1;
         }
+    }
+
+    /// How many times an address was learned or changed.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The Ethernet address of `addr`, if known.
@@ -114,6 +125,9 @@ mod tests {
         n.resolve(B);
         assert_eq!((n.next_request(), n.next_request()), (Some(B), None));
         n.learn(B, [2, 0, 0, 0, 0, 3]);
+        assert_eq!(n.generation(), 1);
+        n.learn(B, [2, 0, 0, 0, 0, 3]);
+        assert_eq!(n.generation(), 1, "the same address again is nothing new");
         n.resolve(B);
         assert_eq!(n.next_request(), None);
         assert_eq!(n.get(B), Some([2, 0, 0, 0, 0, 3]));

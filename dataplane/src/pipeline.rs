@@ -105,6 +105,11 @@ pub enum Verdict {
     Consumed,
     /// Drop, for this reason.
     Drop(DropReason),
+    /// The frame is untouched and its flow's next hop is being asked for:
+    /// hold it and run it again once the neighbour is learned (the
+    /// kernel's unresolved queue, `unres_qlen`), or give it up with
+    /// [`Pipeline::give_up`]. Not counted until one or the other.
+    Unresolved,
 }
 
 /// A frame's flow as looked up ahead of processing, with its batch (the
@@ -607,6 +612,12 @@ impl<A: Family> Half<A> {
         dir: Direction,
     ) -> Verdict {
         let f = self.table.flow(id);
+        let route = Plan::from_tag(f.plan()).route(&f, dir);
+        let (ours, next) = match self.link(core, &route, true) {
+            Ok(macs) => macs,
+            Err(v) => return v,
+        };
+        let f = self.table.flow(id);
         if let Some(t) = self.services.traffic(f.service()) {
             let d = match dir {
                 Direction::Original => 0,
@@ -619,11 +630,6 @@ impl<A: Family> Half<A> {
                 u64::from(ip.total_len()),
             );
         }
-        let route = Plan::from_tag(f.plan()).route(&f, dir);
-        let (ours, next) = match self.link(core, &route, true) {
-            Ok(macs) => macs,
-            Err(v) => return v,
-        };
         match route.rewrite {
             Rewrite::Nat(nat) => sent(ip.forward(buf, &nat, ours, next), ip, route.side),
             Rewrite::Route => sent(ip.route(buf, ours, next), ip, route.side),
@@ -692,12 +698,11 @@ impl<A: Family> Half<A> {
             NextHop::Mac(mac) => mac,
             NextHop::Neighbour(addr) => match self.neighbours.get(addr) {
                 Some(mac) => mac,
-                None => {
-                    if resolve {
-                        self.neighbours.resolve(addr);
-                    }
-                    return Err(Verdict::Drop(DropReason::NextHopUnresolved));
+                None if resolve => {
+                    self.neighbours.resolve(addr);
+                    return Err(Verdict::Unresolved);
                 }
+                None => return Err(Verdict::Drop(DropReason::NextHopUnresolved)),
             },
         };
         Ok((ours, EthernetAddress(next)))
@@ -1211,19 +1216,37 @@ impl Pipeline {
             Verdict::Forward { .. } => c.forwarded += 1,
             Verdict::Answer(_) => c.answered += 1,
             Verdict::Consumed => c.consumed += 1,
-            Verdict::Drop(r) => {
-                c.drops[r.index()] += 1;
-                // The frame's endpoints are read only when events are
-                // produced.
-                if self.core.events.is_some() {
-                    let (protocol, src, dst) = endpoints_of(prepared);
-                    let none = FlowEvent::NONE;
-                    let kind = EventKind::Drop(r);
-                    self.core.event(now, kind, protocol, src, dst, [none, none]);
-                }
-            }
+            Verdict::Drop(r) => self.dropped(r, prepared, now),
+            // Received when it runs again or is given up.
+            Verdict::Unresolved => c.rx -= 1,
         }
         verdict
+    }
+
+    /// A frame held for its next hop ([`Verdict::Unresolved`]) that will
+    /// not run again (the neighbour never answered, or there is no room
+    /// to hold it): received and dropped as `next_hop_unresolved`.
+    pub fn give_up(&mut self, prepared: &Prepared, now: u32) {
+        self.core.counters.rx += 1;
+        self.dropped(DropReason::NextHopUnresolved, prepared, now);
+    }
+
+    /// Counts a drop for `r`, with its flow event.
+    fn dropped(&mut self, r: DropReason, prepared: &Prepared, now: u32) {
+        self.core.counters.drops[r.index()] += 1;
+        // The frame's endpoints are read only when events are produced.
+        if self.core.events.is_some() {
+            let (protocol, src, dst) = endpoints_of(prepared);
+            let none = FlowEvent::NONE;
+            let kind = EventKind::Drop(r);
+            self.core.event(now, kind, protocol, src, dst, [none, none]);
+        }
+    }
+
+    /// Changes whenever a next hop is learned or changes (frames held for
+    /// one run again then).
+    pub fn neighbour_generation(&self) -> u64 {
+        self.v4.neighbours.generation() + self.v6.neighbours.generation()
     }
 
     /// Sends flow events to `events` from now on.

@@ -12,6 +12,12 @@
 //! lock-free [`Handoff`] ring and processed there; a full ring drops it,
 //! counted.
 //!
+//! Next hops being resolved: a frame whose next hop is not known yet
+//! (a new backend's first SYN) is held, untouched, in a bounded list
+//! ([`HOLD`] frames, the kernel's `unres_qlen`) and run again when a
+//! neighbour is learned or a second passes (which asks again); after
+//! more than [`HOLD_SECONDS`] it is given up, counted as `next_hop_unresolved`.
+//!
 //! Poll modes: `busy` spins; `adaptive` spins while there is traffic and,
 //! after a run of empty polls, sleeps in poll(2) on the socket and an
 //! eventfd that the control side writes after sending a message, so
@@ -41,6 +47,22 @@ const EXPIRY_BUDGET: u32 = 256;
 const TX_BACKLOG: usize = 2 * BATCH;
 /// Flow-table slots one dump or delete request walks (bounded pause).
 const CHUNK_SLOTS: u32 = 16_384;
+
+/// Frames a worker holds for next hops being resolved; more are dropped,
+/// counted (`next_hop_unresolved`).
+pub const HOLD: usize = 64;
+/// Seconds (of the workers' clock) a frame may be held; it is given up
+/// once more have passed. The kernel gives up after 3 unanswered probes
+/// a second apart.
+pub const HOLD_SECONDS: u32 = 3;
+
+/// A frame held for its next hop.
+struct Held<F> {
+    desc: F,
+    prep: Prepared,
+    side: Side,
+    since: u32,
+}
 
 /// Largest frame handed between workers.
 pub const HANDOFF_FRAME: usize = 2048;
@@ -256,6 +278,12 @@ pub struct Worker<P: PacketIo = XskPort> {
     rx: Vec<P::Frame>,
     outs: [Outbox<P::Frame>; 2],
     drop: Vec<P::Frame>,
+    /// Frames held for next hops, and the spare list they are moved
+    /// through when run again (both with capacity [`HOLD`]).
+    held: Vec<Held<P::Frame>>,
+    held_spare: Vec<Held<P::Frame>>,
+    /// The neighbour generation and the second of the last retry.
+    held_retried: (u64, u32),
     empty_streak: u32,
 }
 
@@ -287,6 +315,9 @@ impl<P: PacketIo> Worker<P> {
             rx: vec![P::Frame::default(); BATCH],
             outs: [Outbox::new(), Outbox::new()],
             drop: Vec::with_capacity(BATCH),
+            held: Vec::with_capacity(HOLD),
+            held_spare: Vec::with_capacity(HOLD),
+            held_retried: (0, 0),
             empty_streak: 0,
         }
     }
@@ -422,6 +453,7 @@ impl<P: PacketIo> Worker<P> {
             got += 1;
             self.process_batch(&mut [desc], side, false, now, &mut outs, &mut drop);
         }
+        self.retry_held(now, &mut outs, &mut drop);
         self.port.release(&drop);
         drop.clear();
         for side in [Side::Client, Side::Backend] {
@@ -451,6 +483,10 @@ impl<P: PacketIo> Worker<P> {
     /// After the last step: what never got into a ring is dropped,
     /// counted; the final snapshot.
     pub fn finish(mut self) -> Snapshot {
+        for h in std::mem::take(&mut self.held) {
+            self.pipeline.give_up(&h.prep, self.last_now);
+            self.port.release(&[h.desc]);
+        }
         let mut outs = std::mem::take(&mut self.outs);
         for side in [Side::Client, Side::Backend] {
             self.transmit(side, &mut outs[side as usize], 0);
@@ -514,8 +550,8 @@ impl<P: PacketIo> Worker<P> {
         self.looked.clear();
         self.looked.resize(self.preps.len(), Lookup::NotYet);
         self.pipeline.lookup_prepared(&self.preps, &mut self.looked);
-        for (j, &k) in self.keep.iter().enumerate() {
-            let desc = &mut descs[k];
+        for j in 0..self.keep.len() {
+            let desc = &mut descs[self.keep[j]];
             let (prep, looked) = (self.preps[j], self.looked[j]);
             let pipeline = &mut self.pipeline;
             // SAFETY: as above.
@@ -524,18 +560,81 @@ impl<P: PacketIo> Worker<P> {
                     pipeline.process_prepared(ingress, buf, now, &prep, looked)
                 })
             };
-            let (len, side, answer) = match verdict {
-                Verdict::Forward { len, to } => (len, to, false),
-                Verdict::Answer(len) => (len, ingress, true),
-                Verdict::Consumed | Verdict::Drop(_) => {
-                    drop.push(*desc);
-                    continue;
-                }
+            let held = Held {
+                desc: *desc,
+                prep,
+                side: ingress,
+                since: now,
             };
-            // SAFETY: as above; the frame is about to be sent.
-            unsafe { self.port.set_len(desc, len) };
-            outs[side as usize].push(*desc, answer);
+            self.place(held, verdict, true, outs, drop);
         }
+    }
+
+    /// Sends the frame of `h` where its `verdict` says: to `outs` (by
+    /// side), to `drop`, or into the held frames (`fresh`: for the first
+    /// time; `h.since` is when it first was).
+    fn place(
+        &mut self,
+        mut h: Held<P::Frame>,
+        verdict: Verdict,
+        fresh: bool,
+        outs: &mut [Outbox<P::Frame>; 2],
+        drop: &mut Vec<P::Frame>,
+    ) {
+        let (len, side, answer) = match verdict {
+            Verdict::Forward { len, to } => (len, to, false),
+            Verdict::Answer(len) => (len, h.side, true),
+            Verdict::Consumed | Verdict::Drop(_) => {
+                drop.push(h.desc);
+                return;
+            }
+            Verdict::Unresolved if self.held.len() < HOLD => {
+                self.tallies.held += u64::from(fresh);
+                self.held.push(h);
+                return;
+            }
+            Verdict::Unresolved => {
+                self.pipeline.give_up(&h.prep, h.since);
+                drop.push(h.desc);
+                return;
+            }
+        };
+        // SAFETY: a frame of this port (received, handed in or held),
+        // referenced nowhere else; it is about to be sent.
+        unsafe { self.port.set_len(&mut h.desc, len) };
+        outs[side as usize].push(h.desc, answer);
+    }
+
+    /// Runs the held frames again when a next hop was learned or a new
+    /// second began (asking again for those still unknown); gives up
+    /// those held more than [`HOLD_SECONDS`].
+    fn retry_held(&mut self, now: u32, outs: &mut [Outbox<P::Frame>; 2], drop: &mut Vec<P::Frame>) {
+        let retried = (self.pipeline.neighbour_generation(), now);
+        if self.held.is_empty() || retried == self.held_retried {
+            return;
+        }
+        self.held_retried = retried;
+        // Both lists keep their capacity: no allocation.
+        let spare = std::mem::take(&mut self.held_spare);
+        let mut pending = std::mem::replace(&mut self.held, spare);
+        for mut h in pending.drain(..) {
+            if now.wrapping_sub(h.since) > HOLD_SECONDS {
+                self.pipeline.give_up(&h.prep, now);
+                drop.push(h.desc);
+                continue;
+            }
+            let pipeline = &mut self.pipeline;
+            let (side, prep) = (h.side, h.prep);
+            // SAFETY: a held frame of this port, referenced nowhere else
+            // (untouched since it was received).
+            let verdict = unsafe {
+                self.port.with_frame(&mut h.desc, |buf, _| {
+                    pipeline.process_prepared(side, buf, now, &prep, Lookup::NotYet)
+                })
+            };
+            self.place(h, verdict, false, outs, drop);
+        }
+        self.held_spare = pending;
     }
 
     /// If the frame belongs to another worker's flow, copies it into that

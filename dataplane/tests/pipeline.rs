@@ -213,12 +213,15 @@ fn everything_else_is_a_counted_drop() {
 }
 
 #[test]
-fn an_unresolved_backend_is_counted_and_arp_requested() {
+fn an_unresolved_backend_is_held_untouched_and_arp_requested() {
     let mut p = pipeline();
-    assert_eq!(
-        run(&mut p, TCP_SYN, 0).0,
-        Verdict::Drop(DropReason::NextHopUnresolved)
-    );
+    // The SYN is left as it came, to hold and run again (the worker's
+    // job); not counted until then.
+    let mut held = TCP_SYN.to_vec();
+    held.resize(2048, 0);
+    assert_eq!(p.process(&mut held, TCP_SYN.len(), 0), Verdict::Unresolved);
+    assert_eq!(&held[..TCP_SYN.len()], TCP_SYN, "untouched");
+    assert_eq!(p.counters().rx, 0);
     let queued: Vec<std::net::IpAddr> = std::iter::from_fn(|| p.next_arp()).collect();
     assert_eq!(queued, [BACKEND]);
     let mut buf = [0u8; 64];
@@ -227,15 +230,30 @@ fn an_unresolved_backend_is_counted_and_arp_requested() {
         panic!()
     };
     assert_eq!((arp.sender_ip, arp.target_ip), (SNAT, BACKEND));
-    // Once the backend answers, the SYN's retransmission goes through.
+    // Once the backend answers, the held SYN goes through, counted once.
     run(&mut p, ARP_REPLY_FROM_BACKEND, 1);
     assert_eq!(
-        run(&mut p, TCP_SYN, 1).0,
+        p.process(&mut held, TCP_SYN.len(), 1),
         Verdict::Forward {
             len: TCP_SYN_FORWARDED.len(),
             to: Side::Backend
         }
     );
+    assert_eq!(&held[..TCP_SYN_FORWARDED.len()], TCP_SYN_FORWARDED);
+    assert_eq!((p.counters().rx, p.counters().forwarded), (2, 1));
+    assert_counters_add_up(&p);
+}
+
+#[test]
+fn a_held_frame_given_up_is_counted_as_unresolved() {
+    use xvs_dataplane::pipeline::Prepared;
+    let mut p = pipeline();
+    let mut buf = TCP_SYN.to_vec();
+    assert_eq!(p.process(&mut buf, TCP_SYN.len(), 0), Verdict::Unresolved);
+    p.give_up(&Prepared::of(TCP_SYN), 3);
+    let c = p.counters();
+    assert_eq!(c.drops[DropReason::NextHopUnresolved.index()], 1);
+    assert_eq!(c.rx, 1);
     assert_counters_add_up(&p);
 }
 

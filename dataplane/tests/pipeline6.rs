@@ -123,12 +123,9 @@ fn neighbour_discovery_answers_for_the_vip_and_resolves_from_an_empty_cache() {
     let (v, out) = run(&mut p, NS6_FOR_VIP, 0);
     assert_eq!(v, Verdict::Answer(NA6_FROM_VIP.len()));
     assert_eq!(out, NA6_FROM_VIP);
-    // The backend is not known yet: the SYN is dropped (the client
-    // retransmits) and a solicitation for it is queued, once.
-    assert_eq!(
-        run(&mut p, TCP6_SYN, 1).0,
-        Verdict::Drop(DropReason::NextHopUnresolved)
-    );
+    // The backend is not known yet: the SYN is held (run again once the
+    // backend answers) and a solicitation for it is queued, once.
+    assert_eq!(run(&mut p, TCP6_SYN, 1).0, Verdict::Unresolved);
     let queued: Vec<IpAddr> = std::iter::from_fn(|| p.next_arp()).collect();
     assert!(queued.contains(&IpAddr::V6(backend())), "{queued:?}");
     let mut buf = [0u8; 128];

@@ -266,8 +266,9 @@ fn tcp_of(f: &[u8]) -> ([u8; 6], Ipv4Addr, u16, Ipv4Addr, u16) {
     (mac, p.src_addr(), t.src_port(), p.dst_addr(), t.dst_port())
 }
 
-/// Both workers ask for the backend's MAC (a first SYN each, dropped);
-/// the one reply lands on worker 1's queue and teaches both.
+/// Both workers ask for the backend's MAC (a first SYN each, held);
+/// the one reply lands on worker 1's queue and teaches both, and each
+/// sends the SYN it held.
 fn learn_backend(g: &mut Gateway) {
     for w in 0..2 {
         g.wires[w].deliver(0, &syn(39000 + w as u16));
@@ -275,6 +276,7 @@ fn learn_backend(g: &mut Gateway) {
         let asked = g.wires[w].take_sent(0);
         assert_eq!(asked.len(), 1);
         assert_eq!(&asked[0][12..14], &[0x08, 0x06], "an ARP request");
+        assert_eq!(g.snap(w).tallies.held, 1);
     }
     g.wires[1].deliver(0, &arp_reply());
     assert_eq!(g.step(1), Step::Busy);
@@ -285,6 +287,12 @@ fn learn_backend(g: &mut Gateway) {
     );
     assert_eq!(g.step(0), Step::Busy);
     assert_eq!(g.snap(0).tallies.handed_in, 1);
+    for w in 0..2 {
+        let sent = g.wires[w].take_sent(0);
+        assert_eq!(sent.len(), 1, "worker {w} sent the SYN it held");
+        let (mac, _, _, dst, dport) = tcp_of(&sent[0]);
+        assert_eq!((mac, dst, dport), (BACKEND_MAC, BACKEND, 8080));
+    }
 }
 
 #[test]
@@ -293,7 +301,7 @@ fn an_arp_reply_on_one_queue_teaches_every_worker() {
     learn_backend(&mut g);
     for (w, slice) in SLICES.iter().enumerate() {
         let s = g.snap(w);
-        assert_eq!(s.counters.drops[DropReason::NextHopUnresolved.index()], 1);
+        assert_eq!(s.counters.drops[DropReason::NextHopUnresolved.index()], 0);
         assert_eq!(s.tallies.arp_requests, 1);
         // Now each forwards.
         g.wires[w].deliver(0, &syn(40000));
@@ -304,6 +312,27 @@ fn an_arp_reply_on_one_queue_teaches_every_worker() {
         assert_eq!((mac, src, dst, dport), (BACKEND_MAC, SNAT, BACKEND, 8080));
         assert!((slice.first..=slice.last).contains(&sport), "{sport}");
     }
+    g.assert_accounted();
+}
+
+#[test]
+fn a_next_hop_that_never_answers_is_asked_each_second_then_given_up() {
+    let mut g = Gateway::new(256);
+    g.wires[0].deliver(0, &syn(39000));
+    g.step(0);
+    for _ in 0..=xvs_dataplane::worker::HOLD_SECONDS {
+        assert_eq!(g.snap(0).counters.dropped(), 0, "still held");
+        g.step(0);
+    }
+    let s = g.snap(0);
+    assert_eq!(s.tallies.held, 1);
+    assert_eq!(s.counters.drops[DropReason::NextHopUnresolved.index()], 1);
+    assert_eq!(s.counters.rx, 1);
+    assert_eq!(
+        s.tallies.arp_requests,
+        1 + u64::from(xvs_dataplane::worker::HOLD_SECONDS),
+        "asked again each second"
+    );
     g.assert_accounted();
 }
 
@@ -382,12 +411,14 @@ fn a_full_tx_ring_keeps_a_backlog_then_counts_the_rest() {
     }
     let s = g.snap(0);
     let full = s.counters.drops[DropReason::TxRingFull.index()];
-    // 128 wait (the backlog, counted as forwarded while they wait), the
-    // others are dropped, counted as such instead.
-    assert_eq!((s.counters.forwarded, full), (128, 300 - 128), "{s:?}");
+    // Besides the SYN held while the backend was learned: 128 wait (the
+    // backlog, counted as forwarded while they wait), the others are
+    // dropped, counted as such instead.
+    assert_eq!((s.counters.forwarded, full), (1 + 128, 300 - 128), "{s:?}");
     assert_eq!(
-        s.tallies.tx, s.tallies.arp_requests,
-        "nothing went out but the ARP request"
+        s.tallies.tx,
+        s.tallies.arp_requests + 1,
+        "nothing went out but the ARP request and the held SYN"
     );
     // The ring opens: the backlog goes out.
     g.wires[0].set_tx_room(0, None);
