@@ -36,10 +36,11 @@ pub use service::{
     DEFAULT_WEIGHT, MAX_MAGLEV_TABLE_SIZE, MAX_TIMEOUT_SECS, MAX_WEIGHT,
 };
 pub use settings::{
-    Admin, AdminTcp, Config, ConnRules, Conntrack, Interfaces, Kubernetes, PortRange, Restart,
-    Snat, SnatPortSlice, Timeouts, Tunnel, Vips, DEFAULT_ADMIN_SOCKET, DEFAULT_CONFIG_PATH,
-    DEFAULT_CONNTRACK_CAPACITY, DEFAULT_GUE_PORT, DEFAULT_HOLD_MS, DEFAULT_SERVICE_PROXY_NAME,
-    DEFAULT_SNAT_PORTS, DEFAULT_STATE_DIR, MAX_CONNTRACK_CAPACITY, MAX_HOLD_MS,
+    Admin, AdminTcp, Cluster, Config, ConnRules, Conntrack, Interfaces, Kubernetes, PortRange,
+    Restart, Snat, SnatPortSlice, Timeouts, Tunnel, Vips, DEFAULT_ADMIN_SOCKET,
+    DEFAULT_CONFIG_PATH, DEFAULT_CONNTRACK_CAPACITY, DEFAULT_GUE_PORT, DEFAULT_HASH_SEED,
+    DEFAULT_HOLD_MS, DEFAULT_SERVICE_PROXY_NAME, DEFAULT_SNAT_PORTS, DEFAULT_STATE_DIR,
+    MAX_CONNTRACK_CAPACITY, MAX_HOLD_MS,
 };
 pub use validate::{Host, Memory};
 

@@ -37,6 +37,8 @@ pub(crate) struct RawFile {
     #[serde(default)]
     pub(crate) tunnel: RawTunnel,
     #[serde(default)]
+    pub(crate) cluster: RawCluster,
+    #[serde(default)]
     pub(crate) services: Vec<Sp<RawService>>,
 }
 
@@ -175,4 +177,10 @@ pub(crate) struct RawTunnel {
     pub(crate) source6: Option<Sp<String>>,
     pub(crate) client_source_net: Option<Sp<String>>,
     pub(crate) gue_port: Option<Sp<i64>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCluster {
+    pub(crate) hash_seed: Option<Sp<i64>>,
 }

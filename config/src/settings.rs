@@ -58,6 +58,8 @@ pub struct Config {
     pub restart: Restart,
     /// How tunnel backends' packets are encapsulated.
     pub tunnel: Tunnel,
+    /// What gateways of one cluster share.
+    pub cluster: Cluster,
     /// Services from the file.
     pub services: Vec<Service>,
     /// Health checks of the file's backends (those with a `check`).
@@ -222,6 +224,27 @@ impl Default for ConnRules {
             conn_reuse_mode: true,
             expire_nodest_conn: true,
             expire_quiescent_template: true,
+        }
+    }
+}
+
+/// Seed of the Maglev tables when `[cluster] hash_seed` is not set.
+pub const DEFAULT_HASH_SEED: u64 = 0x7876_735f_6d61_676c; // "xvs_magl"
+
+/// What the gateways of one cluster must share to agree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cluster {
+    /// Seed of every service's Maglev table and of its client hash
+    /// (Cilium's `maglev.hashSeed`): gateways behind one ECMP group with
+    /// the same services and the same seed choose the same backend for
+    /// every flow. sh and dh hash as IPVS does, without a seed.
+    pub hash_seed: u64,
+}
+
+impl Default for Cluster {
+    fn default() -> Cluster {
+        Cluster {
+            hash_seed: DEFAULT_HASH_SEED,
         }
     }
 }

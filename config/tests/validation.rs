@@ -62,7 +62,7 @@ fn duplicate_key_is_a_syntax_error() {
 fn unknown_top_level_section() {
     assert_eq!(
         error("[service]\nvip = \"198.19.0.1\"\n"),
-        "xvs.toml:5:2: service: unknown field \"service\" (expected one of interfaces, snat, conntrack, vips, admin, kubernetes, restart, tunnel, services)"
+        "xvs.toml:5:2: service: unknown field \"service\" (expected one of interfaces, snat, conntrack, vips, admin, kubernetes, restart, tunnel, cluster, services)"
     );
 }
 

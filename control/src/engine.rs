@@ -410,6 +410,8 @@ impl Engine {
             ("[admin]", new.admin != self.config.admin),
             ("[kubernetes]", new.kubernetes != self.config.kubernetes),
             ("[restart]", new.restart != self.config.restart),
+            // Every Maglev table would change at once, under live flows.
+            ("[cluster]", new.cluster != self.config.cluster),
             (
                 "[conntrack] capacity",
                 new.conntrack.capacity != self.config.conntrack.capacity,
@@ -1105,6 +1107,7 @@ mod tests {
                 "[snat]",
                 "[conntrack]\ncapacity = 4096\n\n[snat]",
             ),
+            ("[cluster]", "[snat]", "[cluster]\nhash_seed = 7\n\n[snat]"),
         ] {
             let f = File::new(&services(&[(80, 1)]));
             let (mut e, log) = engine(&f);

@@ -197,7 +197,10 @@ impl Recorder {
         if prev.is_none() {
             self.next_id += 1;
         }
-        if let Some(c) = AnyService::compile(self.next_id - 1, svc, prev, self.workers, true) {
+        let seed = xvs_config::DEFAULT_HASH_SEED;
+        if let Some(c) =
+            AnyService::compile(self.next_id - 1, svc, prev, (self.workers, true), seed)
+        {
             self.compiled.insert(svc.key, c);
         }
     }

@@ -270,6 +270,9 @@ pub struct Dataplane {
     /// Every worker's flow events.
     events: Vec<Arc<FlowEvents>>,
     workers: usize,
+    /// The cluster's hash seed (`[cluster] hash_seed`): every service's
+    /// Maglev table is built with it.
+    hash_seed: u64,
 }
 
 /// Asks the kernel about an interface with `request` (an `SIOCGIF*`
@@ -405,7 +408,8 @@ impl Dataplane {
             .iter()
             .enumerate()
             .map(|(n, s)| {
-                AnyService::compile(n as u32 + 1, s, None, workers, true).ok_or_else(|| {
+                let seed = cfg.cluster.hash_seed;
+                AnyService::compile(n as u32 + 1, s, None, (workers, true), seed).ok_or_else(|| {
                     StartError::Unsupported(format!(
                         "service {}: its addresses are not all of one family",
                         s.key
@@ -606,6 +610,7 @@ impl Dataplane {
             events,
             next_id: services.len() as u32 + 1,
             workers,
+            hash_seed: cfg.cluster.hash_seed,
         })
     }
 
@@ -623,8 +628,8 @@ impl Dataplane {
             }
         };
         let applied = self.handle.applied();
-        let Some(compiled) = AnyService::compile(id, svc, prev.as_ref(), self.workers, applied)
-        else {
+        let at = (self.workers, applied);
+        let Some(compiled) = AnyService::compile(id, svc, prev.as_ref(), at, self.hash_seed) else {
             return Err(SteerError::Bpf {
                 what: format!("add service {}", svc.key),
                 source: std::io::Error::other("its addresses are not all of one family"),

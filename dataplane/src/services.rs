@@ -290,13 +290,14 @@ impl From<Arc<CompiledService<Ipv6Addr>>> for AnyService {
 impl AnyService {
     /// Compiles `svc` (a service of either family, checked: its addresses
     /// are of its VIP's family) as `id`, or as the next version of
-    /// `prev`; `None` when its addresses are not all of one family.
+    /// `prev`, with the cluster's hash `seed`; `None` when its addresses
+    /// are not all of one family.
     pub fn compile(
         id: u32,
         svc: &Service<IpAddr>,
         prev: Option<&AnyService>,
-        workers: usize,
-        applied: bool,
+        (workers, applied): (usize, bool),
+        seed: u64,
     ) -> Option<AnyService> {
         // The next version of `prev` when it is of the same family, else a
         // new service.
@@ -304,12 +305,12 @@ impl AnyService {
             id: u32,
             svc: &Service<A>,
             prev: Option<&Arc<CompiledService<A>>>,
-            workers: usize,
-            applied: bool,
+            (workers, applied): (usize, bool),
+            seed: u64,
         ) -> Arc<CompiledService<A>> {
             Arc::new(match prev {
-                Some(p) => CompiledService::update(p, svc, applied, None),
-                None => CompiledService::new(id, svc, workers, None),
+                Some(p) => CompiledService::update(p, svc, applied, Some(seed)),
+                None => CompiledService::new(id, svc, workers, Some(seed)),
             })
         }
         Some(match svc.key.vip {
@@ -318,14 +319,14 @@ impl AnyService {
                     Some(AnyService::V4(p)) => Some(p),
                     _ => None,
                 };
-                AnyService::V4(one(id, &svc.narrow()?, prev, workers, applied))
+                AnyService::V4(one(id, &svc.narrow()?, prev, (workers, applied), seed))
             }
             IpAddr::V6(_) => {
                 let prev = match prev {
                     Some(AnyService::V6(p)) => Some(p),
                     _ => None,
                 };
-                AnyService::V6(one(id, &svc.narrow()?, prev, workers, applied))
+                AnyService::V6(one(id, &svc.narrow()?, prev, (workers, applied), seed))
             }
         })
     }

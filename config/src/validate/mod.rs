@@ -152,6 +152,7 @@ impl Checker<'_> {
         let kubernetes = self.kubernetes(raw.kubernetes);
         let restart = self.restart(raw.restart);
         let tunnel = self.tunnel(raw.tunnel);
+        let cluster = self.cluster(raw.cluster);
         let snat_addrs: Vec<IpAddr> = snat
             .as_ref()
             .map(|s| s.0.all_addresses())
@@ -167,6 +168,7 @@ impl Checker<'_> {
             kubernetes: kubernetes?,
             restart: restart?,
             tunnel: tunnel?,
+            cluster: cluster?,
             services: services?.into_iter().map(|(s, _)| s).collect(),
             checks,
         })

@@ -466,6 +466,23 @@ impl Checker<'_> {
         ok.then_some(out)
     }
 
+    pub(super) fn cluster(
+        &mut self,
+        raw: crate::raw::RawCluster,
+    ) -> Option<crate::settings::Cluster> {
+        let mut out = crate::settings::Cluster::default();
+        if let Some(seed) = &raw.hash_seed {
+            // TOML integers are signed: every non-negative one is a seed.
+            out.hash_seed = self.int_in(
+                seed,
+                "cluster.hash_seed",
+                0..i64::MAX,
+                "0..=9223372036854775806",
+            )?;
+        }
+        Some(out)
+    }
+
     pub(super) fn restart(&mut self, raw: RawRestart) -> Option<Restart> {
         let hold_ms = match &raw.hold {
             None => Some(DEFAULT_HOLD_MS),

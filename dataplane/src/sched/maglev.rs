@@ -24,7 +24,7 @@ use xvs_conntrack::Endpoint;
 use super::{gcd, MaglevParams, Request, SchedBackend};
 
 /// Seed used when a service configures none.
-pub const DEFAULT_SEED: u64 = 0x7876_735f_6d61_676c; // "xvs_magl"
+pub const DEFAULT_SEED: u64 = xvs_config::DEFAULT_HASH_SEED;
 const EMPTY: u16 = u16::MAX;
 
 /// A populated lookup table: slot → backend index (into the list the table
