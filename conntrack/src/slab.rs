@@ -29,6 +29,9 @@ pub const FLAG_TEMPLATE: u8 = 0x02;
 /// client's direction passes the gateway, so only its key is indexed and
 /// TCP follows IPVS's INPUT-ONLY state table.
 pub(crate) const FLAG_ONE_WAY: u8 = 0x08;
+/// Entry flag: installed from another gateway's sync record (a peer's
+/// flow this gateway holds, and serves once it takes over).
+pub(crate) const FLAG_PEER: u8 = 0x10;
 /// Entry flag: on the age list.
 pub(crate) const FLAG_AGED: u8 = 0x04;
 /// Entry flag: live (not on the free list).

@@ -32,7 +32,8 @@ use xvs_config::Address;
 
 use crate::key::{Endpoint, FlowKey, L4Proto};
 use crate::slab::{
-    Entry, ListHead, Slab, AGE, FLAG_AGED, FLAG_ONE_WAY, FLAG_QUIESCED, FLAG_TEMPLATE, NIL, WHEEL,
+    Entry, ListHead, Slab, AGE, FLAG_AGED, FLAG_ONE_WAY, FLAG_PEER, FLAG_QUIESCED, FLAG_TEMPLATE,
+    NIL, WHEEL,
 };
 use crate::state::{tcp_next, Direction, FlowState};
 use crate::stats::{Removal, Stats};
@@ -182,6 +183,10 @@ impl<A: Address> FlowRef<'_, A> {
     /// Whether its backend was quiesced while it lived.
     pub fn is_quiesced(&self) -> bool {
         self.0.flags & FLAG_QUIESCED != 0
+    }
+    /// Whether it was installed from another gateway's sync record.
+    pub fn is_peer(&self) -> bool {
+        self.0.flags & FLAG_PEER != 0
     }
     /// The key of `dir`.
     pub fn key(&self, dir: Direction) -> FlowKey<A> {
@@ -606,6 +611,70 @@ impl<A: Address> FlowTable<A> {
         }
         self.file(slot);
         Ok(FlowId(slot))
+    }
+
+    /// Installs a flow another gateway tracks (flow synchronisation) in
+    /// `state`, marked as a peer's ([`FlowRef::is_peer`]): a peer's flow
+    /// tracked already (by its original key, with the same backend and
+    /// SNAT end) moves to `state`; one with other ends is replaced (the
+    /// peer's choice is the one the client's connection lives on); else it
+    /// is inserted. Its timeout is `state`'s, from `now`. A flow of this
+    /// gateway's own is never touched, nor is a template state or `None`
+    /// installed ([`InsertError::Exists`] for all three).
+    pub fn install(
+        &mut self,
+        new: &NewFlow<A>,
+        state: FlowState,
+        now: u32,
+        obs: &mut impl Observer<A>,
+    ) -> Result<FlowId, InsertError> {
+        if matches!(state, FlowState::None | FlowState::Template) {
+            return Err(InsertError::Exists);
+        }
+        let orig = FlowKey::between(new.client, new.vip, new.proto);
+        let reply = FlowKey::between(new.backend, new.snat, new.proto);
+        let own =
+            |t: &mut Self, k: &FlowKey<A>| t.lookup(k).is_some_and(|(id, _)| !t.flow(id).is_peer());
+        if own(self, &orig) || (!new.one_way && own(self, &reply)) {
+            return Err(InsertError::Exists);
+        }
+        let id = match self.lookup(&orig) {
+            Some((id, Direction::Original))
+                if {
+                    let f = self.flow(id);
+                    f.backend() == new.backend && f.snat() == new.snat
+                } =>
+            {
+                id
+            }
+            found => {
+                if let Some((id, _)) = found {
+                    self.retire(id, Removal::Rescheduled, obs);
+                }
+                // The reply key may be another (stale) flow's: it goes too.
+                if let (false, Some((id, _))) = (new.one_way, self.lookup(&reply)) {
+                    self.retire(id, Removal::Rescheduled, obs);
+                }
+                let syn = Packet {
+                    tcp_flags: crate::state::tcp_flags::SYN,
+                    len: 0,
+                };
+                self.insert_flow(new, syn, now, obs, true)?
+            }
+        };
+        let e = &mut self.slab.entries[id.0 as usize];
+        e.flags |= FLAG_PEER;
+        e.last_seen = now;
+        let old = e.state();
+        if new.proto == L4Proto::Tcp && old != state {
+            self.change_state(id.0, old, state, obs);
+        } else {
+            // Refiled from now.
+            e.timeout = old.timeout(&self.timeouts);
+            self.unfile(id.0);
+            self.file(id.0);
+        }
+        Ok(id)
     }
 
     pub(crate) fn index_insert(&mut self, hash: u64, value: u32) {

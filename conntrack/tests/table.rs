@@ -595,3 +595,58 @@ fn a_one_way_flow_indexes_only_its_original_key() {
     assert_eq!(t.lookup(&reply), Some((gid, Direction::Reply)));
     t.check_invariants().unwrap();
 }
+
+#[test]
+fn a_synced_flow_is_installed_moved_and_replaced() {
+    let mut t = FlowTable::new(16, Timeouts::default(), 0);
+    let mut c = Counts::default();
+    let f = new_flow(1, L4Proto::Tcp);
+    // Installed straight into ESTABLISHED: active, on its timeout.
+    let id = t.install(&f, FlowState::Established, 5, &mut c).unwrap();
+    assert_eq!(t.flow(id).state(), FlowState::Established);
+    assert_eq!(t.flow(id).deadline(), 5 + Timeouts::default().established);
+    assert_eq!(c.conns[&1], (1, 0));
+    let reply = FlowKey::between(f.backend, f.snat, f.proto);
+    assert_eq!(t.lookup(&reply), Some((id, Direction::Reply)));
+    // The same flow again, closing: moved, not duplicated.
+    assert_eq!(t.install(&f, FlowState::FinWait, 6, &mut c), Ok(id));
+    assert_eq!((t.len(), t.flow(id).state()), (1, FlowState::FinWait));
+    assert_eq!(c.conns[&1], (0, 1));
+    // The peer chose another backend for this client: the peer's wins.
+    let mut other = f;
+    other.backend = ep([198, 18, 1, 9], 8080);
+    other.backend_id = 2;
+    let id2 = t
+        .install(&other, FlowState::Established, 7, &mut c)
+        .unwrap();
+    assert_eq!(t.len(), 1);
+    assert_eq!(t.flow(id2).backend(), other.backend);
+    assert_eq!(t.lookup(&reply), None, "the old reply key went with it");
+    assert_eq!(c.conns[&1], (0, 0));
+    assert_eq!(c.conns[&2], (1, 0));
+    assert_eq!(c.removed, vec![(f.client, Removal::Rescheduled)]);
+    // Nothing to install for a template or no state.
+    assert_eq!(
+        t.install(&new_flow(2, L4Proto::Tcp), FlowState::Template, 7, &mut c),
+        Err(InsertError::Exists)
+    );
+    // A flow of this gateway's own is never replaced by a peer's.
+    let local = new_flow(4, L4Proto::Tcp);
+    let mine = t.insert(&local, syn(), 7, &mut c).unwrap();
+    assert!(!t.flow(mine).is_peer() && t.flow(id2).is_peer());
+    let mut theirs = local;
+    theirs.snat = ep([198, 18, 9, 1], 2000);
+    assert_eq!(
+        t.install(&theirs, FlowState::Established, 8, &mut c),
+        Err(InsertError::Exists)
+    );
+    assert_eq!(t.flow(mine).snat(), local.snat);
+    // UDP keeps its one state.
+    let u = t
+        .install(&new_flow(3, L4Proto::Udp), FlowState::Udp, 8, &mut c)
+        .unwrap();
+    assert_eq!(t.flow(u).state(), FlowState::Udp);
+    t.check_invariants().unwrap();
+    let s = t.stats();
+    assert_eq!(s.insert - s.reschedule, u64::from(t.len()));
+}

@@ -51,6 +51,12 @@ xvs_conntrack::counter_table! {
         /// tunnel backend that no longer fit its link once encapsulated,
         /// among the answers.
         too_big => "xvs_too_big_total",
+        /// Flows and templates installed, updated or deleted from peers'
+        /// sync records.
+        synced => "xvs_sync_installed_total",
+        /// Peers' sync records skipped: a service or backend this gateway
+        /// does not have, or a flow of its own in the way.
+        sync_skipped => "xvs_sync_skipped_total",
     }
     extra {
         /// Frames dropped, by reason.
@@ -72,6 +78,9 @@ xvs_conntrack::counter_table! {
         tx => "xvs_tx_frames_total",
         /// ARP requests sent to resolve next hops (among `tx`).
         arp_requests => "xvs_arp_requests_total",
+        /// Gratuitous ARPs and unsolicited neighbour advertisements sent
+        /// for addresses taken over (among `tx`).
+        announced => "xvs_announcements_total",
         /// Worker loop iterations that received frames.
         busy => "xvs_worker_busy_loops_total",
         /// Worker loop iterations that received nothing.

@@ -20,6 +20,7 @@ pub mod services;
 pub mod snat;
 pub mod state;
 pub mod steer;
+pub mod sync;
 pub mod traffic;
 pub mod wire;
 pub mod worker;

@@ -62,6 +62,7 @@ use crate::sched::{pick_persistent, Request};
 pub use crate::services::AnyService;
 use crate::services::{CompiledService, ServiceCounts, ServiceTable};
 use crate::snat::SnatEndpoints;
+use crate::sync::{refresh_due, Op, SyncQueue, SyncRecord};
 use crate::traffic::DestState;
 use crate::wire::answer::arp_reply;
 use crate::wire::encap::{Encapsulated, Outer, Wrap};
@@ -223,6 +224,8 @@ struct Core {
     counters: Counters,
     /// Where flow events go (none: not produced).
     events: Option<Arc<FlowEvents>>,
+    /// Where sync records go (none: no flow synchronisation).
+    sync: Option<Arc<SyncQueue>>,
 }
 
 impl Core {
@@ -321,6 +324,7 @@ impl<A: Family> Half<A> {
         let counts = ServiceCounts {
             table: &self.services,
             worker,
+            sync: None,
         };
         (&mut self.table, counts)
     }
@@ -393,8 +397,81 @@ impl<A: Family> Half<A> {
         let mut counts = ServiceCounts {
             table: &self.services,
             worker,
+            sync: None,
         };
         self.table.adopt(now, resolve, &mut counts)
+    }
+
+    /// Applies one peer's record (see [`Pipeline::apply_sync`]); whether
+    /// it was.
+    fn apply_sync(&mut self, r: &SyncRecord, worker: usize, now: u32) -> bool {
+        let end = |e: Endpoint<IpAddr>| {
+            Some(Endpoint {
+                addr: A::from_ip(e.addr)?,
+                port: e.port,
+            })
+        };
+        let (Some(client), Some(vip), Some(backend), Some(snat)) =
+            (end(r.client), end(r.vip), end(r.backend), end(r.snat))
+        else {
+            return false;
+        };
+        let Some(slot) = self.services.find(vip.addr, r.proto, vip.port) else {
+            return false;
+        };
+        let svc = slot.svc.clone();
+        let found = svc.backend(backend).or_else(|| {
+            // A port-0 service lists its backends without a port.
+            svc.backends
+                .iter()
+                .find(|b| b.endpoint.addr == backend.addr && b.endpoint.port == 0)
+        });
+        let Some(b) = found.copied() else {
+            return false;
+        };
+        let mut obs = ServiceCounts {
+            table: &self.services,
+            worker,
+            sync: None,
+        };
+        if r.state == FlowState::Template {
+            let Some(p) = &svc.persist else { return false };
+            let key = FlowTable::template_key(client.addr, vip, p.proto);
+            let timeout = r.timeout.min(p.timeout);
+            return self
+                .table
+                .template_set(&key, svc.id, b.id, b.endpoint, timeout, now, &mut obs)
+                .is_ok();
+        }
+        if r.op == Op::Delete {
+            let key = FlowKey::between(client, vip, r.proto);
+            return match self.table.lookup(&key) {
+                Some((id, Direction::Original)) if self.table.flow(id).is_peer() => {
+                    self.table.remove(id, &mut obs);
+                    true
+                }
+                _ => false,
+            };
+        }
+        // This gateway forwards as its own backend says; a peer's flow to
+        // a backend forwarded another way here is not installed.
+        if b.plan.is_one_way() != r.one_way {
+            return false;
+        }
+        let new = NewFlow {
+            client,
+            vip,
+            backend,
+            snat,
+            proto: r.proto,
+            service: svc.id,
+            backend_id: b.id,
+            client_mac: r.client_mac,
+            plan: b.plan.tag(),
+            one_way: r.one_way,
+        };
+        self.neighbours.resolve(backend.addr);
+        self.table.install(&new, r.state, now, &mut obs).is_ok()
     }
 
     /// Adds or replaces a service (its next hops are resolved at once).
@@ -521,9 +598,11 @@ impl<A: Family> Half<A> {
                 if dir == Direction::Reply {
                     self.neighbours.learn(ip.src(), src_mac);
                 }
-                // The state before is read only when events are produced
-                // (the entry is in cache: the lookup just verified it).
-                let before = core.events.as_ref().map(|_| self.table.flow(id).state());
+                // The state before is read only when events or sync
+                // records are produced (the entry is in cache: the lookup
+                // just verified it).
+                let watched = core.events.is_some() || core.sync.is_some();
+                let before = watched.then(|| self.table.flow(id).state());
                 let (table, mut obs) = self.split(core.cfg.worker);
                 let after = table.on_packet(id, dir, pkt, now, &mut obs);
                 if before.is_some_and(|b| b != after)
@@ -532,6 +611,14 @@ impl<A: Family> Half<A> {
                     let f = self.table.flow(id);
                     let (src, dst, to) = (f.client(), f.vip(), [f.backend(), f.snat()]);
                     core.event(now, EventKind::Close, ip.protocol(), src, dst, to);
+                }
+                if let Some(q) = &core.sync {
+                    let f = self.table.flow(id);
+                    let changed = before.is_some_and(|b| b != after);
+                    let due = dir == Direction::Original && refresh_due(f.packets()[0]);
+                    if (changed || due) && !f.is_peer() {
+                        q.push(SyncRecord::of(&f, Op::Update));
+                    }
                 }
                 (id, dir)
             }
@@ -581,6 +668,7 @@ impl<A: Family> Half<A> {
         let mut obs = ServiceCounts {
             table: &self.services,
             worker: core.cfg.worker,
+            sync: core.sync.as_deref(),
         };
         self.table.retire(id, why, &mut obs);
     }
@@ -757,6 +845,7 @@ impl<A: Family> Half<A> {
                     let mut obs = ServiceCounts {
                         table: &self.services,
                         worker,
+                        sync: core.sync.as_deref(),
                     };
                     pick_persistent(
                         &mut sched,
@@ -808,6 +897,7 @@ impl<A: Family> Half<A> {
         let mut obs = ServiceCounts {
             table: &self.services,
             worker,
+            sync: core.sync.as_deref(),
         };
         // Both keys were just found free: the orig key missed above, the
         // reply key in snat_port.
@@ -827,6 +917,14 @@ impl<A: Family> Half<A> {
                 }
                 core.counters.new_flows += 1;
                 svc.stats.conn(worker, b.id);
+                if let Some(q) = &core.sync {
+                    q.push(SyncRecord::of(&self.table.flow(id), Op::Update));
+                    if let Some(p) = &svc.persist {
+                        let net = new.client.addr.masked(p.netmask);
+                        let r = SyncRecord::template(p.proto, net, new.vip, b.endpoint, p.timeout);
+                        q.push(r);
+                    }
+                }
                 let to = [new.backend, new.snat];
                 core.event(now, EventKind::New, ip.protocol(), new.client, new.vip, to);
                 Ok(id)
@@ -988,6 +1086,7 @@ impl Pipeline {
                 pressure_until: 0,
                 counters: Counters::default(),
                 events: None,
+                sync: None,
             },
             v4,
             v6,
@@ -1247,6 +1346,55 @@ impl Pipeline {
     /// one run again then).
     pub fn neighbour_generation(&self) -> u64 {
         self.v4.neighbours.generation() + self.v6.neighbours.generation()
+    }
+
+    /// Builds the announcement that `addr` is here, on `side`, into
+    /// `buf`: a gratuitous ARP (a request for itself, broadcast, as
+    /// keepalived sends) or an unsolicited neighbour advertisement; its
+    /// length, or `None` if `buf` is too short.
+    pub fn build_announcement(&self, buf: &mut [u8], addr: IpAddr, side: Side) -> Option<usize> {
+        let mac = self.core.mac(side);
+        match addr {
+            IpAddr::V4(a) => {
+                crate::wire::Arp::request(mac, a, a).emit(buf, EthernetAddress::BROADCAST)
+            }
+            IpAddr::V6(a) => crate::wire::ndp::announce(buf, mac, a),
+        }
+    }
+
+    /// The worker's time for the sync records it produces.
+    pub fn sync_tick(&self, now: u32) {
+        if let Some(q) = &self.core.sync {
+            q.tick(now);
+        }
+    }
+
+    /// Sends sync records of this worker's flows to `sync` from now on.
+    pub fn set_sync(&mut self, sync: Arc<SyncQueue>) {
+        self.core.sync = Some(sync);
+    }
+
+    /// Installs (or updates, or deletes) the flows and templates of a
+    /// peer's sync records at `now` (see [`FlowTable::install`]). A record
+    /// for a service or backend this gateway does not have, or that
+    /// would replace a flow of its own, is skipped: (installed, skipped).
+    pub fn apply_sync(&mut self, records: &[SyncRecord], now: u32) -> (u64, u64) {
+        let worker = self.core.cfg.worker;
+        let (mut done, mut skipped) = (0, 0);
+        for r in records {
+            let ok = match r.vip.addr {
+                IpAddr::V4(_) => self.v4.apply_sync(r, worker, now),
+                IpAddr::V6(_) => self.v6.apply_sync(r, worker, now),
+            };
+            if ok {
+                done += 1;
+            } else {
+                skipped += 1;
+            }
+        }
+        self.core.counters.synced += done;
+        self.core.counters.sync_skipped += skipped;
+        (done, skipped)
     }
 
     /// Sends flow events to `events` from now on.

@@ -518,9 +518,13 @@ impl<A: Address> ServiceTable<A> {
 
 /// Routes conntrack's per-backend count changes to the right service's
 /// counts, in this worker's row.
+/// With `sync`, a flow of this gateway's own that is ended before its
+/// time (not an expiry: peers time their copies out themselves) is
+/// announced to the peers as deleted.
 pub(crate) struct ServiceCounts<'a, A: Address = Ipv4Addr> {
     pub(crate) table: &'a ServiceTable<A>,
     pub(crate) worker: usize,
+    pub(crate) sync: Option<&'a crate::sync::SyncQueue>,
 }
 
 impl<A: Address> Observer<A> for ServiceCounts<'_, A> {
@@ -529,6 +533,14 @@ impl<A: Address> Observer<A> for ServiceCounts<'_, A> {
             slot.svc
                 .counts
                 .add(self.worker, backend_id, d_active, d_inactive);
+        }
+    }
+
+    fn removed(&mut self, flow: xvs_conntrack::FlowRef<'_, A>, why: xvs_conntrack::Removal) {
+        if let Some(q) = self.sync {
+            if why != xvs_conntrack::Removal::Expired && !flow.is_peer() {
+                q.push(crate::sync::SyncRecord::of(&flow, crate::sync::Op::Delete));
+            }
         }
     }
 }

@@ -149,6 +149,12 @@ pub enum Control {
     SetTimeouts(xvs_conntrack::Timeouts),
     /// New reuse and removal rules and unknown-port policy.
     SetRules(xvs_config::ConnRules, xvs_config::UnknownPort),
+    /// Install, update or delete a peer's flows (flow synchronisation).
+    Sync(Vec<crate::sync::SyncRecord>),
+    /// Announce that an address is here now (a gratuitous ARP or an
+    /// unsolicited neighbour advertisement on every side), after taking
+    /// it over from another gateway.
+    Announce(std::net::IpAddr),
     /// Stop the worker.
     Stop,
 }
@@ -384,6 +390,10 @@ impl<P: PacketIo> Worker<P> {
                 }
                 Control::SetTimeouts(t) => self.pipeline.set_timeouts(t),
                 Control::SetRules(r, u) => self.pipeline.set_rules(r, u),
+                Control::Sync(records) => {
+                    self.pipeline.apply_sync(&records, self.last_now);
+                }
+                Control::Announce(addr) => self.announce(addr),
                 Control::Stop => return false,
             }
             self.live.applied_one();
@@ -430,6 +440,7 @@ impl<P: PacketIo> Worker<P> {
             return Step::Stopped;
         }
         self.last_now = now;
+        self.pipeline.sync_tick(now);
         self.port.reclaim();
         self.port.refill();
         let mut rx = std::mem::take(&mut self.rx);
@@ -746,6 +757,39 @@ impl<P: PacketIo> Worker<P> {
             self.port.release(&frames[sent..n]);
             if sent < n {
                 return;
+            }
+        }
+    }
+
+    /// Sends the announcement that `addr` is here on every side (one
+    /// frame each; one the TX ring cannot take is released, counted as
+    /// nothing: the control side announces more than once).
+    fn announce(&mut self, addr: IpAddr) {
+        for (sock, side) in [(0, Side::Client), (self.port.sockets() - 1, Side::Backend)] {
+            if side == Side::Backend && sock == 0 {
+                break; // one-arm: one socket, sent already
+            }
+            let Some(mut desc) = self.port.alloc() else {
+                return;
+            };
+            let pipeline = &self.pipeline;
+            // SAFETY: a free frame of this port, referenced nowhere else.
+            let len = unsafe {
+                self.port.with_frame(&mut desc, |buf, _| {
+                    pipeline.build_announcement(buf, addr, side)
+                })
+            };
+            let Some(len) = len else {
+                self.port.release(&[desc]);
+                continue;
+            };
+            // SAFETY: as above.
+            unsafe { self.port.set_len(&mut desc, len) };
+            let sent = self.port.transmit(sock, &[desc]);
+            self.tallies.tx += sent as u64;
+            self.tallies.announced += sent as u64;
+            if sent == 0 {
+                self.port.release(&[desc]);
             }
         }
     }

@@ -415,3 +415,77 @@ fn every_snat_address_adds_the_port_slice_and_replies_find_their_flow() {
     );
     assert_counters_add_up(&p);
 }
+
+/// Flow synchronisation between two gateways with the same services:
+/// what the active one records of its flow, installed on the backup,
+/// makes the backup forward the flow's packets in both directions byte
+/// for byte as the active one does; and the backup's copy is never sent
+/// back.
+#[test]
+fn a_peer_s_synced_flow_is_served_byte_for_byte() {
+    use xvs_conntrack::FlowState;
+    use xvs_dataplane::sync::{Op, SyncQueue};
+    let (mut active, mut backup) = (pipeline(), pipeline());
+    let (qa, qb) = (Arc::new(SyncQueue::new(64)), Arc::new(SyncQueue::new(64)));
+    active.set_sync(qa.clone());
+    backup.set_sync(qb.clone());
+    for p in [&mut active, &mut backup] {
+        run(p, ARP_REPLY_FROM_BACKEND, 0);
+    }
+    assert_eq!(run(&mut active, TCP_SYN, 1).1, TCP_SYN_FORWARDED);
+    let records: Vec<_> = std::iter::from_fn(|| qa.pop().map(|(_, r)| r)).collect();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (records[0].op, records[0].state),
+        (Op::Update, FlowState::SynRecv)
+    );
+    assert_eq!(backup.apply_sync(&records, 2), (1, 0));
+    // The backup now serves both directions exactly as the active does.
+    let (on_active, on_backup) = (
+        run(&mut active, TCP_REPLY, 3),
+        run(&mut backup, TCP_REPLY, 3),
+    );
+    assert_eq!(on_backup, on_active);
+    assert_eq!(on_backup.1, TCP_REPLY_FORWARDED);
+    let (on_active, on_backup) = (run(&mut active, TCP_64, 3), run(&mut backup, TCP_64, 3));
+    assert!(
+        matches!(on_backup.0, Verdict::Forward { .. }),
+        "{:?}",
+        on_backup.0
+    );
+    assert_eq!(on_backup, on_active);
+    // The active's state changes follow; the backup's copy says nothing.
+    let more: Vec<_> = std::iter::from_fn(|| qa.pop().map(|(_, r)| r)).collect();
+    assert!(more.iter().all(|r| r.op == Op::Update), "{more:?}");
+    assert_eq!(backup.apply_sync(&more, 3).1, 0);
+    assert!(qb.is_empty(), "a peer's flow is never sent back");
+    let c = backup.counters();
+    assert_eq!((c.synced, c.new_flows), (1 + more.len() as u64, 0));
+    assert_counters_add_up(&backup);
+}
+
+/// A record for a service or backend the gateway does not have, or that
+/// would replace a flow of its own, is skipped and counted.
+#[test]
+fn peer_records_that_do_not_fit_are_skipped() {
+    use xvs_dataplane::sync::SyncQueue;
+    let (mut active, mut other) = (pipeline(), pipeline());
+    let q = Arc::new(SyncQueue::new(64));
+    active.set_sync(q.clone());
+    for p in [&mut active, &mut other] {
+        run(p, ARP_REPLY_FROM_BACKEND, 0);
+    }
+    run(&mut active, TCP_SYN, 1);
+    let r = q.pop().unwrap().1;
+    // Its own flow for the same client is in the way.
+    run(&mut other, TCP_SYN, 1);
+    let mut elsewhere = r;
+    elsewhere.snat.port += 1;
+    assert_eq!(other.apply_sync(&[elsewhere], 2), (0, 1));
+    let mut unknown = r;
+    unknown.vip.port = 81;
+    let mut gone = r;
+    gone.backend.addr = "198.18.1.99".parse().unwrap();
+    assert_eq!(other.apply_sync(&[unknown, gone], 2), (0, 2));
+    assert_eq!(other.counters().sync_skipped, 3);
+}

@@ -151,7 +151,7 @@ impl Gateway {
                 "worker {w}: {c:?}"
             );
             assert_eq!(
-                c.forwarded + c.answered + s.tallies.arp_requests,
+                c.forwarded + c.answered + s.tallies.arp_requests + s.tallies.announced,
                 s.tallies.tx,
                 "worker {w}: {s:?}"
             );

@@ -275,7 +275,7 @@ fn a_tx_overload_counts_what_the_ring_could_not_take() {
     let n = |k: &str| field(line, k).unwrap();
     assert!(drops(line, "tx_ring_full") > 1000, "no TX overload: {line}");
     assert_eq!(
-        n("forwarded") + n("answered") + n("arp_requests"),
+        n("forwarded") + n("answered") + n("arp_requests") + n("announced"),
         n("tx"),
         "{line}"
     );

@@ -186,6 +186,25 @@ pub fn advertise(
     )
 }
 
+/// An unsolicited advertisement that `target` is at `mac` (override set,
+/// to all nodes): what a gateway that takes an address over sends, as
+/// the kernel does for a moved address (RFC 4861 7.2.6).
+pub fn announce(buf: &mut [u8], mac: EthernetAddress, target: Ipv6Addr) -> Option<usize> {
+    const OVERRIDE: u32 = 1 << 29;
+    let all = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
+    emit(
+        buf,
+        mac,
+        multicast_mac(all),
+        target,
+        all,
+        icmpv6::NEIGHBOUR_ADVERT,
+        OVERRIDE,
+        target,
+        icmpv6::OPT_TARGET_LLADDR,
+    )
+}
+
 /// A neighbour solicitation for `target` from `source` at `mac`, to the
 /// target's solicited-node multicast address (from `::` it carries no
 /// link-layer address option, RFC 4861 4.3).
