@@ -68,6 +68,7 @@ fuzz:
 	cd config && $(CARGO) +nightly fuzz run parse_config -- -max_total_time=$(FUZZ_SECONDS)
 	cd config && $(CARGO) +nightly fuzz run api_bodies -- -max_total_time=$(FUZZ_SECONDS)
 	cd dataplane && $(CARGO) +nightly fuzz run classify_rewrite -- -max_total_time=$(FUZZ_SECONDS)
+	cd dataplane && $(CARGO) +nightly fuzz run sync_parse -- -max_total_time=$(FUZZ_SECONDS)
 
 ## bench: criterion micro-benchmarks (release profile), then the end-to-end
 ## comparison with kube-proxy's iptables and nftables modes (as root);

@@ -26,7 +26,7 @@ pub use health::{
 };
 pub use names::{
     ArmMode, CheckKind, Encap, ForwardMethod, PollMode, Protocol, Scheduler, SchedulerFlag,
-    Steering, UnknownName, UnknownPort, XdpAttachMode, ZeroCopy,
+    Steering, SyncRole, UnknownName, UnknownPort, XdpAttachMode, ZeroCopy,
 };
 pub use service::{
     full_mask, is_contiguous, is_prime, is_unicast, is_unicast6, is_unicast_any, not_unicast,
@@ -37,10 +37,10 @@ pub use service::{
 };
 pub use settings::{
     Admin, AdminTcp, Cluster, Config, ConnRules, Conntrack, Interfaces, Kubernetes, PortRange,
-    Restart, Snat, SnatPortSlice, Timeouts, Tunnel, Vips, DEFAULT_ADMIN_SOCKET,
+    Restart, Snat, SnatPortSlice, Sync, Timeouts, Tunnel, Vips, DEFAULT_ADMIN_SOCKET,
     DEFAULT_CONFIG_PATH, DEFAULT_CONNTRACK_CAPACITY, DEFAULT_GUE_PORT, DEFAULT_HASH_SEED,
     DEFAULT_HOLD_MS, DEFAULT_SERVICE_PROXY_NAME, DEFAULT_SNAT_PORTS, DEFAULT_STATE_DIR,
-    MAX_CONNTRACK_CAPACITY, MAX_HOLD_MS,
+    DEFAULT_SYNC_PORT, MAX_CONNTRACK_CAPACITY, MAX_HOLD_MS,
 };
 pub use validate::{Host, Memory};
 

@@ -331,3 +331,17 @@ mod tests {
         assert!("TCP".parse::<Protocol>().is_err());
     }
 }
+
+keyword_enum! {
+    /// A gateway's part in flow synchronisation.
+    #[derive(Default)]
+    pub enum SyncRole: "sync role" {
+        /// Serves its addresses and sends its flows (ipvsadm's master).
+        #[default]
+        Active = "active",
+        /// Holds the peers' flows and serves nothing until told to take
+        /// over (ipvsadm's backup): its VIPs and SNAT addresses are not
+        /// steered to it meanwhile.
+        Backup = "backup",
+    }
+}

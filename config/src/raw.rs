@@ -183,4 +183,17 @@ pub(crate) struct RawTunnel {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawCluster {
     pub(crate) hash_seed: Option<Sp<i64>>,
+    pub(crate) sync: Option<Sp<RawSync>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSync {
+    pub(crate) node: Sp<i64>,
+    pub(crate) id: Option<Sp<i64>>,
+    pub(crate) listen: Sp<String>,
+    pub(crate) peers: Sp<Vec<Sp<String>>>,
+    pub(crate) key_file: Option<Sp<String>>,
+    pub(crate) role: Option<crate::names::SyncRole>,
+    pub(crate) peer_timeout: Option<Sp<String>>,
 }

@@ -232,20 +232,56 @@ impl Default for ConnRules {
 pub const DEFAULT_HASH_SEED: u64 = 0x7876_735f_6d61_676c; // "xvs_magl"
 
 /// What the gateways of one cluster must share to agree.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cluster {
     /// Seed of every service's Maglev table and of its client hash
     /// (Cilium's `maglev.hashSeed`): gateways behind one ECMP group with
     /// the same services and the same seed choose the same backend for
     /// every flow. sh and dh hash as IPVS does, without a seed.
     pub hash_seed: u64,
+    /// Flow synchronisation with the other gateways (none: off).
+    pub sync: Option<Sync>,
 }
 
 impl Default for Cluster {
     fn default() -> Cluster {
         Cluster {
             hash_seed: DEFAULT_HASH_SEED,
+            sync: None,
         }
+    }
+}
+
+/// IPVS's default sync port.
+pub const DEFAULT_SYNC_PORT: u16 = 8848;
+
+/// Flow synchronisation (`[cluster.sync]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sync {
+    /// This gateway's node id (unique in the cluster, 1..).
+    pub node: u32,
+    /// The cluster's sync id (ipvsadm's `--syncid`): datagrams with
+    /// another are dropped.
+    pub id: u8,
+    /// Where sync datagrams are received (and sent from).
+    pub listen: std::net::SocketAddr,
+    /// Where they are sent: the peers, or one multicast group (joined on
+    /// the interface of `listen`'s address).
+    pub peers: Vec<std::net::SocketAddr>,
+    /// The shared key (HMAC-SHA256 of every datagram); none: datagrams
+    /// are not authenticated.
+    pub key_file: Option<PathBuf>,
+    /// Active or backup.
+    pub role: crate::names::SyncRole,
+    /// Built-in liveness check: a peer silent this long (milliseconds)
+    /// is taken over; none: only on request.
+    pub peer_timeout_ms: Option<u32>,
+}
+
+impl Sync {
+    /// Whether the peers are one multicast group.
+    pub fn multicast(&self) -> bool {
+        matches!(self.peers.as_slice(), [one] if one.ip().is_multicast())
     }
 }
 

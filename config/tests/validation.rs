@@ -761,3 +761,68 @@ fn an_ipv6_service_needs_an_ipv6_snat_address_and_unicast_addresses() {
         ["xvs.toml:8:27: services[0].persistence.netmask: prefix length 129 is out of range for 2001:2:ff::1"]
     );
 }
+
+// ---- [cluster.sync] ----
+
+#[test]
+fn sync_takes_a_node_an_own_address_and_peers() {
+    let c = parse_str(
+        "xvs.toml",
+        &with_base(
+            "[cluster.sync]\nnode = 2\nid = 7\nlisten = \"198.18.9.2:8848\"\npeers = [\"198.18.9.1:8848\"]\nkey_file = \"/etc/xvs/sync.key\"\nrole = \"backup\"\npeer_timeout = \"3s\"\n",
+        ),
+    )
+    .unwrap();
+    let s = c.cluster.sync.unwrap();
+    assert_eq!((s.node, s.id, s.role), (2, 7, xvs_config::SyncRole::Backup));
+    assert_eq!(s.peers, ["198.18.9.1:8848".parse().unwrap()]);
+    assert_eq!(s.peer_timeout_ms, Some(3000));
+    assert!(!s.multicast());
+    let m = parse_str(
+        "xvs.toml",
+        &with_base("[cluster.sync]\nnode = 1\nlisten = \"198.18.9.1:8848\"\npeers = [\"239.0.0.81:8848\"]\n"),
+    )
+    .unwrap();
+    let m = m.cluster.sync.unwrap();
+    assert!(m.multicast());
+    assert_eq!(
+        (m.id, m.role, m.key_file),
+        (0, xvs_config::SyncRole::Active, None)
+    );
+}
+
+#[test]
+fn sync_mistakes_are_located() {
+    let sync = |body: &str| error(&format!("[cluster.sync]\n{body}"));
+    let peers = "peers = [\"198.18.9.1:8848\"]\n";
+    assert_eq!(
+        sync(&format!("node = 0\nlisten = \"198.18.9.2:8848\"\n{peers}")),
+        "xvs.toml:6:8: cluster.sync.node: 0 is out of range (expected 1..=4294967295)"
+    );
+    assert!(sync(&format!("node = 1\nlisten = \"198.18.9.2\"\n{peers}"))
+        .contains("cluster.sync.listen: \"198.18.9.2\" is not an address and port"));
+    assert!(
+        sync(&format!("node = 1\nlisten = \"239.0.0.81:8848\"\n{peers}"))
+            .contains("cluster.sync.listen: must be this gateway's own address")
+    );
+    assert!(sync("node = 1\nlisten = \"198.18.9.2:8848\"\npeers = []\n")
+        .contains("cluster.sync.peers: needs at least one peer"));
+    assert!(sync("node = 1\nlisten = \"198.18.9.2:8848\"\npeers = [\"239.0.0.81:8848\", \"198.18.9.1:8848\"]\n")
+        .contains("a multicast group is the only entry"));
+    assert!(
+        sync("node = 1\nlisten = \"198.18.9.2:8848\"\npeers = [\"[2001:2::1]:8848\"]\n")
+            .contains("must be of listen's address family")
+    );
+    assert!(sync(&format!(
+        "node = 1\nlisten = \"198.18.9.2:8848\"\n{peers}peer_timeout = \"10ms\"\n"
+    ))
+    .contains("cluster.sync.peer_timeout: \"10ms\" is not a duration of 500ms to 600s"));
+    assert!(sync(&format!(
+        "node = 1\nlisten = \"198.18.9.2:8848\"\n{peers}key_file = \"sync.key\"\n"
+    ))
+    .contains("cluster.sync.key_file"));
+    assert!(sync(&format!(
+        "node = 1\nlisten = \"198.18.9.2:8848\"\n{peers}role = \"master\"\n"
+    ))
+    .contains("unknown sync role \"master\" (expected one of active, backup)"));
+}

@@ -85,7 +85,7 @@ impl From<Refused> for ApiError {
     }
 }
 
-fn internal(e: impl ToString) -> ApiError {
+pub(crate) fn internal(e: impl ToString) -> ApiError {
     ApiError {
         status: StatusCode::SERVICE_UNAVAILABLE,
         message: e.to_string(),
@@ -94,7 +94,7 @@ fn internal(e: impl ToString) -> ApiError {
     }
 }
 
-fn bad(e: impl ToString) -> ApiError {
+pub(crate) fn bad(e: impl ToString) -> ApiError {
     ApiError {
         status: StatusCode::BAD_REQUEST,
         message: e.to_string(),
@@ -695,6 +695,12 @@ async fn prometheus(State(st): State<Arc<Shared>>) -> Result<Response, ApiError>
     if let Some(k) = &st.kube {
         text.push_str(&metrics::render_kube(k));
     }
+    let sync = st
+        .engine
+        .call(|e| e.dataplane().sync_state())
+        .await
+        .map_err(internal)?;
+    text.push_str(&crate::ha::render(sync.as_ref()));
     text.push_str(&metrics::render_admin(
         st.refused_unix.get(),
         st.refused_tcp.get(),
@@ -802,6 +808,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
         )
         .route("/v1/events", get(events))
         .route("/v1/health", get(health))
+        .route("/v1/sync", get(crate::ha::sync_view))
+        .route("/v1/sync/takeover", post(crate::ha::takeover))
         .with_state(shared)
 }
 

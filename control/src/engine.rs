@@ -22,7 +22,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::plane::Plane;
+use crate::plane::{Plane, PlaneError};
 use xvs_config::{Backend, Config, Scheduler, Service, ServiceKey};
 
 /// One change to the service set.
@@ -265,6 +265,11 @@ impl Engine {
     /// The data plane.
     pub fn dataplane(&self) -> &dyn Plane {
         self.dp.as_ref()
+    }
+
+    /// Takes over `node`'s addresses (see [`Plane::take_over`]).
+    pub fn take_over(&mut self, node: Option<u32>) -> Result<Vec<IpAddr>, PlaneError> {
+        self.dp.take_over(node)
     }
 
     /// Adopts the flows an earlier instance left (once; later calls do

@@ -12,6 +12,7 @@ pub mod api;
 pub mod check_config;
 pub mod engine;
 pub mod events;
+pub mod ha;
 pub mod health;
 pub mod kube;
 pub mod listener;

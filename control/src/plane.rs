@@ -29,6 +29,9 @@ pub enum PlaneError {
     /// The steering program's map refused an address.
     #[error("steering: {0}")]
     Steering(#[from] SteerError),
+    /// This plane cannot do that.
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// What the engine needs of a data plane.
@@ -71,6 +74,18 @@ pub trait Plane {
     fn adopt(&mut self) -> Result<bool, PlaneError> {
         Ok(false)
     }
+    /// Flow synchronisation's state (none: not configured, the default).
+    fn sync_state(&self) -> Option<xvs_dataplane::runtime::SyncState> {
+        None
+    }
+    /// Takes over `node`'s addresses (every peer's when `None`; a backup
+    /// also starts serving its own); the addresses it serves now that it
+    /// did not before.
+    fn take_over(&mut self, _node: Option<u32>) -> Result<Vec<IpAddr>, PlaneError> {
+        Err(PlaneError::Unsupported(
+            "flow synchronisation is not configured ([cluster.sync])".into(),
+        ))
+    }
     /// What the start took over from an earlier instance (none by
     /// default: a plane without a predecessor).
     fn restart(&self) -> crate::api::RestartView {
@@ -81,6 +96,17 @@ pub trait Plane {
 impl Plane for Dataplane {
     fn adopt(&mut self) -> Result<bool, PlaneError> {
         Ok(Dataplane::adopt(self)?)
+    }
+    fn sync_state(&self) -> Option<xvs_dataplane::runtime::SyncState> {
+        Dataplane::sync_state(self)
+    }
+    fn take_over(&mut self, node: Option<u32>) -> Result<Vec<IpAddr>, PlaneError> {
+        if self.sync_state().is_none() {
+            return Err(PlaneError::Unsupported(
+                "flow synchronisation is not configured ([cluster.sync])".into(),
+            ));
+        }
+        Ok(Dataplane::take_over(self, node)?)
     }
     fn restart(&self) -> crate::api::RestartView {
         let mut v = crate::api::RestartView::default();

@@ -276,6 +276,13 @@ pub fn run(config: &Path) -> u8 {
             shared.health.clone(),
             shared.events.clone(),
         ));
+        // The built-in liveness check of the sync peers, when configured.
+        let liveness = cfg
+            .cluster
+            .sync
+            .as_ref()
+            .and_then(|s| s.peer_timeout_ms)
+            .map(|ms| tokio::spawn(crate::ha::watch_peers(engine.clone(), ms)));
         let unix = bind_unix(&cfg.admin.socket)?;
         let app = router(shared.clone());
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -392,6 +399,9 @@ pub fn run(config: &Path) -> u8 {
         est.abort();
         collector.abort();
         checker.abort();
+        if let Some(l) = liveness {
+            l.abort();
+        }
         if let Some(k) = kube_task {
             for t in k {
                 t.abort();

@@ -8,6 +8,9 @@
 //! packet is steered to a socket that is gone; the program is detached on
 //! every path that unwinds.
 
+mod ha;
+pub use ha::SyncState;
+
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -273,6 +276,15 @@ pub struct Dataplane {
     /// The cluster's hash seed (`[cluster] hash_seed`): every service's
     /// Maglev table is built with it.
     hash_seed: u64,
+    /// The sync thread, when `[cluster.sync]` is set.
+    sync: Option<crate::sync::daemon::SyncDaemon>,
+    /// A backup that has not taken over: its addresses are not steered.
+    standby: bool,
+    /// Addresses taken over from peers.
+    taken: Vec<IpAddr>,
+    /// The SNAT addresses (both families), and those shared with the host.
+    snat_all: Vec<IpAddr>,
+    shared: Vec<std::net::Ipv4Addr>,
 }
 
 /// Asks the kernel about an interface with `request` (an `SIOCGIF*`
@@ -419,6 +431,15 @@ impl Dataplane {
             .collect::<Result<_, _>>()?;
         let mut owned: Vec<IpAddr> = cfg.snat.all_addresses();
         owned.extend(services.iter().map(|s| s.key().vip));
+        let sync_queues: Vec<Arc<crate::sync::SyncQueue>> = match &cfg.cluster.sync {
+            Some(_) => (0..workers).map(|_| Arc::default()).collect(),
+            None => Vec::new(),
+        };
+        let standby = cfg
+            .cluster
+            .sync
+            .as_ref()
+            .is_some_and(|s| s.role == xvs_config::SyncRole::Backup);
         // Every large allocation (the flow tables) before anything is
         // attached: a capacity the host cannot hold stops here, leaving
         // nothing on an interface.
@@ -465,6 +486,9 @@ impl Dataplane {
                 t
             };
             let mut pipeline = Pipeline::with_tables(pcfg, table, table6);
+            if let Some(q) = sync_queues.get(w) {
+                pipeline.set_sync(q.clone());
+            }
             for a in &owned {
                 pipeline.own(*a);
             }
@@ -493,7 +517,9 @@ impl Dataplane {
             } else {
                 st.set_snat_ports(cfg.snat.ports)?;
             }
-            for a in &owned {
+            // A backup's addresses stay the active gateway's until it
+            // takes over (see ha.rs).
+            for a in owned.iter().filter(|_| !standby) {
                 match a {
                     IpAddr::V4(v4) if shared.contains(v4) => st.share_address(*v4)?,
                     _ => st.add_address(*a)?,
@@ -587,6 +613,15 @@ impl Dataplane {
                 queue,
             });
         }
+        let sync = match &cfg.cluster.sync {
+            Some(sc) => Some(ha::start_sync(
+                sc,
+                sync_queues,
+                &handles,
+                &cfg.snat.worker_ports,
+            )?),
+            None => None,
+        };
         // From here on the program outlives the process: the hold window
         // covers a stop, a crash or an upgrade.
         if hold_ns > 0 {
@@ -611,7 +646,13 @@ impl Dataplane {
             next_id: services.len() as u32 + 1,
             workers,
             hash_seed: cfg.cluster.hash_seed,
+            sync,
+            standby,
+            taken: Vec::new(),
+            snat_all: cfg.snat.all_addresses(),
+            shared,
         })
+        .inspect(|d| d.announce_addresses())
     }
 
     /// Adds or replaces a service (by its key) on every worker: compiled
@@ -635,7 +676,7 @@ impl Dataplane {
                 source: std::io::Error::other("its addresses are not all of one family"),
             });
         };
-        for st in &self.steerings {
+        for st in self.steerings.iter().filter(|_| !self.standby) {
             st.add_address(svc.key.vip)?;
         }
         for w in &self.handle.workers {
@@ -643,6 +684,7 @@ impl Dataplane {
         }
         self.compiled.insert(svc.key, compiled.clone());
         self.handle.upsert(compiled);
+        self.announce_addresses();
         Ok(())
     }
 
@@ -661,8 +703,9 @@ impl Dataplane {
         for w in &self.handle.workers {
             self.handle.send_to(w, Control::Disown(key.vip));
         }
+        self.announce_addresses();
         let mut first_error = None;
-        for st in &self.steerings {
+        for st in self.steerings.iter().filter(|_| !self.standby) {
             if let Err(e) = st.remove_address(key.vip) {
                 first_error.get_or_insert(e);
             }
@@ -756,6 +799,7 @@ impl Dataplane {
     }
 
     fn shutdown(&mut self) -> Vec<Snapshot> {
+        self.stop_sync();
         // Every worker is told first, so they stop together.
         for w in &self.handle.workers {
             self.handle.send_to(w, Control::Stop);

@@ -390,10 +390,16 @@ impl<P: PacketIo> Worker<P> {
                 }
                 Control::SetTimeouts(t) => self.pipeline.set_timeouts(t),
                 Control::SetRules(r, u) => self.pipeline.set_rules(r, u),
+                // Sent by the sync thread and the takeover, not the
+                // engine: not among the messages it waits to see applied.
                 Control::Sync(records) => {
                     self.pipeline.apply_sync(&records, self.last_now);
+                    continue;
                 }
-                Control::Announce(addr) => self.announce(addr),
+                Control::Announce(addr) => {
+                    self.announce(addr);
+                    continue;
+                }
                 Control::Stop => return false,
             }
             self.live.applied_one();

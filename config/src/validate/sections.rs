@@ -480,7 +480,116 @@ impl Checker<'_> {
                 "0..=9223372036854775806",
             )?;
         }
+        if let Some(sync) = raw.sync {
+            out.sync = Some(self.sync(sync)?);
+        }
         Some(out)
+    }
+
+    fn sync(&mut self, raw: Sp<crate::raw::RawSync>) -> Option<crate::settings::Sync> {
+        let raw = raw.into_inner();
+        let node = self.int_in(
+            &raw.node,
+            "cluster.sync.node",
+            1..(1 << 32),
+            "1..=4294967295",
+        );
+        let id = match &raw.id {
+            Some(v) => self.int_in(v, "cluster.sync.id", 0..256, "0..=255"),
+            None => Some(0),
+        };
+        let addr = |me: &mut Self, v: &Sp<String>, field: &str| -> Option<std::net::SocketAddr> {
+            match v.get_ref().parse::<std::net::SocketAddr>() {
+                Ok(a) if a.port() != 0 && !a.ip().is_unspecified() => Some(a),
+                _ => {
+                    me.report(
+                        &v.span(),
+                        field,
+                        format!(
+                            "\"{}\" is not an address and port (e.g. \"198.18.9.1:{}\")",
+                            v.get_ref(),
+                            crate::settings::DEFAULT_SYNC_PORT
+                        ),
+                    );
+                    None
+                }
+            }
+        };
+        let listen = addr(self, &raw.listen, "cluster.sync.listen");
+        let listen = match listen {
+            Some(l) if l.ip().is_multicast() => {
+                self.report(
+                    &raw.listen.span(),
+                    "cluster.sync.listen",
+                    "must be this gateway's own address (the multicast group goes in peers)",
+                );
+                None
+            }
+            other => other,
+        };
+        let mut peers = Vec::new();
+        let mut ok = true;
+        for p in raw.peers.get_ref() {
+            match addr(self, p, "cluster.sync.peers") {
+                Some(a) if listen.is_some_and(|l| l.is_ipv4() != a.is_ipv4()) => {
+                    self.report(
+                        &p.span(),
+                        "cluster.sync.peers",
+                        "must be of listen's address family",
+                    );
+                    ok = false;
+                }
+                Some(a) => peers.push(a),
+                None => ok = false,
+            }
+        }
+        if ok && peers.is_empty() {
+            self.report(
+                &raw.peers.span(),
+                "cluster.sync.peers",
+                "needs at least one peer, or one multicast group",
+            );
+            ok = false;
+        }
+        if ok && peers.len() > 1 && peers.iter().any(|p| p.ip().is_multicast()) {
+            self.report(
+                &raw.peers.span(),
+                "cluster.sync.peers",
+                "a multicast group is the only entry, or there is none",
+            );
+            ok = false;
+        }
+        let key_file = match &raw.key_file {
+            Some(k) => Some(Some(self.absolute_path(k, "cluster.sync.key_file")?)),
+            None => Some(None),
+        };
+        let peer_timeout_ms = match &raw.peer_timeout {
+            None => Some(None),
+            Some(t) => match parse_duration_ms(t.get_ref()) {
+                Some(ms) if (500..=600_000).contains(&ms) => Some(Some(ms as u32)),
+                _ => {
+                    self.report(
+                        &t.span(),
+                        "cluster.sync.peer_timeout",
+                        format!(
+                            "\"{}\" is not a duration of 500ms to 600s (e.g. \"3s\")",
+                            t.get_ref()
+                        ),
+                    );
+                    None
+                }
+            },
+        };
+        ok.then_some(())?;
+        Some(crate::settings::Sync {
+            node: node?,
+            id: id?,
+            listen: listen?,
+            peers,
+            key_file: key_file?,
+            role: raw.role.unwrap_or_default(),
+            peer_timeout_ms: peer_timeout_ms?,
+        })
     }
 
     pub(super) fn restart(&mut self, raw: RawRestart) -> Option<Restart> {

@@ -105,6 +105,7 @@ Usage:
   {p} --set tcp tcpfin udp
   {p} --set-timeout state seconds
   {p} --reload
+  {p} --takeover [node]                          (serve a failed peer's addresses; see -L --daemon)
   {p} conntrack -L|-D|-F|-S|-C|-E [filters]     (like conntrack(8); --help)
   {p} observe [--verdict V] [--service VIP:PORT] [--last N] [--follow]
   {p} health                                     (the real servers' health checks)
@@ -148,7 +149,8 @@ Options:
   --weight       -w weight            capacity of real server
   --connection   -c                   output of current connections
   --timeout                           output of timeout (tcp tcpfin udp)
-  --daemon                            output of daemon information (none runs)
+  --daemon                            output of the flow sync's state ([cluster.sync]:
+                                      the role, each peer heard, the counters)
   --stats                             output of statistics information
   --rate                              output of rate information
   --exact                             expand numbers (display exact values)
@@ -167,9 +169,9 @@ xvs:
   (these four may stand anywhere on the line, also after a subcommand)
 
 Not supported by xvs (refused with the reason): -f/--fwmark-service, -6,
---sctp-service, IPv6 addresses, -g, -i and the --tun-* options, -x, -y,
+--sctp-service, IPv6 addresses, -x, -y,
 -o/--ops, --pe, --persistent-conn, --start-daemon, --stop-daemon and the
-sync daemon's options, -b flag-3.
+sync daemon's options (flow sync is configured in [cluster.sync]), -b flag-3.
 ",
         version = env!("CARGO_PKG_VERSION"),
         p = program,
@@ -214,6 +216,7 @@ pub fn main_with(
                 _ => super::health::main(&argv, &to, out, err),
             };
         }
+        Some("--takeover") => return super::sync::takeover(&rest[2..], &to, g.json, out, err),
         _ => {}
     }
     // `ipvsadm` alone lists the table (with names).

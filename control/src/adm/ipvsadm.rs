@@ -359,8 +359,14 @@ fn list_cmd(to: &Endpoint, c: &Command, json: bool, names: &dyn Names) -> Outcom
         return Ok(if json { body } else { timeout(&t) });
     }
     if c.has(optc::DAEMON) {
-        // No sync daemon runs: ipvsadm prints nothing then.
-        return Ok(String::new());
+        // Without [cluster.sync] the answer is null and, as ipvsadm
+        // without a daemon, nothing is printed.
+        let (s, body): (Option<xvs_dataplane::runtime::SyncState>, String) = get(to, "/v1/sync")?;
+        return Ok(if json {
+            body
+        } else {
+            super::sync::daemon(s.as_ref())
+        });
     }
     let (mut l, body): (Listing, String) = get(to, "/v1/services")?;
     if let Some(r) = service_ref(c) {

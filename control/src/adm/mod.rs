@@ -9,3 +9,4 @@ pub mod ipvs_opts;
 pub mod ipvsadm;
 pub mod names;
 pub mod observe;
+pub mod sync;

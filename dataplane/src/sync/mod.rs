@@ -22,7 +22,7 @@
 //! path never waits on synchronisation; nothing from the network reaches
 //! a flow table without passing [`wire::parse`].
 
-// pub mod daemon;
+pub mod daemon;
 pub mod wire;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};

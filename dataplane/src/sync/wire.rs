@@ -145,6 +145,8 @@ macro_rules! sync_drops {
         impl SyncDrop {
             /// Every reason, in index order.
             pub const ALL: &'static [SyncDrop] = &[$(SyncDrop::$v,)*];
+            /// How many there are.
+            pub const COUNT: usize = Self::ALL.len();
             /// Its name (the `reason` label).
             pub const fn name(self) -> &'static str {
                 match self { $(SyncDrop::$v => $n,)* }
@@ -197,6 +199,11 @@ impl Builder {
             count: 0,
             kind,
         }
+    }
+
+    /// What it carries.
+    pub fn kind(&self) -> Kind {
+        self.kind
     }
 
     /// Records so far.
