@@ -136,7 +136,7 @@ pub fn render(state: Option<&SyncState>) -> String {
         ),
         (
             "xvs_sync_lagging_records_total",
-            "Records that waited a second or more before they were sent (here or at a peer).",
+            "Records that waited more than a second before they were sent (here or at a peer).",
             c.lagging,
         ),
         (

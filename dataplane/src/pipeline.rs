@@ -470,7 +470,9 @@ impl<A: Family> Half<A> {
             plan: b.plan.tag(),
             one_way: r.one_way,
         };
-        self.neighbours.resolve(backend.addr);
+        // No ARP request here: a backup's SNAT address is not its own yet,
+        // and a request from it would move the backends' entry for it.
+        // The first packet after a takeover asks (and is held meanwhile).
         self.table.install(&new, r.state, now, &mut obs).is_ok()
     }
 
@@ -1159,6 +1161,25 @@ impl Pipeline {
             .find(|a| !shared.contains(a))
             .unwrap_or(Ipv4Addr::UNSPECIFIED);
         self.v4.neighbours.set_source(source);
+    }
+
+    /// A backup's standby (`on`): next hops are asked from no address
+    /// (an ARP probe, whose answer the steering program hands over; a
+    /// solicitation from `::`), never from a SNAT address, which the
+    /// active gateway still serves and whose entry in the backends'
+    /// caches a request would move. Off: asked as [`Pipeline::share_with_host`]
+    /// says, given the SNAT addresses `shared` with the host.
+    pub fn standby(&mut self, on: bool, shared: &[Ipv4Addr]) {
+        if on {
+            self.v4.neighbours.set_source(Ipv4Addr::UNSPECIFIED);
+            self.v6.neighbours.set_source(Ipv6Addr::UNSPECIFIED);
+        } else {
+            self.share_with_host(shared);
+            let first6 = self.v6.snat.addrs().first().copied();
+            self.v6
+                .neighbours
+                .set_source(first6.unwrap_or(Ipv6Addr::UNSPECIFIED));
+        }
     }
 
     /// Replaces the reuse and removal rules (from the next packet on).

@@ -493,6 +493,9 @@ impl Dataplane {
                 pipeline.own(*a);
             }
             pipeline.share_with_host(&shared);
+            if standby {
+                pipeline.standby(true, &shared);
+            }
             for s in &services {
                 pipeline.upsert_service(s.clone());
             }

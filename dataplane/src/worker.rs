@@ -149,6 +149,9 @@ pub enum Control {
     SetTimeouts(xvs_conntrack::Timeouts),
     /// New reuse and removal rules and unknown-port policy.
     SetRules(xvs_config::ConnRules, xvs_config::UnknownPort),
+    /// Enter or leave a backup's standby (see [`Pipeline::standby`]),
+    /// with the SNAT addresses shared with the host.
+    Standby(bool, Vec<std::net::Ipv4Addr>),
     /// Install, update or delete a peer's flows (flow synchronisation).
     Sync(Vec<crate::sync::SyncRecord>),
     /// Announce that an address is here now (a gratuitous ARP or an
@@ -390,6 +393,7 @@ impl<P: PacketIo> Worker<P> {
                 }
                 Control::SetTimeouts(t) => self.pipeline.set_timeouts(t),
                 Control::SetRules(r, u) => self.pipeline.set_rules(r, u),
+                Control::Standby(on, shared) => self.pipeline.standby(on, &shared),
                 // Sent by the sync thread and the takeover, not the
                 // engine: not among the messages it waits to see applied.
                 Control::Sync(records) => {

@@ -148,13 +148,25 @@ impl Daemon {
         config: &str,
         env: &[(&str, &Path)],
     ) -> Result<(Daemon, String), String> {
-        let dir = dir_of(t, kind);
+        Daemon::start_in(&t.gateway, &dir_of(t, kind), bins, config, env)
+    }
+
+    /// As [`Daemon::start`], in namespace `ns` (another gateway of the
+    /// topology) with its folder at `dir`.
+    pub fn start_in(
+        ns: &crate::netns::Netns,
+        dir: &Path,
+        bins: &Path,
+        config: &str,
+        env: &[(&str, &Path)],
+    ) -> Result<(Daemon, String), String> {
+        let dir = dir.to_owned();
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let socket = dir.join("xvs.sock");
         let cfg = dir.join("xvs.toml");
         let text = complete(config, &socket, &dir);
         std::fs::write(&cfg, text).map_err(|e| e.to_string())?;
-        let mut cmd = t.gateway.command(&bins.join("xvs").display().to_string());
+        let mut cmd = ns.command(&bins.join("xvs").display().to_string());
         cmd.args(["run", "--config"]).arg(&cfg);
         for (k, v) in env {
             cmd.env(k, v);

@@ -23,7 +23,7 @@ impl Spawned {
         what: &str,
         ready_within: Duration,
     ) -> std::io::Result<(Spawned, String)> {
-        let (guard, first) = Self::spawn(cmd, what)?;
+        let (guard, first) = Self::spawn(cmd, what, false)?;
         match first.recv_timeout(ready_within) {
             Ok(line) if !line.is_empty() => Ok((guard, line.trim().to_owned())),
             _ => Err(std::io::Error::other(format!(
@@ -40,7 +40,8 @@ impl Spawned {
         ready_within: Duration,
         mut ready: impl FnMut() -> bool,
     ) -> std::io::Result<Spawned> {
-        let (mut guard, _) = Self::spawn(cmd, what)?;
+        // No ready line: its first line is output like the rest.
+        let (mut guard, _) = Self::spawn(cmd, what, true)?;
         let step = Duration::from_millis(20);
         let mut waited = Duration::ZERO;
         while !ready() {
@@ -56,10 +57,11 @@ impl Spawned {
     }
 
     /// Spawns `cmd` with its stdout read (and kept) by a thread; the
-    /// receiver gets its first line.
+    /// receiver gets its first line (kept too with `keep_first`).
     fn spawn(
         mut cmd: Command,
         what: &str,
+        keep_first: bool,
     ) -> std::io::Result<(Spawned, std::sync::mpsc::Receiver<String>)> {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -80,6 +82,12 @@ impl Spawned {
             let mut line = String::new();
             let mut reader = BufReader::new(stdout);
             let _ = reader.read_line(&mut line);
+            if keep_first {
+                output
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push_str(&line);
+            }
             let _ = tx.send(line);
             // Keep reading (and keeping) what it prints, so it never
             // blocks on a full pipe.

@@ -401,6 +401,23 @@ impl Topology {
         .map(|_| ())
     }
 
+    /// Another gateway on the one-arm switch: namespace `name` with
+    /// interface `g0` (switch port `p-NAME`) holding 198.18.0.`octet` and
+    /// 198.18.1.`octet`, forwarding on; it goes with the topology's other
+    /// namespaces when dropped (the caller keeps it alive until then).
+    pub fn add_gateway(&self, name: &str, octet: u8) -> Result<Netns, CmdError> {
+        let ns = Netns::create(&self.tag, name)?;
+        let port = format!("p-{name}");
+        veth(&ns, "g0", &self.switch, &port, 1)?;
+        offloads_off(&self.switch, &port)?;
+        self.switch.ip(&["link", "set", &port, "master", "br0"])?;
+        self.switch.ip(&["link", "set", &port, "up"])?;
+        addr(&ns, "g0", &format!("198.18.0.{octet}/24"))?;
+        addr(&ns, "g0", &format!("198.18.1.{octet}/24"))?;
+        ns.sysctl("net.ipv4.ip_forward", "1")?;
+        Ok(ns)
+    }
+
     /// The switch namespace (its ports are `p-gw`, `p-cl` in one-arm
     /// mode, `p-b0`, ...).
     pub fn switch(&self) -> &Netns {

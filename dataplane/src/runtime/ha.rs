@@ -208,6 +208,12 @@ impl Dataplane {
                 self.taken.push(*a);
             }
         }
+        if self.standby {
+            for w in &self.handle.workers {
+                self.handle
+                    .send_to(w, Control::Standby(false, self.shared.clone()));
+            }
+        }
         self.standby = false;
         if let Some(first) = self.handle.workers.first() {
             let b = Mailbox {

@@ -69,8 +69,9 @@ pub struct SyncReading {
     pub received_datagrams: u64,
     /// Flow records received and handed to the workers.
     pub received_records: u64,
-    /// Records that waited a second or more at the sender (on either
-    /// side: this gateway's queue, or as a received record says).
+    /// Records that waited more than a second before they were sent (in
+    /// this gateway's queues, or as a received record says of the
+    /// peer's).
     pub lagging: u64,
     /// Peers' datagrams never received (gaps in their sequences).
     pub lost: u64,
@@ -361,7 +362,8 @@ impl Thread {
         for q in self.queues.clone() {
             while let Some((at, mut r)) = q.pop() {
                 let waited = now.saturating_sub(at);
-                if waited >= 1 {
+                // Whole seconds of the clock: 2 apart is more than one.
+                if waited >= 2 {
                     shared.counters.lagging.fetch_add(1, Relaxed);
                 }
                 r.lag = waited.min(255) as u8;
@@ -464,7 +466,7 @@ impl Thread {
         }
         c.received_datagrams.fetch_add(1, Relaxed);
         if let Body::Flows(records) = body {
-            let late = records.iter().filter(|r| r.lag >= 1).count() as u64;
+            let late = records.iter().filter(|r| r.lag >= 2).count() as u64;
             c.lagging.fetch_add(late, Relaxed);
             c.received_records.fetch_add(records.len() as u64, Relaxed);
             (self.deliver)(records);

@@ -1,0 +1,254 @@
+//! Two gateways, end to end, as keepalived runs IPVS's sync daemon: an
+//! active and a backup xvs on one segment with three backends; the
+//! active's flows are synchronised to the backup; the active is killed
+//! (`kill -9`) and the backup is told to take over (`xvsadm --takeover`,
+//! what a keepalived notify script runs). Every long-lived connection
+//! continues with its byte stream intact, no client sees a reset, and
+//! new connections go through the backup. The figures (takeover time,
+//! longest stall, segments the client retransmitted, connections
+//! surviving) are printed.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+#![allow(clippy::disallowed_types)] // the figures are real time
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use xvs_vm_tests::daemon::{bins, field, Daemon, ScratchDir};
+use xvs_vm_tests::netns::Netns;
+use xvs_vm_tests::privileged;
+use xvs_vm_tests::procs::Spawned;
+use xvs_vm_tests::topology::{backend_addr, one_arm_head, Spec, Topology};
+
+const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
+const VIP: &str = "198.19.0.1";
+const STREAMS: u32 = 200;
+
+/// The config of gateway `node` (1 active at 198.18.1.1, 2 backup at
+/// 198.18.1.3): the same service, SNAT address and seed, each sending
+/// its flows to the other with the shared key.
+fn config(t: &Topology, node: u32, key: &Path) -> String {
+    let (me, peer, role) = match node {
+        1 => ("198.18.1.1", "198.18.1.3", "active"),
+        _ => ("198.18.1.3", "198.18.1.1", "backup"),
+    };
+    let backends: Vec<String> = (0..t.backends.len())
+        .map(|i| format!("{{ address = \"{}\", port = 8080 }}", backend_addr(i)))
+        .collect();
+    format!(
+        "{}\n[cluster]\nhash_seed = 20261202\n\n[cluster.sync]\nnode = {node}\nid = 7\nlisten = \"{me}:8848\"\npeers = [\"{peer}:8848\"]\nkey_file = \"{}\"\nrole = \"{role}\"\n\n\
+         [[services]]\nvip = \"{VIP}\"\nport = 80\nscheduler = \"rr\"\nbackends = [{}]\n",
+        one_arm_head(t, 1),
+        key.display(),
+        backends.join(", ")
+    )
+}
+
+/// The client's TCP segments retransmitted so far (`/proc/net/snmp` of
+/// its namespace).
+fn retransmitted(client: &Netns) -> u64 {
+    let out = client.exec("cat", &["/proc/net/snmp"]).unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let tcp: Vec<&str> = text.lines().filter(|l| l.starts_with("Tcp:")).collect();
+    let (names, values) = (tcp[0], tcp[1]);
+    let i = names
+        .split_whitespace()
+        .position(|n| n == "RetransSegs")
+        .unwrap();
+    values.split_whitespace().nth(i).unwrap().parse().unwrap()
+}
+
+/// A capture of TCP resets on the client's interface.
+struct Resets {
+    tcpdump: Option<Spawned>,
+    file: std::path::PathBuf,
+}
+
+impl Resets {
+    fn start(t: &Topology, dir: &Path) -> Resets {
+        let file = dir.join("client.pcap");
+        let mut cmd = t.client.ns.command("tcpdump");
+        cmd.args(["-i", &t.client.ifname, "-nn", "-U", "-w"])
+            .arg(&file)
+            .arg("tcp[tcpflags] & tcp-rst != 0");
+        let pcap = file.clone();
+        let tcpdump = Spawned::start_until(cmd, "tcpdump", Duration::from_secs(10), || {
+            pcap.metadata().is_ok_and(|m| m.len() > 0)
+        })
+        .unwrap();
+        Resets {
+            tcpdump: Some(tcpdump),
+            file,
+        }
+    }
+
+    fn seen(mut self) -> Vec<String> {
+        if let Some(t) = self.tcpdump.take() {
+            t.stop(libc::SIGINT, Duration::from_secs(5));
+        }
+        let out = Command::new("tcpdump")
+            .args(["-nn", "-r"])
+            .arg(&self.file)
+            .arg("tcp")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// Established flows `gw` lists.
+fn established(gw: &Daemon) -> usize {
+    let json: serde_json::Value = serde_json::from_str(&gw.adm_ok(&["-Lnc", "--json"])).unwrap();
+    json["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["state"] == "ESTABLISHED")
+        .count()
+}
+
+#[test]
+fn a_backup_takes_over_and_every_synced_connection_continues() {
+    if !privileged("a_backup_takes_over_and_every_synced_connection_continues") {
+        return;
+    }
+    let t = Topology::build(Spec::one_arm(3)).unwrap();
+    let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
+    let backup_ns = t.add_gateway("gwb", 3).unwrap();
+    // The VIP is on the clients' segment, as LVS VIPs are: the client
+    // asks who has it, and a takeover's gratuitous ARP moves it.
+    t.client
+        .ns
+        .ip(&["route", "add", "198.19.0.0/16", "dev", &t.client.ifname])
+        .unwrap();
+    let scratch = ScratchDir::new(&t, "ha").unwrap();
+    let key = scratch.path().join("sync.key");
+    std::fs::write(&key, b"a shared key for the two gateways").unwrap();
+    let bins = bins(TESTNET);
+    let (active, _) = Daemon::start(&t, "ha-a", &bins, &config(&t, 1, &key), &[]).unwrap();
+    let (backup, _) = Daemon::start_in(
+        &backup_ns,
+        &scratch.path().join("b"),
+        &bins,
+        &config(&t, 2, &key),
+        &[],
+    )
+    .unwrap();
+    // The backup hears the active and serves nothing meanwhile.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !backup.adm_ok(&["-L", "--daemon"]).contains("peer 1 at") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let daemon = backup.adm_ok(&["-L", "--daemon"]);
+    assert!(
+        daemon.starts_with("backup sync daemon (listen=198.18.1.3:8848, syncid=7"),
+        "{daemon}"
+    );
+    assert!(
+        daemon.contains("peer 1 at 198.18.1.1:8848") && daemon.contains("snat 198.18.1.2"),
+        "{daemon}"
+    );
+    assert!(backup.steered().is_empty(), "{:?}", backup.steered());
+    let before = t.tcp_load(TESTNET, &format!("{VIP}:80"), 30, 3000);
+    assert!(
+        before.starts_with("ok=30 failed=0 by=b0:10,b1:10,b2:10"),
+        "{before}"
+    );
+
+    let resets = Resets::start(&t, scratch.path());
+    let mut streams = t.client.ns.command(TESTNET);
+    streams.args([
+        "streams",
+        "--connect",
+        &format!("{VIP}:80"),
+        "--connections",
+        &STREAMS.to_string(),
+        "--seconds",
+        "12",
+    ]);
+    let (streams, _) = Spawned::start(streams, "streams", Duration::from_secs(20)).unwrap();
+    // Every stream is older than the sync delay, and is on the backup.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while established(&backup) < STREAMS as usize && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let synced = established(&backup);
+    assert!(
+        synced >= STREAMS as usize,
+        "the backup holds {synced} established flows"
+    );
+    let retrans_before = retransmitted(&t.client.ns);
+    // Connection-per-request load across the failover.
+    let mut requests = t.client.ns.command(TESTNET);
+    requests.args([
+        "tcp",
+        "--connect",
+        &format!("{VIP}:80"),
+        "--connections",
+        "3000",
+        "--concurrency",
+        "4",
+        "--timeout-ms",
+        "10000",
+    ]);
+    // It prints only its summary at the end: started, not waited for.
+    let requests =
+        Spawned::start_until(requests, "requests", Duration::from_secs(5), || true).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+
+    let killed = Instant::now();
+    let (status, _) = active.kill(libc::SIGKILL);
+    assert!(status.is_some(), "the active did not end");
+    let said = backup.adm_ok(&["--takeover"]);
+    let takeover = killed.elapsed();
+    assert!(said.starts_with("took over 2 address(es)"), "{said}");
+    assert!(said.contains("198.18.1.2") && said.contains(VIP), "{said}");
+    let steered = backup.steered();
+    assert_eq!(steered, ["198.18.1.2", VIP], "{steered:?}");
+    // New connections after the takeover: through the backup, all of them.
+    let after = t.tcp_load(TESTNET, &format!("{VIP}:80"), 60, 3000);
+    assert!(
+        after.starts_with("ok=60 failed=0"),
+        "after the takeover: {after}"
+    );
+
+    let (_, out) = streams.wait(Duration::from_secs(60));
+    let summary = out
+        .lines()
+        .find(|l| l.starts_with("ok="))
+        .unwrap_or("")
+        .to_owned();
+    let ok = field(&summary, "ok").unwrap_or(0);
+    let stall = field(&summary, "max_stall_ms").unwrap_or(0);
+    let (_, req) = requests.wait(Duration::from_secs(120));
+    let req = req
+        .lines()
+        .find(|l| l.starts_with("ok="))
+        .unwrap_or("")
+        .to_owned();
+    let lost = retransmitted(&t.client.ns) - retrans_before;
+    let seen = resets.seen();
+    let daemon = backup.adm_ok(&["-L", "--daemon"]);
+    println!(
+        "failover figures (active/backup, kill -9): takeover {} ms after the kill, longest stream stall {stall} ms, \
+         {lost} segments retransmitted by the client, {ok}/{STREAMS} connections survived; request load: {req}\n{daemon}",
+        takeover.as_millis()
+    );
+    assert_eq!(
+        ok,
+        u64::from(STREAMS),
+        "every synced connection continues:\n{out}"
+    );
+    assert!(summary.contains("failed=0"), "{summary}");
+    assert!(seen.is_empty(), "clients saw resets:\n{}", seen.join("\n"));
+    // Of the requests, only those in flight at the kill (4 at a time) and
+    // younger than the sync delay may have been lost.
+    assert!(field(&req, "failed").is_some_and(|f| f <= 4), "{req}");
+    let line = backup.stop_accounted();
+    assert!(field(&line, "announced").unwrap_or(0) >= 2, "{line}");
+}
