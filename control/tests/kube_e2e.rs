@@ -102,6 +102,16 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i]
 }
 
+/// A test's scratch folder, removed when the test ends (also when it
+/// fails).
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// The fake API server in the gateway namespace of `t`, and `xvs run`
 /// watching it with `snat` addresses and the file's `services`: (fake,
 /// xvs, admin socket, config path, scratch folder).
@@ -109,7 +119,7 @@ fn start_with_kube(
     t: &Topology,
     snat: &str,
     services: &str,
-) -> (FakeKube, Spawned, Endpoint, PathBuf, PathBuf) {
+) -> (FakeKube, Spawned, Endpoint, PathBuf, Scratch) {
     // The API server listens on the gateway namespace's loopback.
     let gw = t.gateway.name().to_owned();
     let fake = std::thread::spawn(move || {
@@ -141,7 +151,7 @@ fn start_with_kube(
     let mut cmd = t.gateway.command(XVS);
     cmd.args(["run", "--config", cfg.to_str().unwrap()]);
     let (xvs, _) = Spawned::start(cmd, "xvs", Duration::from_secs(20)).unwrap();
-    (fake, xvs, Endpoint::Unix(socket), cfg, dir)
+    (fake, xvs, Endpoint::Unix(socket), cfg, Scratch(dir))
 }
 
 #[test]
@@ -327,7 +337,7 @@ fn services_from_the_api_server_serve_scale_and_go() {
     let (_, printed) = xvs.stop(libc::SIGTERM, Duration::from_secs(10));
     assert!(printed.contains("worker 0:"));
     drop(fake);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
 }
 
 /// A dual-stack Service (clusterIPs of both families, `ipFamilies`
@@ -426,5 +436,5 @@ fn a_dual_stack_service_serves_each_family_from_its_own_endpoints() {
     let (_, printed) = xvs.stop(libc::SIGTERM, Duration::from_secs(10));
     assert!(printed.contains("worker 0:"));
     drop(fake);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
 }

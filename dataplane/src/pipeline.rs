@@ -226,9 +226,37 @@ struct Core {
     events: Option<Arc<FlowEvents>>,
     /// Where sync records go (none: no flow synchronisation).
     sync: Option<Arc<SyncQueue>>,
+    /// This batch's sync records, published together at its end
+    /// ([`Pipeline::flush_sync`]): one record written into the shared
+    /// queue between two packets costs a cache miss on the queue's slot
+    /// (the sync thread's core last wrote it); a run of them streams.
+    staged: Vec<SyncRecord>,
 }
 
+/// Sync records a batch stages before they are published.
+const STAGED: usize = 64;
+
 impl Core {
+    /// Stages a sync record (published at the batch's end, or now when
+    /// the stage is full).
+    #[inline]
+    fn stage(&mut self, r: SyncRecord) {
+        if self.staged.len() == STAGED {
+            self.flush_sync();
+        }
+        self.staged.push(r);
+    }
+
+    /// Publishes the staged sync records.
+    fn flush_sync(&mut self) {
+        if let Some(q) = &self.sync {
+            for r in self.staged.drain(..) {
+                q.push(r);
+            }
+        }
+        self.staged.clear();
+    }
+
     /// Pushes a flow event, when events are produced.
     #[inline]
     fn event<A: Address>(
@@ -614,12 +642,12 @@ impl<A: Family> Half<A> {
                     let (src, dst, to) = (f.client(), f.vip(), [f.backend(), f.snat()]);
                     core.event(now, EventKind::Close, ip.protocol(), src, dst, to);
                 }
-                if let Some(q) = &core.sync {
+                if core.sync.is_some() {
                     let f = self.table.flow(id);
                     let changed = before.is_some_and(|b| b != after);
                     let due = dir == Direction::Original && refresh_due(f.packets()[0]);
                     if (changed || due) && !f.is_peer() {
-                        q.push(SyncRecord::of(&f, Op::Update));
+                        core.stage(SyncRecord::of(&f, Op::Update));
                     }
                 }
                 (id, dir)
@@ -919,12 +947,12 @@ impl<A: Family> Half<A> {
                 }
                 core.counters.new_flows += 1;
                 svc.stats.conn(worker, b.id);
-                if let Some(q) = &core.sync {
-                    q.push(SyncRecord::of(&self.table.flow(id), Op::Update));
+                if core.sync.is_some() {
+                    core.stage(SyncRecord::of(&self.table.flow(id), Op::Update));
                     if let Some(p) = &svc.persist {
                         let net = new.client.addr.masked(p.netmask);
                         let r = SyncRecord::template(p.proto, net, new.vip, b.endpoint, p.timeout);
-                        q.push(r);
+                        core.stage(r);
                     }
                 }
                 let to = [new.backend, new.snat];
@@ -1089,6 +1117,7 @@ impl Pipeline {
                 counters: Counters::default(),
                 events: None,
                 sync: None,
+                staged: Vec::with_capacity(STAGED),
             },
             v4,
             v6,
@@ -1383,6 +1412,12 @@ impl Pipeline {
         }
     }
 
+    /// Publishes the sync records staged since the last call (the worker
+    /// calls it once per loop iteration, after its batches).
+    pub fn flush_sync(&mut self) {
+        self.core.flush_sync();
+    }
+
     /// The worker's time for the sync records it produces.
     pub fn sync_tick(&self, now: u32) {
         if let Some(q) = &self.core.sync {
@@ -1390,9 +1425,11 @@ impl Pipeline {
         }
     }
 
-    /// Sends sync records of this worker's flows to `sync` from now on.
-    pub fn set_sync(&mut self, sync: Arc<SyncQueue>) {
-        self.core.sync = Some(sync);
+    /// Sends sync records of this worker's flows to `sync` from now on
+    /// (none: no more; what is staged is published first).
+    pub fn set_sync(&mut self, sync: Option<Arc<SyncQueue>>) {
+        self.core.flush_sync();
+        self.core.sync = sync;
     }
 
     /// Installs (or updates, or deletes) the flows and templates of a

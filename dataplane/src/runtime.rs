@@ -487,7 +487,7 @@ impl Dataplane {
             };
             let mut pipeline = Pipeline::with_tables(pcfg, table, table6);
             if let Some(q) = sync_queues.get(w) {
-                pipeline.set_sync(q.clone());
+                pipeline.set_sync(Some(q.clone()));
             }
             for a in &owned {
                 pipeline.own(*a);

@@ -475,6 +475,7 @@ impl<P: PacketIo> Worker<P> {
             self.process_batch(&mut [desc], side, false, now, &mut outs, &mut drop);
         }
         self.retry_held(now, &mut outs, &mut drop);
+        self.pipeline.flush_sync();
         self.port.release(&drop);
         drop.clear();
         for side in [Side::Client, Side::Backend] {

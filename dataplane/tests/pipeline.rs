@@ -427,12 +427,14 @@ fn a_peer_s_synced_flow_is_served_byte_for_byte() {
     use xvs_dataplane::sync::{Op, SyncQueue};
     let (mut active, mut backup) = (pipeline(), pipeline());
     let (qa, qb) = (Arc::new(SyncQueue::new(64)), Arc::new(SyncQueue::new(64)));
-    active.set_sync(qa.clone());
-    backup.set_sync(qb.clone());
+    active.set_sync(Some(qa.clone()));
+    backup.set_sync(Some(qb.clone()));
     for p in [&mut active, &mut backup] {
         run(p, ARP_REPLY_FROM_BACKEND, 0);
     }
     assert_eq!(run(&mut active, TCP_SYN, 1).1, TCP_SYN_FORWARDED);
+    assert!(qa.is_empty(), "staged until the batch ends");
+    active.flush_sync();
     let records: Vec<_> = std::iter::from_fn(|| qa.pop().map(|(_, r)| r)).collect();
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(
@@ -455,6 +457,8 @@ fn a_peer_s_synced_flow_is_served_byte_for_byte() {
     );
     assert_eq!(on_backup, on_active);
     // The active's state changes follow; the backup's copy says nothing.
+    active.flush_sync();
+    backup.flush_sync();
     let more: Vec<_> = std::iter::from_fn(|| qa.pop().map(|(_, r)| r)).collect();
     assert!(more.iter().all(|r| r.op == Op::Update), "{more:?}");
     assert_eq!(backup.apply_sync(&more, 3).1, 0);
@@ -471,11 +475,12 @@ fn peer_records_that_do_not_fit_are_skipped() {
     use xvs_dataplane::sync::SyncQueue;
     let (mut active, mut other) = (pipeline(), pipeline());
     let q = Arc::new(SyncQueue::new(64));
-    active.set_sync(q.clone());
+    active.set_sync(Some(q.clone()));
     for p in [&mut active, &mut other] {
         run(p, ARP_REPLY_FROM_BACKEND, 0);
     }
     run(&mut active, TCP_SYN, 1);
+    active.flush_sync();
     let r = q.pop().unwrap().1;
     // Its own flow for the same client is in the way.
     run(&mut other, TCP_SYN, 1);

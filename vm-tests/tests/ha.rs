@@ -19,30 +19,72 @@ use xvs_vm_tests::daemon::{bins, field, Daemon, ScratchDir};
 use xvs_vm_tests::netns::Netns;
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
-use xvs_vm_tests::topology::{backend_addr, one_arm_head, Spec, Topology};
+use xvs_vm_tests::topology::{backend_addr, link, one_arm_head, Spec, Topology, SNAT_ADDR};
 
 const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
 const VIP: &str = "198.19.0.1";
 const STREAMS: u32 = 200;
 
-/// The config of gateway `node` (1 active at 198.18.1.1, 2 backup at
-/// 198.18.1.3): the same service, SNAT address and seed, each sending
-/// its flows to the other with the shared key.
-fn config(t: &Topology, node: u32, key: &Path) -> String {
-    let (me, peer, role) = match node {
-        1 => ("198.18.1.1", "198.18.1.3", "active"),
-        _ => ("198.18.1.3", "198.18.1.1", "backup"),
+/// The config of gateway `node` (1 at 198.18.1.1, 2 at 198.18.1.3) with
+/// SNAT address `snat`, `role` and `scheduler` for the one service: the
+/// same service and seed on both, each sending its flows to the other
+/// with the shared key.
+fn config(t: &Topology, node: u32, snat: &str, role: &str, scheduler: &str, key: &Path) -> String {
+    let (me, peer) = match node {
+        1 => ("198.18.1.1", "198.18.1.3"),
+        _ => ("198.18.1.3", "198.18.1.1"),
     };
     let backends: Vec<String> = (0..t.backends.len())
         .map(|i| format!("{{ address = \"{}\", port = 8080 }}", backend_addr(i)))
         .collect();
     format!(
         "{}\n[cluster]\nhash_seed = 20261202\n\n[cluster.sync]\nnode = {node}\nid = 7\nlisten = \"{me}:8848\"\npeers = [\"{peer}:8848\"]\nkey_file = \"{}\"\nrole = \"{role}\"\n\n\
-         [[services]]\nvip = \"{VIP}\"\nport = 80\nscheduler = \"rr\"\nbackends = [{}]\n",
-        one_arm_head(t, 1),
+         [[services]]\nvip = \"{VIP}\"\nport = 80\nscheduler = \"{scheduler}\"\nbackends = [{}]\n",
+        one_arm_head(t, 1).replace(&SNAT_ADDR.to_string(), snat),
         key.display(),
         backends.join(", ")
     )
+}
+
+/// Waits until `gw` has heard `node`.
+fn hears(gw: &Daemon, node: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let want = format!("peer {node} at");
+    while !gw.adm_ok(&["-L", "--daemon"]).contains(&want) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// 200 streams from the client to the VIP for `seconds`.
+fn streams(t: &Topology, seconds: u32) -> Spawned {
+    let mut cmd = t.client.ns.command(TESTNET);
+    cmd.args([
+        "streams",
+        "--connect",
+        &format!("{VIP}:80"),
+        "--connections",
+        &STREAMS.to_string(),
+        "--seconds",
+        &seconds.to_string(),
+    ]);
+    Spawned::start(cmd, "streams", Duration::from_secs(20))
+        .unwrap()
+        .0
+}
+
+/// (connections ok, longest stall in ms, output) of finished streams.
+fn finished(s: Spawned) -> (u64, u64, String) {
+    let (_, out) = s.wait(Duration::from_secs(60));
+    let summary = out.lines().find(|l| l.starts_with("ok=")).unwrap_or("");
+    let ok = field(summary, "ok").unwrap_or(0);
+    let stall = field(summary, "max_stall_ms").unwrap_or(0);
+    let failed = field(summary, "failed").unwrap_or(u64::MAX);
+    assert_eq!(
+        (ok, failed),
+        (u64::from(STREAMS), 0),
+        "every connection continues:\n{out}"
+    );
+    (ok, stall, out)
 }
 
 /// The client's TCP segments retransmitted so far (`/proc/net/snmp` of
@@ -100,15 +142,21 @@ impl Resets {
     }
 }
 
-/// Established flows `gw` lists.
-fn established(gw: &Daemon) -> usize {
+/// Established flows `gw` lists with SNAT address `snat` (any: `""`).
+fn established_via(gw: &Daemon, snat: &str) -> usize {
     let json: serde_json::Value = serde_json::from_str(&gw.adm_ok(&["-Lnc", "--json"])).unwrap();
     json["connections"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|c| c["state"] == "ESTABLISHED")
+        .filter(|c| c["snat"].as_str().unwrap_or_default().starts_with(snat))
         .count()
+}
+
+/// Established flows `gw` lists.
+fn established(gw: &Daemon) -> usize {
+    established_via(gw, "")
 }
 
 #[test]
@@ -129,20 +177,14 @@ fn a_backup_takes_over_and_every_synced_connection_continues() {
     let key = scratch.path().join("sync.key");
     std::fs::write(&key, b"a shared key for the two gateways").unwrap();
     let bins = bins(TESTNET);
-    let (active, _) = Daemon::start(&t, "ha-a", &bins, &config(&t, 1, &key), &[]).unwrap();
-    let (backup, _) = Daemon::start_in(
-        &backup_ns,
-        &scratch.path().join("b"),
-        &bins,
-        &config(&t, 2, &key),
-        &[],
-    )
-    .unwrap();
+    let snat = SNAT_ADDR.to_string();
+    let text = config(&t, 1, &snat, "active", "rr", &key);
+    let (active, _) = Daemon::start(&t, "ha-a", &bins, &text, &[]).unwrap();
+    let text = config(&t, 2, &snat, "backup", "rr", &key);
+    let b_dir = scratch.path().join("b");
+    let (backup, _) = Daemon::start_in(&backup_ns, &b_dir, &bins, &text, &[]).unwrap();
     // The backup hears the active and serves nothing meanwhile.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !backup.adm_ok(&["-L", "--daemon"]).contains("peer 1 at") && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    hears(&backup, 1);
     let daemon = backup.adm_ok(&["-L", "--daemon"]);
     assert!(
         daemon.starts_with("backup sync daemon (listen=198.18.1.3:8848, syncid=7"),
@@ -160,17 +202,7 @@ fn a_backup_takes_over_and_every_synced_connection_continues() {
     );
 
     let resets = Resets::start(&t, scratch.path());
-    let mut streams = t.client.ns.command(TESTNET);
-    streams.args([
-        "streams",
-        "--connect",
-        &format!("{VIP}:80"),
-        "--connections",
-        &STREAMS.to_string(),
-        "--seconds",
-        "12",
-    ]);
-    let (streams, _) = Spawned::start(streams, "streams", Duration::from_secs(20)).unwrap();
+    let streams = streams(&t, 12);
     // Every stream is older than the sync delay, and is on the backup.
     let deadline = Instant::now() + Duration::from_secs(15);
     while established(&backup) < STREAMS as usize && Instant::now() < deadline {
@@ -251,4 +283,131 @@ fn a_backup_takes_over_and_every_synced_connection_continues() {
     assert!(field(&req, "failed").is_some_and(|f| f <= 4), "{req}");
     let line = backup.stop_accounted();
     assert!(field(&line, "announced").unwrap_or(0) >= 2, "{line}");
+}
+
+/// Two active gateways behind a router doing ECMP with an L4 hash: each
+/// serves its share of the client's connections through its own SNAT
+/// address and holds the other's flows. One is killed; the router stops
+/// using it (the BGP speaker's withdrawal, done here by the test) and the
+/// other takes over its SNAT address and flows: every connection
+/// continues.
+#[test]
+fn an_active_peer_adopts_a_killed_peer_s_addresses_and_flows_behind_ecmp() {
+    if !privileged("an_active_peer_adopts_a_killed_peer_s_addresses_and_flows_behind_ecmp") {
+        return;
+    }
+    let t = Topology::build(Spec::one_arm(3)).unwrap();
+    let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
+    let b_ns = t.add_gateway("gwb", 3).unwrap();
+    // The router: on the clients' segment at 198.18.0.4, the VIPs over
+    // both gateways, hashed by addresses and ports.
+    let router = Netns::create(&t.tag, "rt").unwrap();
+    link(t.switch(), "p-rt", &router, "r0").unwrap();
+    t.switch()
+        .ip(&["link", "set", "p-rt", "master", "br0"])
+        .unwrap();
+    router
+        .ip(&["addr", "add", "198.18.0.4/24", "dev", "r0"])
+        .unwrap();
+    for (k, v) in [
+        ("net.ipv4.ip_forward", "1"),
+        ("net.ipv4.fib_multipath_hash_policy", "1"),
+        ("net.ipv4.conf.all.send_redirects", "0"),
+        ("net.ipv4.conf.r0.send_redirects", "0"),
+    ] {
+        router.sysctl(k, v).unwrap();
+    }
+    router
+        .ip(&[
+            "route",
+            "add",
+            "198.19.0.0/16",
+            "nexthop",
+            "via",
+            "198.18.0.1",
+            "dev",
+            "r0",
+            "nexthop",
+            "via",
+            "198.18.0.3",
+            "dev",
+            "r0",
+        ])
+        .unwrap();
+    t.client
+        .ns
+        .ip(&["route", "add", "198.19.0.0/16", "via", "198.18.0.4"])
+        .unwrap();
+    let scratch = ScratchDir::new(&t, "ha-ecmp").unwrap();
+    let key = scratch.path().join("sync.key");
+    std::fs::write(&key, b"a shared key for the two gateways").unwrap();
+    let bins = bins(TESTNET);
+    let (snat_a, snat_b) = ("198.18.1.2", "198.18.1.4");
+    let text = config(&t, 1, snat_a, "active", "mh", &key);
+    let (a, _) = Daemon::start(&t, "ha-ea", &bins, &text, &[]).unwrap();
+    let text = config(&t, 2, snat_b, "active", "mh", &key);
+    let (b, _) = Daemon::start_in(&b_ns, &scratch.path().join("b"), &bins, &text, &[]).unwrap();
+    hears(&a, 2);
+    hears(&b, 1);
+    assert_eq!(b.steered(), [snat_b, VIP]);
+
+    let resets = Resets::start(&t, scratch.path());
+    let streams = streams(&t, 12);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while established(&b) < STREAMS as usize && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    // The router spread the connections over both; each holds all.
+    let (on_a, on_b) = (established_via(&a, snat_a), established_via(&b, snat_b));
+    assert_eq!(
+        on_a + on_b,
+        STREAMS as usize,
+        "{on_a} through A, {on_b} through B"
+    );
+    assert!(on_a > 0 && on_b > 0, "{on_a} through A, {on_b} through B");
+    assert_eq!(established_via(&b, snat_a), on_a, "A's flows on B");
+    assert_eq!(established_via(&a, snat_b), on_b, "B's flows on A");
+    let retrans_before = retransmitted(&t.client.ns);
+
+    let killed = Instant::now();
+    let (status, _) = a.kill(libc::SIGKILL);
+    assert!(status.is_some(), "A did not end");
+    // The BGP speaker's withdrawal: the router stops sending to A.
+    router
+        .ip(&[
+            "route",
+            "replace",
+            "198.19.0.0/16",
+            "via",
+            "198.18.0.3",
+            "dev",
+            "r0",
+        ])
+        .unwrap();
+    let said = b.adm_ok(&["--takeover", "1"]);
+    let takeover = killed.elapsed();
+    assert!(
+        said.starts_with("took over 1 address(es)") && said.contains(snat_a),
+        "{said}"
+    );
+    assert_eq!(b.steered(), [snat_a, snat_b, VIP]);
+    let after = t.tcp_load(TESTNET, &format!("{VIP}:80"), 60, 3000);
+    assert!(
+        after.starts_with("ok=60 failed=0"),
+        "after the takeover: {after}"
+    );
+
+    let (ok, stall, _) = finished(streams);
+    let lost = retransmitted(&t.client.ns) - retrans_before;
+    let seen = resets.seen();
+    println!(
+        "failover figures (active/active behind ECMP, kill -9): {on_a} of {STREAMS} connections were on the killed gateway; \
+         takeover {} ms after the kill, longest stream stall {stall} ms, {lost} segments retransmitted by the client, \
+         {ok}/{STREAMS} connections survived\n{}",
+        takeover.as_millis(),
+        b.adm_ok(&["-L", "--daemon"])
+    );
+    assert!(seen.is_empty(), "clients saw resets:\n{}", seen.join("\n"));
+    b.stop_accounted();
 }

@@ -34,8 +34,12 @@ use xvs_config::Sync as Settings;
 use super::wire::{parse, Body, Builder, Kind, Role, SyncDrop, SyncRecord};
 use super::SyncQueue;
 
-/// Longest a record waits in a queue before it is sent, in milliseconds.
-pub const FLUSH_MS: u64 = 10;
+/// Longest a record waits in a queue before it is sent while records
+/// flow, in milliseconds.
+pub const FLUSH_MS: u64 = 1;
+/// How long the thread waits for a datagram when the queues were empty,
+/// in milliseconds (records then wait this long at most).
+pub const IDLE_MS: u64 = 10;
 /// Seconds between hellos.
 pub const HELLO_SECS: u64 = 1;
 
@@ -295,7 +299,7 @@ fn bind(s: &Settings) -> io::Result<UdpSocket> {
         sock.bind(&s.listen.into())?;
     }
     let sock: UdpSocket = sock.into();
-    sock.set_read_timeout(Some(Duration::from_millis(FLUSH_MS)))?;
+    sock.set_read_timeout(Some(Duration::from_millis(IDLE_MS)))?;
     Ok(sock)
 }
 
@@ -315,6 +319,7 @@ impl Thread {
         let mut flows = Builder::new(Kind::Flows);
         let mut buf = vec![0u8; 65_536];
         let mut last_hello: Option<Instant> = None;
+        let mut busy = false;
         loop {
             let stopping = self.shared.stop.load(Relaxed);
             // Received: until the socket's timeout says nothing is left.
@@ -339,7 +344,13 @@ impl Thread {
                     break;
                 }
             }
-            self.drain(&mut flows);
+            // Records flowing: back soon; none: wait longer.
+            let flowing = self.drain(&mut flows) > 0;
+            if flowing != busy {
+                busy = flowing;
+                let wait = if busy { FLUSH_MS } else { IDLE_MS };
+                let _ = self.socket.set_read_timeout(Some(Duration::from_millis(wait)));
+            }
             if last_hello.is_none_or(|t| t.elapsed() >= Duration::from_secs(HELLO_SECS)) {
                 self.hello();
                 last_hello = Some(Instant::now());
@@ -355,8 +366,10 @@ impl Thread {
         (crate::steer::monotonic_ns() / 1_000_000_000) as u32
     }
 
-    /// Sends what the queues hold, in as few datagrams as it fits in.
-    fn drain(&mut self, flows: &mut Builder) {
+    /// Sends what the queues hold, in as few datagrams as it fits in;
+    /// how many records.
+    fn drain(&mut self, flows: &mut Builder) -> usize {
+        let mut taken = 0;
         let now = self.now();
         let shared = self.shared.clone();
         for q in self.queues.clone() {
@@ -367,6 +380,7 @@ impl Thread {
                     shared.counters.lagging.fetch_add(1, Relaxed);
                 }
                 r.lag = waited.min(255) as u8;
+                taken += 1;
                 if !flows.push(&r) {
                     self.send(flows);
                     flows.push(&r);
@@ -376,6 +390,7 @@ impl Thread {
         if flows.count() > 0 {
             self.send(flows);
         }
+        taken
     }
 
     fn hello(&mut self) {

@@ -3,16 +3,18 @@
 //! flows, so that a backup (or an active peer) that takes over a
 //! gateway's addresses serves its connections without resetting them.
 //!
-//! - Producing: a worker pushes a [`SyncRecord`] into its own bounded
-//!   lock-free [`SyncQueue`] when a flow is created, changes state
+//! - Producing: a worker stages a [`SyncRecord`] and publishes the
+//!   batch's records at its end into its own bounded lock-free
+//!   [`SyncQueue`] when a flow is created, changes state
 //!   (established, closing, closed), ends, or a persistence template is
 //!   written. A full queue never blocks the worker: the record is dropped
 //!   and counted (`overflow`).
 //! - Sending ([`daemon`]): one thread drains the queues into datagrams
 //!   ([`wire`], versioned, HMAC-SHA256 with the cluster's key) to the
-//!   peers (unicast or a multicast group), at least every
-//!   [`daemon::FLUSH_MS`], and sends a hello with the addresses it serves
-//!   every second (the peers' liveness check).
+//!   peers (unicast or a multicast group), every [`daemon::FLUSH_MS`]
+//!   while records flow ([`daemon::IDLE_MS`] when they do not), and sends
+//!   a hello with the addresses it serves every second (the peers'
+//!   liveness check).
 //! - Receiving: the same thread parses each datagram whole (anything bad
 //!   is dropped and counted by reason, never installed), and hands the
 //!   records to the workers as control messages; a worker installs a
