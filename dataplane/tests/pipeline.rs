@@ -494,3 +494,22 @@ fn peer_records_that_do_not_fit_are_skipped() {
     assert_eq!(other.apply_sync(&[unknown, gone], 2), (0, 2));
     assert_eq!(other.counters().sync_skipped, 3);
 }
+
+/// A takeover's announcement of an IPv4 address: a gratuitous ARP, a
+/// broadcast request for the address from itself, as keepalived sends.
+#[test]
+fn a_gratuitous_arp_announces_a_taken_address() {
+    use xvs_dataplane::wire::ArpOp;
+    let p = pipeline();
+    let mut buf = [0u8; 64];
+    let n = p
+        .build_announcement(&mut buf, SNAT.into(), Side::Backend)
+        .unwrap();
+    assert_eq!(&buf[0..6], &[0xff; 6], "broadcast");
+    let Ok(Frame::Arp(arp)) = classify(&buf[..n]) else {
+        panic!("not ARP")
+    };
+    assert_eq!(arp.op, ArpOp::Request);
+    assert_eq!((arp.sender_ip, arp.target_ip), (SNAT, SNAT));
+    assert_eq!(arp.sender_mac.0, support::GW_MAC);
+}

@@ -271,3 +271,32 @@ fn ipv6_direct_routing_and_tunnels_keep_the_client_s_packet() {
     assert_eq!((out[54], out[55]), (2, 0), "packet too big");
     assert_eq!(p.counters().too_big, 1);
 }
+
+/// A takeover's announcement of an IPv6 address: an unsolicited neighbour
+/// advertisement (override set) to all nodes, from the address, with our
+/// Ethernet address; it parses as neighbour discovery does.
+#[test]
+fn an_unsolicited_advertisement_announces_a_taken_address() {
+    use xvs_dataplane::wire::{classify, Frame, L4};
+    let p = pipeline(1, UnknownPort::Drop);
+    let addr: Ipv6Addr = "2001:2:0:1::100".parse().unwrap();
+    let mut buf = [0u8; 128];
+    let n = p
+        .build_announcement(&mut buf, IpAddr::V6(addr), Side::Backend)
+        .unwrap();
+    assert_eq!(&buf[0..6], &[0x33, 0x33, 0, 0, 0, 1], "to all nodes");
+    assert_eq!(&buf[6..12], &support::GW_MAC);
+    let Ok(Frame::Ipv6(ip)) = classify(&buf[..n]) else {
+        panic!("not IPv6: {:?}", &buf[..n])
+    };
+    assert_eq!((ip.src, ip.dst), (addr, "ff02::1".parse().unwrap()));
+    let L4::Neighbour(na) = ip.l4 else {
+        panic!("not neighbour discovery")
+    };
+    assert!(!na.solicit);
+    assert_eq!(na.target, addr);
+    assert_eq!(na.lladdr.map(|m| m.0), Some(support::GW_MAC));
+    // Override set, solicited not: the flags byte after the type, code
+    // and checksum.
+    assert_eq!(buf[54 + 4] & 0xe0, 0x20);
+}

@@ -25,23 +25,43 @@ const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
 const VIP: &str = "198.19.0.1";
 const STREAMS: u32 = 200;
 
-/// The config of gateway `node` (1 at 198.18.1.1, 2 at 198.18.1.3) with
-/// SNAT address `snat`, `role` and `scheduler` for the one service: the
-/// same service and seed on both, each sending its flows to the other
-/// with the shared key.
-fn config(t: &Topology, node: u32, snat: &str, role: &str, scheduler: &str, key: &Path) -> String {
-    let (me, peer) = match node {
+/// How a gateway is set up in a test.
+struct Gw<'a> {
+    /// Node id: 1 at 198.18.1.1, 2 at 198.18.1.3.
+    node: u32,
+    /// SNAT address.
+    snat: &'a str,
+    /// `active` or `backup`.
+    role: &'a str,
+    /// The service's scheduler.
+    scheduler: &'a str,
+    /// Where sync goes: the other gateway (`None`) or this group.
+    group: Option<&'a str>,
+    /// More `[cluster.sync]` lines.
+    extra: &'a str,
+}
+
+/// The config of gateway `g`: the same service and seed on every
+/// gateway, each sending its flows to the other (or the group) with the
+/// shared key `key`.
+fn config(t: &Topology, g: &Gw<'_>, key: &Path) -> String {
+    let (me, peer) = match g.node {
         1 => ("198.18.1.1", "198.18.1.3"),
         _ => ("198.18.1.3", "198.18.1.1"),
     };
+    let peer = g.group.unwrap_or(peer);
     let backends: Vec<String> = (0..t.backends.len())
         .map(|i| format!("{{ address = \"{}\", port = 8080 }}", backend_addr(i)))
         .collect();
     format!(
-        "{}\n[cluster]\nhash_seed = 20261202\n\n[cluster.sync]\nnode = {node}\nid = 7\nlisten = \"{me}:8848\"\npeers = [\"{peer}:8848\"]\nkey_file = \"{}\"\nrole = \"{role}\"\n\n\
-         [[services]]\nvip = \"{VIP}\"\nport = 80\nscheduler = \"{scheduler}\"\nbackends = [{}]\n",
-        one_arm_head(t, 1).replace(&SNAT_ADDR.to_string(), snat),
+        "{}\n[cluster]\nhash_seed = 20261202\n\n[cluster.sync]\nnode = {}\nid = 7\nlisten = \"{me}:8848\"\npeers = [\"{peer}:8848\"]\nkey_file = \"{}\"\nrole = \"{}\"\n{}\n\
+         [[services]]\nvip = \"{VIP}\"\nport = 80\nscheduler = \"{}\"\nbackends = [{}]\n",
+        one_arm_head(t, 1).replace(&SNAT_ADDR.to_string(), g.snat),
+        g.node,
         key.display(),
+        g.role,
+        g.extra,
+        g.scheduler,
         backends.join(", ")
     )
 }
@@ -178,9 +198,18 @@ fn a_backup_takes_over_and_every_synced_connection_continues() {
     std::fs::write(&key, b"a shared key for the two gateways").unwrap();
     let bins = bins(TESTNET);
     let snat = SNAT_ADDR.to_string();
-    let text = config(&t, 1, &snat, "active", "rr", &key);
+    // Sync over a multicast group on the segment, as IPVS's daemon sends.
+    let gw = |node, role| Gw {
+        node,
+        snat: &snat,
+        role,
+        scheduler: "rr",
+        group: Some("239.0.0.81"),
+        extra: "",
+    };
+    let text = config(&t, &gw(1, "active"), &key);
     let (active, _) = Daemon::start(&t, "ha-a", &bins, &text, &[]).unwrap();
-    let text = config(&t, 2, &snat, "backup", "rr", &key);
+    let text = config(&t, &gw(2, "backup"), &key);
     let b_dir = scratch.path().join("b");
     let (backup, _) = Daemon::start_in(&backup_ns, &b_dir, &bins, &text, &[]).unwrap();
     // The backup hears the active and serves nothing meanwhile.
@@ -281,6 +310,28 @@ fn a_backup_takes_over_and_every_synced_connection_continues() {
     // Of the requests, only those in flight at the kill (4 at a time) and
     // younger than the sync delay may have been lost.
     assert!(field(&req, "failed").is_some_and(|f| f <= 4), "{req}");
+    // What Prometheus scrapes of it.
+    let metrics = backup.get("/metrics");
+    let value = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .unwrap_or(-1.0)
+    };
+    assert!(
+        value("xvs_sync_received_records_total ") >= STREAMS as f64,
+        "{metrics}"
+    );
+    assert_eq!(
+        value("xvs_sync_dropped_datagrams_total{reason=\"bad_mac\"} "),
+        0.0
+    );
+    assert_eq!(
+        value("xvs_sync_lost_datagrams_total "),
+        0.0,
+        "a quiet segment loses nothing"
+    );
+    assert_eq!(value("xvs_sync_standby "), 0.0, "active after the takeover");
     let line = backup.stop_accounted();
     assert!(field(&line, "announced").unwrap_or(0) >= 2, "{line}");
 }
@@ -343,9 +394,17 @@ fn an_active_peer_adopts_a_killed_peer_s_addresses_and_flows_behind_ecmp() {
     std::fs::write(&key, b"a shared key for the two gateways").unwrap();
     let bins = bins(TESTNET);
     let (snat_a, snat_b) = ("198.18.1.2", "198.18.1.4");
-    let text = config(&t, 1, snat_a, "active", "mh", &key);
+    let gw = |node, snat| Gw {
+        node,
+        snat,
+        role: "active",
+        scheduler: "mh",
+        group: None,
+        extra: "",
+    };
+    let text = config(&t, &gw(1, snat_a), &key);
     let (a, _) = Daemon::start(&t, "ha-ea", &bins, &text, &[]).unwrap();
-    let text = config(&t, 2, snat_b, "active", "mh", &key);
+    let text = config(&t, &gw(2, snat_b), &key);
     let (b, _) = Daemon::start_in(&b_ns, &scratch.path().join("b"), &bins, &text, &[]).unwrap();
     hears(&a, 2);
     hears(&b, 1);
@@ -410,4 +469,65 @@ fn an_active_peer_adopts_a_killed_peer_s_addresses_and_flows_behind_ecmp() {
     );
     assert!(seen.is_empty(), "clients saw resets:\n{}", seen.join("\n"));
     b.stop_accounted();
+}
+
+/// The built-in liveness check: a backup with `peer_timeout` takes over
+/// by itself when the active goes silent, and the connections continue.
+#[test]
+fn a_backup_takes_over_by_itself_when_the_active_goes_silent() {
+    if !privileged("a_backup_takes_over_by_itself_when_the_active_goes_silent") {
+        return;
+    }
+    let t = Topology::build(Spec::one_arm(3)).unwrap();
+    let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
+    let backup_ns = t.add_gateway("gwb", 3).unwrap();
+    t.client
+        .ns
+        .ip(&["route", "add", "198.19.0.0/16", "dev", &t.client.ifname])
+        .unwrap();
+    let scratch = ScratchDir::new(&t, "ha-live").unwrap();
+    let key = scratch.path().join("sync.key");
+    std::fs::write(&key, b"a shared key for the two gateways").unwrap();
+    let bins = bins(TESTNET);
+    let snat = SNAT_ADDR.to_string();
+    let gw = |node, role| Gw {
+        node,
+        snat: &snat,
+        role,
+        scheduler: "wlc",
+        group: None,
+        extra: "peer_timeout = \"1s\"\n",
+    };
+    let (active, _) =
+        Daemon::start(&t, "ha-la", &bins, &config(&t, &gw(1, "active"), &key), &[]).unwrap();
+    let b_dir = scratch.path().join("b");
+    let text = config(&t, &gw(2, "backup"), &key);
+    let (backup, _) = Daemon::start_in(&backup_ns, &b_dir, &bins, &text, &[]).unwrap();
+    hears(&backup, 1);
+    let streams = streams(&t, 8);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while established(&backup) < STREAMS as usize && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        backup.steered().is_empty(),
+        "the backup waits while the active speaks"
+    );
+    let killed = Instant::now();
+    let (status, _) = active.kill(libc::SIGKILL);
+    assert!(status.is_some(), "the active did not end");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while backup.steered().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = killed.elapsed();
+    assert_eq!(backup.steered(), ["198.18.1.2", VIP]);
+    let (ok, stall, _) = finished(streams);
+    println!(
+        "failover figures (built-in liveness check, peer_timeout 1s): serving {} ms after the kill, \
+         longest stream stall {stall} ms, {ok}/{STREAMS} connections survived",
+        took.as_millis()
+    );
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    backup.stop_accounted();
 }

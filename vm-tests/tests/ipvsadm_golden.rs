@@ -262,7 +262,7 @@ fn cases() -> Vec<Golden> {
         g("-a -t 198.19.0.1:80 -r 198.18.1.10", "", "Service not defined\n", 255),
         g("-a -t 198.19.0.1:80 -r 198.18.1.10 -i --tun-type gre", "", "--tun-type gre: xvs tunnels with ipip or gue (GRE is not done)\n", 2),
         g("-A -f 1", "", "-f: not supported by xvs: services are addresses and ports (no firewall-mark services)\n", 2),
-        g("--start-daemon master", "", "--start-daemon: not supported by xvs: no connection sync daemon (each gateway keeps its own flows; mh schedules alike on every gateway)\n", 2),
+        g("--start-daemon master", "", "--start-daemon: not supported by xvs: flow sync runs from the config file's [cluster.sync] (its state: -L --daemon; a takeover: --takeover)\n", 2),
         // The table: names resolve through the namespace's hosts file.
         g("-A -t web.example.net:http -s rr", "", "", 0),
         g("-A -t 198.19.0.1:80", "", "Service already exists\n", 255),

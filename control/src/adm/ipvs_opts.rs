@@ -1192,7 +1192,7 @@ pub fn unsupported(c: &Command) -> Option<Exit> {
         Cmd::StartDaemon | Cmd::StopDaemon => {
             return no(
                 &format!("--{}", c.cmd.name()),
-                "no connection sync daemon (each gateway keeps its own flows; mh schedules alike on every gateway)",
+                "flow sync runs from the config file's [cluster.sync] (its state: -L --daemon; a takeover: --takeover)",
             )
         }
         Cmd::List if c.has(optc::PERSISTENTCONN) => {
@@ -1232,7 +1232,7 @@ pub fn unsupported(c: &Command) -> Option<Exit> {
             "no one-packet scheduling (every UDP flow is tracked)",
         ),
         (optc::PE, "--pe", "no persistence engines (sip)"),
-        (optc::SYNCID, "--syncid", "no connection sync daemon"),
+        (optc::SYNCID, "--syncid", "the sync id is [cluster.sync] id"),
     ];
     for (o, name, why) in options {
         if c.has(o) {

@@ -349,7 +349,9 @@ impl Thread {
             if flowing != busy {
                 busy = flowing;
                 let wait = if busy { FLUSH_MS } else { IDLE_MS };
-                let _ = self.socket.set_read_timeout(Some(Duration::from_millis(wait)));
+                let _ = self
+                    .socket
+                    .set_read_timeout(Some(Duration::from_millis(wait)));
             }
             if last_hello.is_none_or(|t| t.elapsed() >= Duration::from_secs(HELLO_SECS)) {
                 self.hello();
