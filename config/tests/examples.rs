@@ -166,3 +166,14 @@ fn direct_return_routes_tunnels_and_checks() {
         [CheckKind::Http, CheckKind::Http, CheckKind::Tcp]
     );
 }
+
+#[test]
+fn active_backup_is_a_backup_on_a_group_with_a_key() {
+    let c = example("active-backup.toml");
+    let s = c.cluster.sync.unwrap();
+    assert_eq!(s.role, xvs_config::SyncRole::Backup);
+    assert!(s.multicast());
+    assert_eq!(s.key_file.unwrap().to_str(), Some("/etc/xvs/sync.key"));
+    assert_eq!(s.peer_timeout_ms, Some(3000));
+    assert_eq!(c.cluster.hash_seed, 20_261_202);
+}
