@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use smoltcp::wire::{EthernetAddress, IpAddress, Ipv4Packet, TcpPacket};
+use smoltcp::wire::{EthernetAddress, IpAddress, TcpPacket};
 use xvs_config::{
     Address, Backend, Family, ForwardMethod, PortRange, Protocol, Scheduler, Service, ServiceKey,
     Timeouts,
@@ -30,7 +30,7 @@ use xvs_dataplane::services::CompiledService;
 
 const SERVICES: u32 = 100_000;
 const FLOWS: u32 = 1_000_000;
-const GW: [u8; 6] = [2, 0, 0, 0, 0, 2];
+use xvs_benches::frames::{arp_reply, tcp64, GW_MAC as GW};
 
 /// What the bench needs of an address family: its addresses, its frames,
 /// and how the pipeline learns a backend's Ethernet address.
@@ -70,7 +70,7 @@ impl Fam for V4 {
     }
     fn frame(client: Ipv4Addr, port: u16, dst: Ipv4Addr, flags: u8) -> [u8; 96] {
         let mut f = [0u8; 96];
-        f[..64].copy_from_slice(&tcp_frame(client, port, dst, flags));
+        f[..64].copy_from_slice(&tcp64(client, port, dst, flags));
         f
     }
     fn learn(p: &mut Pipeline, a: Ipv4Addr) {
@@ -171,47 +171,6 @@ fn vip(n: u32) -> Ipv4Addr {
 
 fn backend(n: u32, k: u32) -> Ipv4Addr {
     Ipv4Addr::from(0xc612_0100 + (n * 3 + k) % 60_000)
-}
-
-/// A 64-byte TCP frame client → VIP with `flags`.
-fn tcp_frame(client: Ipv4Addr, port: u16, dst: Ipv4Addr, flags: u8) -> [u8; 64] {
-    let mut f = [0u8; 64];
-    f[0..6].copy_from_slice(&GW);
-    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
-    f[12..14].copy_from_slice(&[0x08, 0x00]);
-    {
-        let ip = &mut f[14..34];
-        ip[0] = 0x45;
-        ip[2..4].copy_from_slice(&50u16.to_be_bytes());
-        ip[8] = 64;
-        ip[9] = 6;
-        ip[12..16].copy_from_slice(&client.octets());
-        ip[16..20].copy_from_slice(&dst.octets());
-        Ipv4Packet::new_unchecked(ip).fill_checksum();
-    }
-    {
-        let t = &mut f[34..64];
-        t[0..2].copy_from_slice(&port.to_be_bytes());
-        t[2..4].copy_from_slice(&80u16.to_be_bytes());
-        t[12] = 5 << 4;
-        t[13] = flags;
-        t[14..16].copy_from_slice(&1000u16.to_be_bytes());
-        TcpPacket::new_unchecked(&mut t[..30])
-            .fill_checksum(&IpAddress::Ipv4(client), &IpAddress::Ipv4(dst));
-    }
-    f
-}
-
-/// An ARP reply from `ip`, so the pipeline knows the backend's MAC.
-fn arp_reply(ip: Ipv4Addr) -> [u8; 60] {
-    let mut f = [0u8; 60];
-    f[0..6].copy_from_slice(&GW);
-    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 3]);
-    f[12..14].copy_from_slice(&[0x08, 0x06]);
-    f[14..22].copy_from_slice(&[0, 1, 0x08, 0, 6, 4, 0, 2]);
-    f[22..28].copy_from_slice(&[2, 0, 0, 0, 0, 3]);
-    f[28..32].copy_from_slice(&ip.octets());
-    f
 }
 
 fn client_of(i: u32) -> (Ipv4Addr, u16) {

@@ -19,7 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use smoltcp::wire::{EthernetAddress, IpAddress, Ipv4Packet, TcpPacket};
+use smoltcp::wire::EthernetAddress;
+use xvs_benches::frames::{arp_reply, tcp64, GW_MAC as GW};
 use xvs_config::{
     Backend, Family, ForwardMethod, PortRange, Protocol, Scheduler, Service, ServiceKey, Timeouts,
 };
@@ -32,7 +33,6 @@ use xvs_dataplane::sync::SyncQueue;
 const SERVICES: u32 = 10_000;
 const ROUND: u32 = 20_000;
 const ROUNDS: usize = 15;
-const GW: [u8; 6] = [2, 0, 0, 0, 0, 2];
 
 fn vip(n: u32) -> Ipv4Addr {
     Ipv4Addr::from(0xc613_0000 + n)
@@ -40,47 +40,6 @@ fn vip(n: u32) -> Ipv4Addr {
 
 fn backend(n: u32, k: u32) -> Ipv4Addr {
     Ipv4Addr::from(0xc612_0100 + (n * 3 + k) % 30_000)
-}
-
-/// A 64-byte TCP SYN client → VIP.
-fn syn(client: Ipv4Addr, port: u16, dst: Ipv4Addr) -> [u8; 64] {
-    let mut f = [0u8; 64];
-    f[0..6].copy_from_slice(&GW);
-    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
-    f[12..14].copy_from_slice(&[0x08, 0x00]);
-    {
-        let ip = &mut f[14..34];
-        ip[0] = 0x45;
-        ip[2..4].copy_from_slice(&50u16.to_be_bytes());
-        ip[8] = 64;
-        ip[9] = 6;
-        ip[12..16].copy_from_slice(&client.octets());
-        ip[16..20].copy_from_slice(&dst.octets());
-        Ipv4Packet::new_unchecked(ip).fill_checksum();
-    }
-    {
-        let t = &mut f[34..64];
-        t[0..2].copy_from_slice(&port.to_be_bytes());
-        t[2..4].copy_from_slice(&80u16.to_be_bytes());
-        t[12] = 5 << 4;
-        t[13] = 0x02;
-        t[14..16].copy_from_slice(&1000u16.to_be_bytes());
-        TcpPacket::new_unchecked(&mut t[..30])
-            .fill_checksum(&IpAddress::Ipv4(client), &IpAddress::Ipv4(dst));
-    }
-    f
-}
-
-/// An ARP reply from `ip`, so the pipeline knows the backend's MAC.
-fn arp_reply(ip: Ipv4Addr) -> [u8; 60] {
-    let mut f = [0u8; 60];
-    f[0..6].copy_from_slice(&GW);
-    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 3]);
-    f[12..14].copy_from_slice(&[0x08, 0x06]);
-    f[14..22].copy_from_slice(&[0, 1, 0x08, 0, 6, 4, 0, 2]);
-    f[22..28].copy_from_slice(&[2, 0, 0, 0, 0, 3]);
-    f[28..32].copy_from_slice(&ip.octets());
-    f
 }
 
 fn pipeline() -> Pipeline {
@@ -138,7 +97,7 @@ fn round(p: &mut Pipeline, first: u32) -> Duration {
             let i = first + j;
             let client = Ipv4Addr::from(0xc612_8000 + (i >> 14));
             let s = ((u64::from(i) * 2_654_435_761) % u64::from(SERVICES)) as u32;
-            syn(client, (i & 0x3fff) as u16 + 1024, vip(s))
+            tcp64(client, (i & 0x3fff) as u16 + 1024, vip(s), 0x02)
         })
         .collect();
     let mut buf = [0u8; 2048];

@@ -155,6 +155,52 @@ pub fn ep_any(addr: impl Into<IpAddr>, port: u16) -> Endpoint<IpAddr> {
     }
 }
 
+/// The gateway's Ethernet address in the micro-benchmarks' frames.
+pub const GW_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
+
+/// A 64-byte TCP frame client → `dst` (port 80) with `flags`, to
+/// [`GW_MAC`].
+pub fn tcp64(client: Ipv4Addr, port: u16, dst: Ipv4Addr, flags: u8) -> [u8; 64] {
+    let mut f = [0u8; 64];
+    f[0..6].copy_from_slice(&GW_MAC);
+    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    {
+        let ip = &mut f[14..34];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&50u16.to_be_bytes());
+        ip[8] = 64;
+        ip[9] = 6;
+        ip[12..16].copy_from_slice(&client.octets());
+        ip[16..20].copy_from_slice(&dst.octets());
+        Ipv4Packet::new_unchecked(ip).fill_checksum();
+    }
+    {
+        let t = &mut f[34..64];
+        t[0..2].copy_from_slice(&port.to_be_bytes());
+        t[2..4].copy_from_slice(&80u16.to_be_bytes());
+        t[12] = 5 << 4;
+        t[13] = flags;
+        t[14..16].copy_from_slice(&1000u16.to_be_bytes());
+        TcpPacket::new_unchecked(&mut t[..30])
+            .fill_checksum(&IpAddress::Ipv4(client), &IpAddress::Ipv4(dst));
+    }
+    f
+}
+
+/// An ARP reply from `ip` to [`GW_MAC`], so a pipeline learns the
+/// backend's MAC.
+pub fn arp_reply(ip: Ipv4Addr) -> [u8; 60] {
+    let mut f = [0u8; 60];
+    f[0..6].copy_from_slice(&GW_MAC);
+    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 3]);
+    f[12..14].copy_from_slice(&[0x08, 0x06]);
+    f[14..22].copy_from_slice(&[0, 1, 0x08, 0, 6, 4, 0, 2]);
+    f[22..28].copy_from_slice(&[2, 0, 0, 0, 0, 3]);
+    f[28..32].copy_from_slice(&ip.octets());
+    f
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -291,17 +291,9 @@ fn a_batch_looked_up_together_sees_flows_it_creates() {
     assert_counters_add_up(&p);
 }
 
-/// TCP_SYN from another client port (L4 checksums are not verified, so
-/// the port is patched in place).
+/// TCP_SYN from another client port.
 fn syn_from(port: u16) -> Vec<u8> {
-    let mut f = TCP_SYN.to_vec();
-    f[34..36].copy_from_slice(&port.to_be_bytes());
-    let mut tcp = smoltcp::wire::TcpPacket::new_unchecked(&mut f[34..]);
-    tcp.fill_checksum(
-        &smoltcp::wire::IpAddress::Ipv4(CLIENT),
-        &smoltcp::wire::IpAddress::Ipv4(VIP),
-    );
-    f
+    syn_from_client(CLIENT, port)
 }
 
 /// The source endpoint of a forwarded frame.
@@ -512,4 +504,101 @@ fn a_gratuitous_arp_announces_a_taken_address() {
     assert_eq!(arp.op, ArpOp::Request);
     assert_eq!((arp.sender_ip, arp.target_ip), (SNAT, SNAT));
     assert_eq!(arp.sender_mac.0, support::GW_MAC);
+}
+
+/// `TCP_SYN` from `client`:`port` (checksums made right again).
+fn syn_from_client(client: Ipv4Addr, port: u16) -> Vec<u8> {
+    use smoltcp::wire::{IpAddress, Ipv4Packet, TcpPacket};
+    let mut f = TCP_SYN.to_vec();
+    let ihl = usize::from(f[14] & 0x0f) * 4;
+    f[26..30].copy_from_slice(&client.octets());
+    Ipv4Packet::new_unchecked(&mut f[14..14 + ihl]).fill_checksum();
+    let l4 = 14 + ihl;
+    f[l4..l4 + 2].copy_from_slice(&port.to_be_bytes());
+    let mut t = TcpPacket::new_unchecked(&mut f[l4..]);
+    t.fill_checksum(&IpAddress::Ipv4(client), &IpAddress::Ipv4(VIP));
+    f
+}
+
+/// A persistent service (per /24) on two gateways: the active's template
+/// goes with its flow, so on the backup a new connection of the same
+/// client goes where the template says, not where the backup's own rr
+/// would send it; a delete record ends the backup's copy of a flow, and
+/// never a flow of its own.
+#[test]
+fn a_peer_s_template_and_delete_records_are_applied() {
+    use xvs_config::{Family, Persistence};
+    use xvs_conntrack::{Filter, FlowState};
+    use xvs_dataplane::sync::{Op, SyncQueue};
+    let b = |i: u8| (Ipv4Addr::new(198, 18, 1, i), 8080, 1);
+    let mut svc = rr_service(VIP, Protocol::Tcp, 80, &[b(1), b(2), b(3)]);
+    svc.persistence = Some(Persistence {
+        timeout_secs: 600,
+        netmask: Ipv4Addr::new(255, 255, 255, 0),
+    });
+    let gateway = || {
+        let mut p = Pipeline::new(
+            PipelineConfig {
+                snat_addrs: vec![SNAT],
+                ..config()
+            },
+            0,
+        );
+        p.own(VIP);
+        p.upsert_service(Arc::new(CompiledService::new(1, &svc, 1, None)));
+        for i in 1..=3 {
+            let mut arp = ARP_REPLY_FROM_BACKEND.to_vec();
+            arp[31] = i; // the sender's address: 198.18.1.i
+            p.process(&mut arp, ARP_REPLY_FROM_BACKEND.len(), 0);
+        }
+        p
+    };
+    let flows = |p: &Pipeline| p.dump(&Filter::default(), Family::V4, 0, u32::MAX, 3).0;
+    let (mut active, mut backup) = (gateway(), gateway());
+    let q = Arc::new(SyncQueue::new(64));
+    // Another client's network takes the active's first backend.
+    run(
+        &mut active,
+        &syn_from_client(Ipv4Addr::new(198, 18, 5, 99), 1000),
+        1,
+    );
+    active.set_sync(Some(q.clone()));
+    assert!(matches!(
+        run(&mut active, &syn_from(1000), 1).0,
+        Verdict::Forward { .. }
+    ));
+    assert!(q.is_empty(), "staged until the batch ends");
+    active.flush_sync();
+    let records: Vec<_> = std::iter::from_fn(|| q.pop().map(|(_, r)| r)).collect();
+    assert_eq!(records.len(), 2, "the flow and its template: {records:?}");
+    let (flow, template) = (records[0], records[1]);
+    assert_eq!(template.state, FlowState::Template);
+    assert_eq!(
+        template.backend.addr,
+        std::net::IpAddr::from(Ipv4Addr::new(198, 18, 1, 2))
+    );
+    assert_eq!(backup.apply_sync(&records, 2), (2, 0));
+    // The same client's next connection, on the backup: the template's
+    // backend (the backup's own rr would start at the first).
+    let v = run(&mut backup, &syn_from(2000), 2).0;
+    assert!(matches!(v, Verdict::Forward { .. }), "{v:?}");
+    let mine = flows(&backup)
+        .into_iter()
+        .find(|f| f.client.port == 2000)
+        .unwrap();
+    assert_eq!(mine.backend.addr, template.backend.addr);
+    // A delete ends the peer's flow on the backup...
+    let delete = |mut r: xvs_dataplane::sync::SyncRecord| {
+        r.op = Op::Delete;
+        r
+    };
+    assert_eq!(backup.apply_sync(&[delete(flow)], 3), (1, 0));
+    assert!(!flows(&backup).iter().any(|f| f.client.port == 1000));
+    // ...and never one of the backup's own.
+    let mut own = flow;
+    own.client.port = 2000;
+    own.backend = mine.backend;
+    own.snat = mine.snat;
+    assert_eq!(backup.apply_sync(&[delete(own)], 3), (0, 1));
+    assert!(flows(&backup).iter().any(|f| f.client.port == 2000));
 }

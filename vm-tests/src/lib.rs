@@ -7,6 +7,7 @@
 //! a printed reason, unless `XVS_REQUIRE_PRIVILEGED` is set (as `make test`
 //! does for root), in which case they fail instead of skipping.
 
+pub mod capture;
 pub mod daemon;
 pub mod fakekube;
 pub mod netns;

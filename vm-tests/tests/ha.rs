@@ -11,10 +11,10 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 #![allow(clippy::disallowed_types)] // the figures are real time
 
-use std::path::Path;
-use std::process::Command;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use xvs_vm_tests::capture::Capture;
 use xvs_vm_tests::daemon::{bins, field, Daemon, ScratchDir};
 use xvs_vm_tests::netns::Netns;
 use xvs_vm_tests::privileged;
@@ -121,47 +121,6 @@ fn retransmitted(client: &Netns) -> u64 {
     values.split_whitespace().nth(i).unwrap().parse().unwrap()
 }
 
-/// A capture of TCP resets on the client's interface.
-struct Resets {
-    tcpdump: Option<Spawned>,
-    file: std::path::PathBuf,
-}
-
-impl Resets {
-    fn start(t: &Topology, dir: &Path) -> Resets {
-        let file = dir.join("client.pcap");
-        let mut cmd = t.client.ns.command("tcpdump");
-        cmd.args(["-i", &t.client.ifname, "-nn", "-U", "-w"])
-            .arg(&file)
-            .arg("tcp[tcpflags] & tcp-rst != 0");
-        let pcap = file.clone();
-        let tcpdump = Spawned::start_until(cmd, "tcpdump", Duration::from_secs(10), || {
-            pcap.metadata().is_ok_and(|m| m.len() > 0)
-        })
-        .unwrap();
-        Resets {
-            tcpdump: Some(tcpdump),
-            file,
-        }
-    }
-
-    fn seen(mut self) -> Vec<String> {
-        if let Some(t) = self.tcpdump.take() {
-            t.stop(libc::SIGINT, Duration::from_secs(5));
-        }
-        let out = Command::new("tcpdump")
-            .args(["-nn", "-r"])
-            .arg(&self.file)
-            .arg("tcp")
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
 /// Established flows `gw` lists with SNAT address `snat` (any: `""`).
 fn established_via(gw: &Daemon, snat: &str) -> usize {
     let json: serde_json::Value = serde_json::from_str(&gw.adm_ok(&["-Lnc", "--json"])).unwrap();
@@ -179,24 +138,90 @@ fn established(gw: &Daemon) -> usize {
     established_via(gw, "")
 }
 
+/// What every test here builds: three echo backends on the one-arm
+/// segment, the first gateway's namespace (the topology's) and a second
+/// one (`gwb`, 198.18.x.3), a scratch folder with the shared key.
+struct Bed {
+    _servers: Vec<Spawned>,
+    b_ns: Netns,
+    scratch: ScratchDir,
+    key: PathBuf,
+    bins: PathBuf,
+    t: Topology,
+}
+
+impl Bed {
+    fn new(kind: &str) -> Bed {
+        let t = Topology::build(Spec::one_arm(3)).unwrap();
+        let servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
+        let b_ns = t.add_gateway("gwb", 3).unwrap();
+        let scratch = ScratchDir::new(&t, kind).unwrap();
+        let key = scratch.path().join("sync.key");
+        std::fs::write(&key, b"a shared key for the two gateways").unwrap();
+        Bed {
+            _servers: servers,
+            b_ns,
+            scratch,
+            key,
+            bins: bins(TESTNET),
+            t,
+        }
+    }
+
+    /// The VIPs on the clients' segment, as LVS VIPs are: the client asks
+    /// who has one, and a takeover's gratuitous ARP moves it.
+    fn vips_on_segment(&self) {
+        let c = &self.t.client;
+        c.ns.ip(&["route", "add", "198.19.0.0/16", "dev", &c.ifname])
+            .unwrap();
+    }
+
+    /// Starts gateway `g` (node 1 in the topology's gateway namespace,
+    /// node 2 in `gwb`).
+    fn start(&self, g: &Gw<'_>) -> Daemon {
+        let text = config(&self.t, g, &self.key);
+        let (d, _) = match g.node {
+            1 => Daemon::start(
+                &self.t,
+                &format!("{}-1", self.tag()),
+                &self.bins,
+                &text,
+                &[],
+            ),
+            _ => {
+                let dir = self.scratch.path().join("b");
+                Daemon::start_in(&self.b_ns, &dir, &self.bins, &text, &[])
+            }
+        }
+        .unwrap();
+        d
+    }
+
+    fn tag(&self) -> String {
+        self.scratch
+            .path()
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+}
+
+/// Waits (at most 15 s) until `gw` lists `n` established flows.
+fn wait_established(gw: &Daemon, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while established(gw) < n && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn a_backup_takes_over_and_every_synced_connection_continues() {
     if !privileged("a_backup_takes_over_and_every_synced_connection_continues") {
         return;
     }
-    let t = Topology::build(Spec::one_arm(3)).unwrap();
-    let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
-    let backup_ns = t.add_gateway("gwb", 3).unwrap();
-    // The VIP is on the clients' segment, as LVS VIPs are: the client
-    // asks who has it, and a takeover's gratuitous ARP moves it.
-    t.client
-        .ns
-        .ip(&["route", "add", "198.19.0.0/16", "dev", &t.client.ifname])
-        .unwrap();
-    let scratch = ScratchDir::new(&t, "ha").unwrap();
-    let key = scratch.path().join("sync.key");
-    std::fs::write(&key, b"a shared key for the two gateways").unwrap();
-    let bins = bins(TESTNET);
+    let bed = Bed::new("ha");
+    let t = &bed.t;
+    bed.vips_on_segment();
     let snat = SNAT_ADDR.to_string();
     // Sync over a multicast group on the segment, as IPVS's daemon sends.
     let gw = |node, role| Gw {
@@ -207,16 +232,15 @@ fn a_backup_takes_over_and_every_synced_connection_continues() {
         group: Some("239.0.0.81"),
         extra: "",
     };
-    let text = config(&t, &gw(1, "active"), &key);
-    let (active, _) = Daemon::start(&t, "ha-a", &bins, &text, &[]).unwrap();
-    let text = config(&t, &gw(2, "backup"), &key);
-    let b_dir = scratch.path().join("b");
-    let (backup, _) = Daemon::start_in(&backup_ns, &b_dir, &bins, &text, &[]).unwrap();
+    let active = bed.start(&gw(1, "active"));
+    let backup = bed.start(&gw(2, "backup"));
     // The backup hears the active and serves nothing meanwhile.
     hears(&backup, 1);
     let daemon = backup.adm_ok(&["-L", "--daemon"]);
     assert!(
-        daemon.starts_with("backup sync daemon (listen=198.18.1.3:8848, syncid=7"),
+        daemon.starts_with(
+            "backup sync daemon (listen=198.18.1.3:8848, syncid=7, maxlen=1472, peers=239.0.0.81:8848, auth=hmac-sha256)"
+        ),
         "{daemon}"
     );
     assert!(
@@ -230,13 +254,10 @@ fn a_backup_takes_over_and_every_synced_connection_continues() {
         "{before}"
     );
 
-    let resets = Resets::start(&t, scratch.path());
-    let streams = streams(&t, 12);
+    let resets = Capture::start(t, bed.scratch.path());
+    let streams = streams(t, 12);
     // Every stream is older than the sync delay, and is on the backup.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while established(&backup) < STREAMS as usize && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_established(&backup, STREAMS as usize);
     std::thread::sleep(Duration::from_secs(2));
     let synced = established(&backup);
     assert!(
@@ -293,7 +314,7 @@ fn a_backup_takes_over_and_every_synced_connection_continues() {
         .unwrap_or("")
         .to_owned();
     let lost = retransmitted(&t.client.ns) - retrans_before;
-    let seen = resets.seen();
+    let seen = resets.resets();
     let daemon = backup.adm_ok(&["-L", "--daemon"]);
     println!(
         "failover figures (active/backup, kill -9): takeover {} ms after the kill, longest stream stall {stall} ms, \
@@ -347,9 +368,8 @@ fn an_active_peer_adopts_a_killed_peer_s_addresses_and_flows_behind_ecmp() {
     if !privileged("an_active_peer_adopts_a_killed_peer_s_addresses_and_flows_behind_ecmp") {
         return;
     }
-    let t = Topology::build(Spec::one_arm(3)).unwrap();
-    let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
-    let b_ns = t.add_gateway("gwb", 3).unwrap();
+    let bed = Bed::new("ha-ecmp");
+    let t = &bed.t;
     // The router: on the clients' segment at 198.18.0.4, the VIPs over
     // both gateways, hashed by addresses and ports.
     let router = Netns::create(&t.tag, "rt").unwrap();
@@ -389,10 +409,6 @@ fn an_active_peer_adopts_a_killed_peer_s_addresses_and_flows_behind_ecmp() {
         .ns
         .ip(&["route", "add", "198.19.0.0/16", "via", "198.18.0.4"])
         .unwrap();
-    let scratch = ScratchDir::new(&t, "ha-ecmp").unwrap();
-    let key = scratch.path().join("sync.key");
-    std::fs::write(&key, b"a shared key for the two gateways").unwrap();
-    let bins = bins(TESTNET);
     let (snat_a, snat_b) = ("198.18.1.2", "198.18.1.4");
     let gw = |node, snat| Gw {
         node,
@@ -402,20 +418,15 @@ fn an_active_peer_adopts_a_killed_peer_s_addresses_and_flows_behind_ecmp() {
         group: None,
         extra: "",
     };
-    let text = config(&t, &gw(1, snat_a), &key);
-    let (a, _) = Daemon::start(&t, "ha-ea", &bins, &text, &[]).unwrap();
-    let text = config(&t, &gw(2, snat_b), &key);
-    let (b, _) = Daemon::start_in(&b_ns, &scratch.path().join("b"), &bins, &text, &[]).unwrap();
+    let a = bed.start(&gw(1, snat_a));
+    let b = bed.start(&gw(2, snat_b));
     hears(&a, 2);
     hears(&b, 1);
     assert_eq!(b.steered(), [snat_b, VIP]);
 
-    let resets = Resets::start(&t, scratch.path());
-    let streams = streams(&t, 12);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while established(&b) < STREAMS as usize && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let resets = Capture::start(t, bed.scratch.path());
+    let streams = streams(t, 12);
+    wait_established(&b, STREAMS as usize);
     std::thread::sleep(Duration::from_secs(2));
     // The router spread the connections over both; each holds all.
     let (on_a, on_b) = (established_via(&a, snat_a), established_via(&b, snat_b));
@@ -459,7 +470,7 @@ fn an_active_peer_adopts_a_killed_peer_s_addresses_and_flows_behind_ecmp() {
 
     let (ok, stall, _) = finished(streams);
     let lost = retransmitted(&t.client.ns) - retrans_before;
-    let seen = resets.seen();
+    let seen = resets.resets();
     println!(
         "failover figures (active/active behind ECMP, kill -9): {on_a} of {STREAMS} connections were on the killed gateway; \
          takeover {} ms after the kill, longest stream stall {stall} ms, {lost} segments retransmitted by the client, \
@@ -478,17 +489,9 @@ fn a_backup_takes_over_by_itself_when_the_active_goes_silent() {
     if !privileged("a_backup_takes_over_by_itself_when_the_active_goes_silent") {
         return;
     }
-    let t = Topology::build(Spec::one_arm(3)).unwrap();
-    let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
-    let backup_ns = t.add_gateway("gwb", 3).unwrap();
-    t.client
-        .ns
-        .ip(&["route", "add", "198.19.0.0/16", "dev", &t.client.ifname])
-        .unwrap();
-    let scratch = ScratchDir::new(&t, "ha-live").unwrap();
-    let key = scratch.path().join("sync.key");
-    std::fs::write(&key, b"a shared key for the two gateways").unwrap();
-    let bins = bins(TESTNET);
+    let bed = Bed::new("ha-live");
+    let t = &bed.t;
+    bed.vips_on_segment();
     let snat = SNAT_ADDR.to_string();
     let gw = |node, role| Gw {
         node,
@@ -498,17 +501,11 @@ fn a_backup_takes_over_by_itself_when_the_active_goes_silent() {
         group: None,
         extra: "peer_timeout = \"1s\"\n",
     };
-    let (active, _) =
-        Daemon::start(&t, "ha-la", &bins, &config(&t, &gw(1, "active"), &key), &[]).unwrap();
-    let b_dir = scratch.path().join("b");
-    let text = config(&t, &gw(2, "backup"), &key);
-    let (backup, _) = Daemon::start_in(&backup_ns, &b_dir, &bins, &text, &[]).unwrap();
+    let active = bed.start(&gw(1, "active"));
+    let backup = bed.start(&gw(2, "backup"));
     hears(&backup, 1);
-    let streams = streams(&t, 8);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while established(&backup) < STREAMS as usize && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let streams = streams(t, 8);
+    wait_established(&backup, STREAMS as usize);
     assert!(
         backup.steered().is_empty(),
         "the backup waits while the active speaks"

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use xvs_vm_tests::capture::Capture;
 use xvs_vm_tests::daemon::{Daemon, ScratchDir};
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
@@ -120,48 +121,6 @@ fn parse_flows(text: &str) -> BTreeMap<(String, String), (String, String)> {
             ((s("client"), s("vip")), (s("backend"), s("snat")))
         })
         .collect()
-}
-
-/// A packet capture on the client's interface, counting TCP resets.
-struct Capture {
-    tcpdump: Option<Spawned>,
-    file: PathBuf,
-}
-
-impl Capture {
-    fn start(t: &Topology, dir: &Path) -> Capture {
-        let file = dir.join("client.pcap");
-        let mut cmd = t.client.ns.command("tcpdump");
-        cmd.args(["-i", &t.client.ifname, "-nn", "-U", "-w"])
-            .arg(&file)
-            .args(["tcp"]);
-        let pcap = file.clone();
-        let tcpdump = Spawned::start_until(cmd, "tcpdump", Duration::from_secs(10), || {
-            pcap.metadata().is_ok_and(|m| m.len() > 0)
-        })
-        .unwrap();
-        Capture {
-            tcpdump: Some(tcpdump),
-            file,
-        }
-    }
-
-    /// Stops the capture; the resets it saw.
-    fn resets(mut self) -> Vec<String> {
-        if let Some(t) = self.tcpdump.take() {
-            t.stop(libc::SIGINT, Duration::from_secs(5));
-        }
-        let out = Command::new("tcpdump")
-            .args(["-nn", "-r"])
-            .arg(&self.file)
-            .arg("tcp[tcpflags] & tcp-rst != 0")
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
 }
 
 fn link_has_program(t: &Topology) -> bool {
