@@ -197,6 +197,22 @@ impl Bed {
         d
     }
 
+    /// An active (node 1) and a backup (node 2) with the same SNAT
+    /// address, `scheduler`, sync to `group` (else to each other) and
+    /// `extra` `[cluster.sync]` lines.
+    fn active_backup(&self, scheduler: &str, group: Option<&str>, extra: &str) -> (Daemon, Daemon) {
+        let snat = SNAT_ADDR.to_string();
+        let gw = |node, role| Gw {
+            node,
+            snat: &snat,
+            role,
+            scheduler,
+            group,
+            extra,
+        };
+        (self.start(&gw(1, "active")), self.start(&gw(2, "backup")))
+    }
+
     fn tag(&self) -> String {
         self.scratch
             .path()
@@ -222,18 +238,8 @@ fn a_backup_takes_over_and_every_synced_connection_continues() {
     let bed = Bed::new("ha");
     let t = &bed.t;
     bed.vips_on_segment();
-    let snat = SNAT_ADDR.to_string();
     // Sync over a multicast group on the segment, as IPVS's daemon sends.
-    let gw = |node, role| Gw {
-        node,
-        snat: &snat,
-        role,
-        scheduler: "rr",
-        group: Some("239.0.0.81"),
-        extra: "",
-    };
-    let active = bed.start(&gw(1, "active"));
-    let backup = bed.start(&gw(2, "backup"));
+    let (active, backup) = bed.active_backup("rr", Some("239.0.0.81"), "");
     // The backup hears the active and serves nothing meanwhile.
     hears(&backup, 1);
     let daemon = backup.adm_ok(&["-L", "--daemon"]);
@@ -492,17 +498,7 @@ fn a_backup_takes_over_by_itself_when_the_active_goes_silent() {
     let bed = Bed::new("ha-live");
     let t = &bed.t;
     bed.vips_on_segment();
-    let snat = SNAT_ADDR.to_string();
-    let gw = |node, role| Gw {
-        node,
-        snat: &snat,
-        role,
-        scheduler: "wlc",
-        group: None,
-        extra: "peer_timeout = \"1s\"\n",
-    };
-    let active = bed.start(&gw(1, "active"));
-    let backup = bed.start(&gw(2, "backup"));
+    let (active, backup) = bed.active_backup("wlc", None, "peer_timeout = \"1s\"\n");
     hears(&backup, 1);
     let streams = streams(t, 8);
     wait_established(&backup, STREAMS as usize);
