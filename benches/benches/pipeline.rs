@@ -1,5 +1,6 @@
 //! The whole per-packet pipeline of one worker, sans-IO: a frame in, the
-//! verdict and the rewritten frame out. With 100,000 services and
+//! verdict and the rewritten frame out. A cache-resident workload (10
+//! services, 1,000 flows) and the target one, with 100,000 services and
 //! 1,000,000 flows in the table: a packet of an established flow (flows
 //! taken in random order), a new flow (SYN to a random service: service
 //! lookup, scheduler, SNAT port, insert, rewrite), and the service lookup
@@ -8,7 +9,11 @@
 //! folder prepared as `xvs prepare-state` prepares `/run/xvs/flows`: a
 //! tmpfs with huge pages). The same over IPv6 (an IPv6 table, services and
 //! 84-byte frames: the IPv6 header is 20 bytes longer), beside IPv4 in the
-//! same run.
+//! same run. At the end, a report: each workload's established packet (in
+//! batches of 64) and new flow next to the memory floor measured in the
+//! same run (a random read from 128 MiB, independent and dependent), and
+//! their ratio to one miss's latency: an estimate of the misses per packet
+//! that are not overlapped.
 
 #![allow(clippy::unwrap_used)] // benches: a failed unwrap is a broken bench
 #![allow(clippy::disallowed_types)] // a benchmark measures wall-clock time
@@ -28,8 +33,25 @@ use xvs_conntrack::{Filter, L4Proto};
 use xvs_dataplane::pipeline::{Pipeline, PipelineConfig, Prepared, Side, Verdict};
 use xvs_dataplane::services::CompiledService;
 
-const SERVICES: u32 = 100_000;
-const FLOWS: u32 = 1_000_000;
+/// A workload: services, and established flows (10 per service) in the
+/// table before the measurements.
+#[derive(Debug, Clone, Copy)]
+struct Load {
+    services: u32,
+    flows: u32,
+}
+
+/// The target workload of the per-packet goals: 100,000 services, 1M
+/// flows in random order (the table far beyond the caches).
+const BIG: Load = Load {
+    services: 100_000,
+    flows: 1_000_000,
+};
+/// A cache-resident one: 10 services, 1,000 flows.
+const SMALL: Load = Load {
+    services: 10,
+    flows: 1_000,
+};
 use xvs_benches::frames::{arp_reply, tcp64, GW_MAC as GW};
 
 /// What the bench needs of an address family: its addresses, its frames,
@@ -185,8 +207,8 @@ fn state_dir() -> std::path::PathBuf {
     std::env::temp_dir().join(format!("xvs-bench-pipeline-{}", std::process::id()))
 }
 
-fn setup<F: Fam>(in_file: bool) -> Pipeline {
-    let capacity = FLOWS + 200_000;
+fn setup<F: Fam>(in_file: bool, load: Load) -> Pipeline {
+    let capacity = load.flows + 200_000;
     // The family under test gets the big table; the other a token one.
     let ipv6 = <F::A as Address>::LEN == 16;
     let (cap4, cap6) = if ipv6 { (64, capacity) } else { (capacity, 64) };
@@ -233,7 +255,7 @@ fn setup<F: Fam>(in_file: bool) -> Pipeline {
         table,
         xvs_conntrack::FlowTable::new(cap6, Timeouts::default(), 0),
     );
-    for n in 0..SERVICES {
+    for n in 0..load.services {
         let mut s = Service::new(ServiceKey {
             vip: F::vip(n),
             protocol: Protocol::Tcp,
@@ -255,46 +277,146 @@ fn setup<F: Fam>(in_file: bool) -> Pipeline {
     for a in 0..60_000 {
         F::learn(&mut p, F::backend_at(a));
     }
-    // 1M flows, 10 per service, ESTABLISHED.
-    for i in 0..FLOWS {
+    // The flows, ESTABLISHED.
+    for i in 0..load.flows {
         let (c, port) = F::client_of(i);
-        let mut syn = F::frame(c, port, F::vip(i % SERVICES), 0x02);
+        let mut syn = F::frame(c, port, F::vip(i % load.services), 0x02);
         assert!(matches!(
             p.process(&mut syn, F::LEN, 0),
             Verdict::Forward { .. }
         ));
-        let mut ack = F::frame(c, port, F::vip(i % SERVICES), 0x10);
+        let mut ack = F::frame(c, port, F::vip(i % load.services), 0x10);
         p.process(&mut ack, F::LEN, 0);
     }
     p
 }
 
 fn pipeline(c: &mut Criterion) {
-    measure::<V4>(c, "pipeline_100k_services_1M_flows", setup::<V4>(false));
-    measure::<V6>(
+    let base = memory_baseline();
+    let mut rows = Vec::new();
+    let mut run = |c: &mut Criterion, name: &str, p: Pipeline, load: Load, v6: bool| {
+        let row = if v6 {
+            measure::<V6>(c, name, p, load)
+        } else {
+            measure::<V4>(c, name, p, load)
+        };
+        rows.push((name.to_owned(), row));
+    };
+    run(
+        c,
+        "pipeline_10_services_1k_flows",
+        setup::<V4>(false, SMALL),
+        SMALL,
+        false,
+    );
+    run(
+        c,
+        "pipeline_100k_services_1M_flows",
+        setup::<V4>(false, BIG),
+        BIG,
+        false,
+    );
+    run(
         c,
         "pipeline_ipv6_100k_services_1M_flows",
-        setup::<V6>(false),
+        setup::<V6>(false, BIG),
+        BIG,
+        true,
     );
-    measure::<V4>(
+    run(
         c,
         "pipeline_100k_services_1M_flows_state_file",
-        setup::<V4>(true),
+        setup::<V4>(true, BIG),
+        BIG,
+        false,
     );
     xvs_dataplane::state::unmount_dir(&state_dir());
     let _ = std::fs::remove_dir_all(state_dir());
+    report(&base, &rows);
 }
 
-fn measure<F: Fam>(c: &mut Criterion, group: &str, mut p: Pipeline) {
+/// The memory floor, measured in the same run: a random 8-byte read from
+/// a 128 MiB buffer, independent reads (they overlap, as a batch's
+/// lookups can) and dependent ones (each waits for the last: the latency
+/// of one miss). Medians of 5 runs of 2M reads, in ns per read.
+struct Baseline {
+    independent: f64,
+    dependent: f64,
+}
+
+fn memory_baseline() -> Baseline {
+    const WORDS: usize = 16 << 20; // 128 MiB of u64
+    let buf: Vec<u64> = (0..WORDS as u64)
+        .map(|i| (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) % WORDS as u64)
+        .collect();
+    let reads = 2_000_000u32;
+    let time = |dependent: bool| {
+        let mut runs: Vec<f64> = (0..5)
+            .map(|r| {
+                let (mut i, mut acc) = (u64::from(r as u32) * 7919, 0u64);
+                let start = Instant::now();
+                for _ in 0..reads {
+                    i = if dependent {
+                        buf[i as usize]
+                    } else {
+                        acc = acc.wrapping_add(buf[i as usize]);
+                        i.wrapping_add(0x9e37_79b9) % WORDS as u64
+                    };
+                }
+                black_box((i, acc));
+                start.elapsed().as_nanos() as f64 / f64::from(reads)
+            })
+            .collect();
+        runs.sort_by(f64::total_cmp);
+        runs[2]
+    };
+    Baseline {
+        independent: time(false),
+        dependent: time(true),
+    }
+}
+
+/// One workload's own timings (medians, ns): an established packet in
+/// batches of 64, and a new flow.
+struct Row {
+    established: f64,
+    new_flow: f64,
+}
+
+/// Each workload's time per packet next to the memory floor: the ratio
+/// to one miss's latency is an estimate of the misses per packet that
+/// are not overlapped.
+fn report(base: &Baseline, rows: &[(String, Row)]) {
+    println!(
+        "\nmemory floor in this run: {:.1} ns per independent random read, {:.1} ns per dependent one (one miss) (128 MiB)",
+        base.independent, base.dependent
+    );
+    println!(
+        "{:<46} {:>14} {:>12} {:>10} {:>12}",
+        "workload", "established", "÷ one miss", "new flow", "÷ one miss"
+    );
+    for (name, r) in rows {
+        println!(
+            "{:<46} {:>11.1} ns {:>12.2} {:>7.0} ns {:>12.2}",
+            name,
+            r.established,
+            r.established / base.dependent,
+            r.new_flow,
+            r.new_flow / base.dependent
+        );
+    }
+}
+
+fn measure<F: Fam>(c: &mut Criterion, group: &str, mut p: Pipeline, load: Load) -> Row {
     let (services, flows) = F::half_len(&p);
     println!("{group}: {services} services, {flows} flows");
     let len = F::LEN;
     // Established flows in random order (a multiplicative permutation).
-    let acks: Vec<[u8; 96]> = (0..FLOWS)
+    let acks: Vec<[u8; 96]> = (0..load.flows)
         .map(|k| {
-            let i = ((u64::from(k) * 2_654_435_761) % u64::from(FLOWS)) as u32;
+            let i = ((u64::from(k) * 2_654_435_761) % u64::from(load.flows)) as u32;
             let (c, port) = F::client_of(i);
-            F::frame(c, port, F::vip(i % SERVICES), 0x10)
+            F::frame(c, port, F::vip(i % load.services), 0x10)
         })
         .collect();
     let mut g = c.benchmark_group(group);
@@ -316,59 +438,20 @@ fn measure<F: Fam>(c: &mut Criterion, group: &str, mut p: Pipeline) {
     // The worker's way: a batch of 64 classified, looked up together, then
     // processed.
     g.throughput(Throughput::Elements(64));
-    let mut bufs = vec![[0u8; 2048]; 64];
-    let mut preps = Vec::with_capacity(64);
-    let mut looked = vec![xvs_dataplane::pipeline::Lookup::NotYet; 64];
+    let mut batch = Batch::new();
     g.bench_function("established_batch64", |b| {
-        b.iter(|| {
-            preps.clear();
-            for buf in bufs.iter_mut() {
-                k = (k + 1) % acks.len();
-                buf[..len].copy_from_slice(&acks[k][..len]);
-                preps.push(Prepared::of(&buf[..len]));
-            }
-            p.lookup_prepared(&preps, &mut looked);
-            for ((buf, prep), look) in bufs.iter_mut().zip(&preps).zip(&looked) {
-                black_box(p.process_prepared(Side::Client, buf, 1, prep, *look));
-            }
-        })
+        b.iter(|| batch.run(&mut p, &acks, &mut k, len))
     });
     g.throughput(Throughput::Elements(1));
 
-    let mut next = FLOWS;
+    let mut next = load.flows;
     g.bench_function("new_flow_syn", |b| {
         b.iter_custom(|iters| {
             let mut spent = Duration::ZERO;
             let mut left = iters;
             while left > 0 {
                 let n = left.min(20_000) as u32;
-                let frames: Vec<[u8; 96]> = (0..n)
-                    .map(|j| {
-                        let i = next + j;
-                        let (c, port) = F::client_of(i);
-                        let s = ((u64::from(i) * 2_654_435_761) % u64::from(SERVICES)) as u32;
-                        F::frame(c, port, F::vip(s), 0x02)
-                    })
-                    .collect();
-                let start = Instant::now();
-                for f in &frames {
-                    buf[..len].copy_from_slice(&f[..len]);
-                    black_box(p.process(&mut buf, len, 2));
-                }
-                spent += start.elapsed();
-                // Take the new flows out again (not timed).
-                let filter = Filter::<IpAddr> {
-                    state: Some(xvs_conntrack::FlowState::SynRecv),
-                    proto: Some(L4Proto::Tcp),
-                    ..Filter::default()
-                };
-                for family in [Family::V4, Family::V6] {
-                    let mut cursor = Some(0);
-                    while let Some(c) = cursor {
-                        cursor = p.delete_matching(&filter, family, c, u32::MAX).1;
-                    }
-                }
-                next = FLOWS + (next - FLOWS + n) % (1 << 22);
+                spent += new_flows::<F>(&mut p, load, &mut next, n);
                 left -= u64::from(n);
             }
             spent
@@ -378,11 +461,104 @@ fn measure<F: Fam>(c: &mut Criterion, group: &str, mut p: Pipeline) {
     let mut n = 0u32;
     g.bench_function("service_lookup", |b| {
         b.iter(|| {
-            n = (n + 7919) % SERVICES;
+            n = (n + 7919) % load.services;
             black_box(F::find(&p, black_box(F::vip(n))))
         })
     });
     g.finish();
+    // The same two, timed here for the report beside the memory floor
+    // (medians of 5 runs).
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let established = median(
+        (0..5)
+            .map(|_| {
+                let start = Instant::now();
+                for _ in 0..2_000 {
+                    batch.run(&mut p, &acks, &mut k, len);
+                }
+                start.elapsed().as_nanos() as f64 / (2_000.0 * 64.0)
+            })
+            .collect(),
+    );
+    let new_flow = median(
+        (0..5)
+            .map(|_| new_flows::<F>(&mut p, load, &mut next, 5_000).as_nanos() as f64 / 5_000.0)
+            .collect(),
+    );
+    Row {
+        established,
+        new_flow,
+    }
+}
+
+/// A batch of 64 established packets, the worker's way: classified,
+/// looked up together, then processed.
+struct Batch {
+    bufs: Vec<[u8; 2048]>,
+    preps: Vec<Prepared>,
+    looked: Vec<xvs_dataplane::pipeline::Lookup>,
+}
+
+impl Batch {
+    fn new() -> Batch {
+        Batch {
+            bufs: vec![[0u8; 2048]; 64],
+            preps: Vec::with_capacity(64),
+            looked: vec![xvs_dataplane::pipeline::Lookup::NotYet; 64],
+        }
+    }
+
+    /// The next 64 of `acks` from `k` on.
+    fn run(&mut self, p: &mut Pipeline, acks: &[[u8; 96]], k: &mut usize, len: usize) {
+        self.preps.clear();
+        for buf in self.bufs.iter_mut() {
+            *k = (*k + 1) % acks.len();
+            buf[..len].copy_from_slice(&acks[*k][..len]);
+            self.preps.push(Prepared::of(&buf[..len]));
+        }
+        p.lookup_prepared(&self.preps, &mut self.looked);
+        let items = self.bufs.iter_mut().zip(&self.preps).zip(&self.looked);
+        for ((buf, prep), look) in items {
+            black_box(p.process_prepared(Side::Client, buf, 1, prep, *look));
+        }
+    }
+}
+
+/// `n` new flows (SYNs to random services) from `next` on: the time they
+/// took; they are taken out again (not timed).
+fn new_flows<F: Fam>(p: &mut Pipeline, load: Load, next: &mut u32, n: u32) -> Duration {
+    let len = F::LEN;
+    let frames: Vec<[u8; 96]> = (0..n)
+        .map(|j| {
+            let i = *next + j;
+            let (c, port) = F::client_of(i);
+            let s = ((u64::from(i) * 2_654_435_761) % u64::from(load.services)) as u32;
+            F::frame(c, port, F::vip(s), 0x02)
+        })
+        .collect();
+    let mut buf = [0u8; 2048];
+    let start = Instant::now();
+    for f in &frames {
+        buf[..len].copy_from_slice(&f[..len]);
+        black_box(p.process(&mut buf, len, 2));
+    }
+    let spent = start.elapsed();
+    let filter = Filter::<IpAddr> {
+        state: Some(xvs_conntrack::FlowState::SynRecv),
+        proto: Some(L4Proto::Tcp),
+        ..Filter::default()
+    };
+    for family in [Family::V4, Family::V6] {
+        let mut cursor = Some(0);
+        while let Some(c) = cursor {
+            cursor = p.delete_matching(&filter, family, c, u32::MAX).1;
+        }
+    }
+    *next = load.flows + (*next - load.flows + n) % (1 << 22);
+    spent
 }
 
 criterion_group!(benches, pipeline);
