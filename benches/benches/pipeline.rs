@@ -346,9 +346,17 @@ struct Baseline {
 
 fn memory_baseline() -> Baseline {
     const WORDS: usize = 16 << 20; // 128 MiB of u64
-    let buf: Vec<u64> = (0..WORDS as u64)
-        .map(|i| (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) % WORDS as u64)
-        .collect();
+                                   // One cycle through every word in random order (Sattolo's shuffle),
+                                   // so a chain of dependent reads never settles in a short, cached
+                                   // loop.
+    let mut buf: Vec<u64> = (0..WORDS as u64).collect();
+    let mut x = 0x2545_f491_4f6c_dd1d_u64;
+    for i in (1..WORDS).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        buf.swap(i, (x % i as u64) as usize);
+    }
     let reads = 2_000_000u32;
     let time = |dependent: bool| {
         let mut runs: Vec<f64> = (0..5)
