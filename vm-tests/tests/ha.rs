@@ -17,9 +17,11 @@ use std::time::{Duration, Instant};
 use xvs_vm_tests::capture::Capture;
 use xvs_vm_tests::daemon::{bins, field, Daemon, ScratchDir};
 use xvs_vm_tests::netns::Netns;
+use xvs_vm_tests::nginx::Nginx;
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
 use xvs_vm_tests::topology::{backend_addr, link, one_arm_head, Spec, Topology, SNAT_ADDR};
+use xvs_vm_tests::wrk::Wrk;
 
 const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
 const VIP: &str = "198.19.0.1";
@@ -107,20 +109,6 @@ fn finished(s: Spawned) -> (u64, u64, String) {
     (ok, stall, out)
 }
 
-/// The client's TCP segments retransmitted so far (`/proc/net/snmp` of
-/// its namespace).
-fn retransmitted(client: &Netns) -> u64 {
-    let out = client.exec("cat", &["/proc/net/snmp"]).unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let tcp: Vec<&str> = text.lines().filter(|l| l.starts_with("Tcp:")).collect();
-    let (names, values) = (tcp[0], tcp[1]);
-    let i = names
-        .split_whitespace()
-        .position(|n| n == "RetransSegs")
-        .unwrap();
-    values.split_whitespace().nth(i).unwrap().parse().unwrap()
-}
-
 /// Established flows `gw` lists with SNAT address `snat` (any: `""`).
 fn established_via(gw: &Daemon, snat: &str) -> usize {
     let json: serde_json::Value = serde_json::from_str(&gw.adm_ok(&["-Lnc", "--json"])).unwrap();
@@ -142,7 +130,7 @@ fn established(gw: &Daemon) -> usize {
 /// segment, the first gateway's namespace (the topology's) and a second
 /// one (`gwb`, 198.18.x.3), a scratch folder with the shared key.
 struct Bed {
-    _servers: Vec<Spawned>,
+    servers: Vec<Spawned>,
     b_ns: Netns,
     scratch: ScratchDir,
     key: PathBuf,
@@ -159,7 +147,7 @@ impl Bed {
         let key = scratch.path().join("sync.key");
         std::fs::write(&key, b"a shared key for the two gateways").unwrap();
         Bed {
-            _servers: servers,
+            servers,
             b_ns,
             scratch,
             key,
@@ -270,7 +258,7 @@ fn a_backup_takes_over_and_every_synced_connection_continues() {
         synced >= STREAMS as usize,
         "the backup holds {synced} established flows"
     );
-    let retrans_before = retransmitted(&t.client.ns);
+    let retrans_before = t.client.ns.snmp("Tcp", "RetransSegs").unwrap();
     // Connection-per-request load across the failover.
     let mut requests = t.client.ns.command(TESTNET);
     requests.args([
@@ -319,7 +307,7 @@ fn a_backup_takes_over_and_every_synced_connection_continues() {
         .find(|l| l.starts_with("ok="))
         .unwrap_or("")
         .to_owned();
-    let lost = retransmitted(&t.client.ns) - retrans_before;
+    let lost = t.client.ns.snmp("Tcp", "RetransSegs").unwrap() - retrans_before;
     let seen = resets.resets();
     let daemon = backup.adm_ok(&["-L", "--daemon"]);
     println!(
@@ -444,7 +432,7 @@ fn an_active_peer_adopts_a_killed_peer_s_addresses_and_flows_behind_ecmp() {
     assert!(on_a > 0 && on_b > 0, "{on_a} through A, {on_b} through B");
     assert_eq!(established_via(&b, snat_a), on_a, "A's flows on B");
     assert_eq!(established_via(&a, snat_b), on_b, "B's flows on A");
-    let retrans_before = retransmitted(&t.client.ns);
+    let retrans_before = t.client.ns.snmp("Tcp", "RetransSegs").unwrap();
 
     let killed = Instant::now();
     let (status, _) = a.kill(libc::SIGKILL);
@@ -475,7 +463,7 @@ fn an_active_peer_adopts_a_killed_peer_s_addresses_and_flows_behind_ecmp() {
     );
 
     let (ok, stall, _) = finished(streams);
-    let lost = retransmitted(&t.client.ns) - retrans_before;
+    let lost = t.client.ns.snmp("Tcp", "RetransSegs").unwrap() - retrans_before;
     let seen = resets.resets();
     println!(
         "failover figures (active/active behind ECMP, kill -9): {on_a} of {STREAMS} connections were on the killed gateway; \
@@ -522,5 +510,61 @@ fn a_backup_takes_over_by_itself_when_the_active_goes_silent() {
         took.as_millis()
     );
     assert!(took < Duration::from_secs(3), "{took:?}");
+    backup.stop_accounted();
+}
+
+/// The operator's own clients across a failover: nginx backends, wrk with
+/// keep-alive and with `Connection: close` through the active; `kill -9`
+/// of the active and `xvsadm --takeover` on the backup. The keep-alive
+/// connections continue without one error; of the connection-per-request
+/// load, only connections opened in the last instants before the kill
+/// (not yet synced) may time out, one per wrk connection at most.
+#[test]
+fn nginx_and_wrk_through_a_failover() {
+    if !privileged("nginx_and_wrk_through_a_failover") {
+        return;
+    }
+    let mut bed = Bed::new("ha-wrk");
+    // nginx, not the echo servers, on the backends' port.
+    bed.servers.clear();
+    let t = &bed.t;
+    bed.vips_on_segment();
+    let nginx: Vec<Nginx> = (0..3)
+        .map(|i| Nginx::start(&t.backends[i].ns, backend_addr(i), 8080, &format!("b{i}")).unwrap())
+        .collect();
+    let (active, backup) = bed.active_backup("wlc", None, "");
+    hears(&backup, 1);
+    let url = format!("http://{VIP}/");
+    let kept = Wrk::start(&t.client.ns, &url, 8, false);
+    let closed = Wrk::start(&t.client.ns, &url, 8, true);
+    std::thread::sleep(Duration::from_secs(3));
+    let (status, _) = active.kill(libc::SIGKILL);
+    assert!(status.is_some(), "the active did not end");
+    let said = backup.adm_ok(&["--takeover"]);
+    assert!(said.starts_with("took over 2 address(es)"), "{said}");
+    let (kept, closed) = (kept.join().unwrap(), closed.join().unwrap());
+    println!(
+        "failover figures (nginx, wrk 16 connections each): keep-alive {} requests, {} errors; \
+         Connection: close {} requests, {} errors",
+        kept.requests, kept.errors, closed.requests, closed.errors
+    );
+    assert!(kept.requests > 500, "{}", kept.text);
+    assert_eq!(
+        (kept.errors, kept.non_2xx),
+        (0, 0),
+        "keep-alive: {}",
+        kept.text
+    );
+    assert!(closed.requests > 500, "{}", closed.text);
+    assert!(
+        closed.errors <= 16 && closed.non_2xx == 0,
+        "Connection: close: {}",
+        closed.text
+    );
+    // After the takeover every backend still answered through xvs.
+    for n in &nginx {
+        let s = n.status().unwrap();
+        assert!(s.requests > 100, "{}: {s:?}", n.name);
+    }
     backup.stop_accounted();
 }
