@@ -58,9 +58,33 @@ pub enum StartError {
     Xsk(#[from] XskError),
 }
 
-struct WorkerHandle {
+/// How a worker is reached: its control channel and the eventfd that
+/// wakes it.
+#[derive(Clone)]
+struct Mailbox {
     control: Sender<Control>,
     wake: Arc<EventFd>,
+}
+
+impl Mailbox {
+    /// Sends `msg` (waiting a second at most for room) and wakes the
+    /// worker; whether it was sent.
+    fn post(&self, msg: Control) -> bool {
+        let ok = self
+            .control
+            .send_timeout(msg, Duration::from_secs(1))
+            .is_ok();
+        if let Err(e) = self.wake.wake() {
+            // Not expected of an eventfd; the worker still sees the message
+            // at its next poll timeout.
+            tracing::warn!("cannot wake a worker: {e}");
+        }
+        ok
+    }
+}
+
+struct WorkerHandle {
+    mailbox: Mailbox,
     join: Option<JoinHandle<Snapshot>>,
     /// Its incoming hand-off ring, when there are several workers.
     ring: Option<Arc<Handoff>>,
@@ -81,15 +105,12 @@ pub struct DataplaneHandle {
 }
 
 impl DataplaneHandle {
+    /// Sends `msg` to `w`, counted among the messages
+    /// [`DataplaneHandle::wait_applied`] waits for.
     fn send_to(&self, w: &WorkerHandle, msg: Control) -> bool {
-        let ok = w.control.send_timeout(msg, Duration::from_secs(1)).is_ok();
+        let ok = w.mailbox.post(msg);
         if ok {
             w.sent.fetch_add(1, Ordering::Relaxed);
-        }
-        if let Err(e) = w.wake.wake() {
-            // Not expected of an eventfd; the worker still sees the message
-            // at its next poll timeout.
-            tracing::warn!("cannot wake a worker: {e}");
         }
         ok
     }
@@ -606,8 +627,7 @@ impl Dataplane {
                     StartError::Unsupported(format!("cannot start a worker thread: {e}"))
                 })?;
             handles.push(WorkerHandle {
-                control: tx,
-                wake,
+                mailbox: Mailbox { control: tx, wake },
                 join: Some(join),
                 ring: peers.as_ref().map(|p| p.rings[w].clone()),
                 live,

@@ -20,11 +20,9 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::Sender;
 use xvs_config::PortRange;
 
-use super::{Dataplane, StartError, WorkerHandle};
-use crate::eventfd::EventFd;
+use super::{Dataplane, Mailbox, StartError, WorkerHandle};
 use crate::steer::SteerError;
 use crate::sync::daemon::{PeerView, SyncDaemon, SyncReading};
 use crate::sync::wire::Role;
@@ -33,22 +31,6 @@ use crate::worker::Control;
 
 /// Announcements of each taken address.
 const ANNOUNCE_ROUNDS: u32 = 3;
-
-/// A worker as the sync thread reaches it.
-#[derive(Clone)]
-struct Mailbox {
-    control: Sender<Control>,
-    wake: Arc<EventFd>,
-}
-
-impl Mailbox {
-    fn post(&self, msg: Control) {
-        // A worker too busy to take a message within a second drops the
-        // records (the peer's next refresh brings them again).
-        let _ = self.control.send_timeout(msg, Duration::from_secs(1));
-        let _ = self.wake.wake();
-    }
-}
 
 /// Starts the sync thread over the workers' `queues`, delivering records
 /// to the workers of `handles` by the SNAT port slices `slices`.
@@ -72,13 +54,10 @@ pub(super) fn start_sync(
             "cluster.sync.key_file: the key is shorter than 16 bytes".into(),
         ));
     }
-    let boxes: Vec<Mailbox> = handles
-        .iter()
-        .map(|h| Mailbox {
-            control: h.control.clone(),
-            wake: h.wake.clone(),
-        })
-        .collect();
+    // A worker too busy to take records within a second drops them (the
+    // peer's next refresh brings them again); they are not among the
+    // messages the engine waits to see applied.
+    let boxes: Vec<Mailbox> = handles.iter().map(|h| h.mailbox.clone()).collect();
     let slices = slices.to_vec();
     let deliver = Box::new(move |records: Vec<SyncRecord>| {
         if boxes.len() == 1 {
@@ -216,10 +195,7 @@ impl Dataplane {
         }
         self.standby = false;
         if let Some(first) = self.handle.workers.first() {
-            let b = Mailbox {
-                control: first.control.clone(),
-                wake: first.wake.clone(),
-            };
+            let b = first.mailbox.clone();
             let addrs = new.clone();
             // Repeated a second apart, off the caller's thread.
             let _ = std::thread::Builder::new()
