@@ -223,7 +223,7 @@ pub fn run(config: &Path) -> u8 {
         // The worker clock: seconds of CLOCK_MONOTONIC, the one place
         // that reads time for the data plane. The same in every process
         // of a boot, so the deadlines of adopted flows carry over.
-        let clock = || (xvs_dataplane::steer::monotonic_ns() / 1_000_000_000) as u32;
+        let clock = xvs_dataplane::steer::monotonic_secs;
         // With Kubernetes, the flows an earlier instance left are adopted
         // once its services are in (see `start_kube`), or when half the
         // hold window has passed without them.

@@ -360,6 +360,12 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Seconds on CLOCK_MONOTONIC: the workers' clock (flow timeouts, sync
+/// records' stamps).
+pub fn monotonic_secs() -> u32 {
+    (monotonic_ns() / 1_000_000_000) as u32
+}
+
 /// The steering program, loaded for one interface and (once
 /// [`Steering::attach`] succeeded) attached to it.
 pub struct Steering {

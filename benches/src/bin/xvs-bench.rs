@@ -253,10 +253,8 @@ fn start_xvs(runner: &XvsRunner, text: String) -> Result<Result<f64, String>, St
         }
         let start = Instant::now();
         let cfg = xvs_config::parse_str("bench.toml", &text).map_err(|e| e.to_string())?;
-        let d = Dataplane::start(&cfg, || {
-            (xvs_dataplane::steer::monotonic_ns() / 1_000_000_000) as u32
-        })
-        .map_err(|e| e.to_string())?;
+        let d = Dataplane::start(&cfg, xvs_dataplane::steer::monotonic_secs)
+            .map_err(|e| e.to_string())?;
         let took = start.elapsed().as_secs_f64();
         *dp = Some(d);
         Ok(took)

@@ -365,7 +365,7 @@ impl Thread {
 
     /// Seconds on the workers' clock (the records' stamps).
     fn now(&self) -> u32 {
-        (crate::steer::monotonic_ns() / 1_000_000_000) as u32
+        crate::steer::monotonic_secs()
     }
 
     /// Sends what the queues hold, in as few datagrams as it fits in;
