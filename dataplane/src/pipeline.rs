@@ -1340,7 +1340,6 @@ impl Pipeline {
         prepared: &Prepared,
         looked: Lookup,
     ) -> Verdict {
-        self.core.counters.rx += 1;
         let rx = Rx { buf, now };
         let verdict = match prepared.frame {
             Err(r) => Verdict::Drop(r),
@@ -1361,13 +1360,15 @@ impl Pipeline {
             },
         };
         let c = &mut self.core.counters;
+        // A frame held for its next hop is received when it runs again or
+        // is given up.
+        c.rx += u64::from(verdict != Verdict::Unresolved);
         match verdict {
             Verdict::Forward { .. } => c.forwarded += 1,
             Verdict::Answer(_) => c.answered += 1,
             Verdict::Consumed => c.consumed += 1,
             Verdict::Drop(r) => self.dropped(r, prepared, now),
-            // Received when it runs again or is given up.
-            Verdict::Unresolved => c.rx -= 1,
+            Verdict::Unresolved => {}
         }
         verdict
     }
