@@ -414,12 +414,7 @@ impl<A: Family> Half<A> {
             let vip = f.vip();
             let slot = services.find(vip.addr, f.proto(), vip.port)?;
             let b = f.backend();
-            let backend = slot.svc.backend(b).or_else(|| {
-                slot.svc
-                    .backends
-                    .iter()
-                    .find(|x| x.endpoint.addr == b.addr && x.endpoint.port == 0)
-            })?;
+            let backend = slot.svc.backend(b)?;
             Some((slot.svc.id, backend.id))
         };
         let mut counts = ServiceCounts {
@@ -448,13 +443,7 @@ impl<A: Family> Half<A> {
             return false;
         };
         let svc = slot.svc.clone();
-        let found = svc.backend(backend).or_else(|| {
-            // A port-0 service lists its backends without a port.
-            svc.backends
-                .iter()
-                .find(|b| b.endpoint.addr == backend.addr && b.endpoint.port == 0)
-        });
-        let Some(b) = found.copied() else {
+        let Some(b) = svc.backend(backend).copied() else {
             return false;
         };
         let mut obs = ServiceCounts {

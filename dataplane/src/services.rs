@@ -237,9 +237,16 @@ impl<A: Address> CompiledService<A> {
         }
     }
 
-    /// The backend with address and port `endpoint`, if listed.
+    /// The backend a flow to `endpoint` goes to, if listed: with that
+    /// address and port, or with that address and no port (a port-0
+    /// service lists its backends without one).
     pub fn backend(&self, endpoint: Endpoint<A>) -> Option<&SchedBackend<A>> {
-        self.backends.iter().find(|b| b.endpoint == endpoint)
+        let listed = |port| {
+            self.backends
+                .iter()
+                .find(move |b| b.endpoint.addr == endpoint.addr && b.endpoint.port == port)
+        };
+        listed(endpoint.port).or_else(|| listed(0))
     }
 
     /// The service's totals: every id's counters, plus those of ids since
