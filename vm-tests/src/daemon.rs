@@ -319,6 +319,11 @@ pub fn field(line: &str, key: &str) -> Option<u64> {
         .and_then(|v| v.trim_end_matches(',').parse().ok())
 }
 
+/// [`field`], which must be there.
+pub fn field_of(line: &str, key: &str) -> u64 {
+    field(line, key).unwrap_or_else(|| panic!("{key} not in {line}"))
+}
+
 /// How many frames a worker line's `drops=[...]` says were dropped for
 /// `reason` (0 when the reason is not listed).
 pub fn drops(line: &str, reason: &str) -> u64 {

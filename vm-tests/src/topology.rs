@@ -312,6 +312,33 @@ impl Topology {
         )
     }
 
+    /// Runs `xvs-testnet tcp` from the client, 8 connections at a time:
+    /// `connections` echo-verified connections to `to` with `payload`
+    /// bytes each; its summary line.
+    pub fn tcp_load_payload(
+        &self,
+        testnet: &str,
+        to: &str,
+        connections: usize,
+        payload: usize,
+    ) -> String {
+        let (n, bytes) = (connections.to_string(), payload.to_string());
+        self.client_says(
+            testnet,
+            &[
+                "tcp",
+                "--connect",
+                to,
+                "--connections",
+                &n,
+                "--concurrency",
+                "8",
+                "--payload",
+                &bytes,
+            ],
+        )
+    }
+
     /// Runs `testnet ARGS` (an `xvs-testnet` subcommand) on the client
     /// and returns what it printed, trimmed (empty if it did not run).
     pub fn client_says(&self, testnet: &str, args: &[&str]) -> String {

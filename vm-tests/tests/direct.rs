@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use xvs_vm_tests::daemon::{self, Daemon};
+use xvs_vm_tests::daemon::{self, field_of as field, Daemon};
 use xvs_vm_tests::nginx::Nginx;
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
@@ -60,24 +60,7 @@ fn route_backends(t: &Topology) -> String {
 }
 
 fn client_tcp(t: &Topology, connections: usize) -> String {
-    let n = connections.to_string();
-    let to = format!("{VIP}:80");
-    t.client_says(
-        TESTNET,
-        &[
-            "tcp",
-            "--connect",
-            &to,
-            "--connections",
-            &n,
-            "--concurrency",
-            "8",
-        ],
-    )
-}
-
-fn field(line: &str, key: &str) -> u64 {
-    daemon::field(line, key).unwrap_or_else(|| panic!("{key} not in {line}"))
+    t.tcp_load_payload(TESTNET, &format!("{VIP}:80"), connections, 1000)
 }
 
 #[test]

@@ -346,6 +346,15 @@ fn a_backup_takes_over_and_every_synced_connection_continues() {
         0.0,
         "a quiet segment loses nothing"
     );
+    assert!(
+        value("xvs_sync_sent_datagrams_total ") > 0.0,
+        "its hellos at least"
+    );
+    assert_eq!(
+        value("xvs_sync_lagging_records_total "),
+        0.0,
+        "nothing waited a second"
+    );
     assert_eq!(value("xvs_sync_standby "), 0.0, "active after the takeover");
     let line = backup.stop_accounted();
     assert!(field(&line, "announced").unwrap_or(0) >= 2, "{line}");

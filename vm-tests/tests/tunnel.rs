@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use xvs_vm_tests::daemon::{self, Daemon};
+use xvs_vm_tests::daemon::{self, field_of as field, Daemon};
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
 use xvs_vm_tests::topology::{backend_addr, one_arm_head, Spec, Topology};
@@ -65,30 +65,8 @@ fn config(t: &Topology, backends: &str) -> String {
     )
 }
 
-fn client_tcp(t: &Topology, connections: u32, payload: usize) -> String {
-    let (n, bytes, to) = (
-        connections.to_string(),
-        payload.to_string(),
-        format!("{VIP}:80"),
-    );
-    t.client_says(
-        TESTNET,
-        &[
-            "tcp",
-            "--connect",
-            &to,
-            "--connections",
-            &n,
-            "--concurrency",
-            "8",
-            "--payload",
-            &bytes,
-        ],
-    )
-}
-
-fn field(line: &str, key: &str) -> u64 {
-    daemon::field(line, key).unwrap_or_else(|| panic!("{key} not in {line}"))
+fn client_tcp(t: &Topology, connections: usize, payload: usize) -> String {
+    t.tcp_load_payload(TESTNET, &format!("{VIP}:80"), connections, payload)
 }
 
 /// One service, an IPIP and a GUE real server: every connection works,
