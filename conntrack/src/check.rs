@@ -57,7 +57,7 @@ impl<A: xvs_config::Address> FlowTable<A> {
                 let value = i | if dir == Direction::Reply { 1 << 31 } else { 0 };
                 if self
                     .index
-                    .find(self.hash(&e.key(dir)), |&v| v == value)
+                    .find(self.hash(&e.key(dir)), |v| v == value)
                     .is_none()
                 {
                     return Err(format!("slot {i} {dir:?} key not indexed"));
@@ -70,7 +70,7 @@ impl<A: xvs_config::Address> FlowTable<A> {
                 self.index.len()
             ));
         }
-        for &v in self.index.iter() {
+        for v in self.index.iter() {
             let e = &entries[slot_of(v) as usize];
             if !e.is_live() || (e.has_one_key() && dir_of(v) == Direction::Reply) {
                 return Err(format!("index value {v:#x} points at a free or wrong slot"));

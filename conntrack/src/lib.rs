@@ -13,6 +13,7 @@ mod check;
 mod counter_table;
 mod dump;
 mod huge;
+mod index;
 mod key;
 mod persist;
 mod region;

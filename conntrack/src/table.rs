@@ -23,9 +23,7 @@
 
 use std::hash::BuildHasher;
 
-use hashbrown::HashTable;
-
-use crate::huge::HugePages;
+use crate::index::Index;
 use std::net::Ipv4Addr;
 
 use xvs_config::Address;
@@ -213,7 +211,7 @@ struct Sweep {
 /// The flow table of one worker.
 pub struct FlowTable<A: Address = Ipv4Addr> {
     pub(crate) slab: Slab<A>,
-    pub(crate) index: HashTable<u32, HugePages>,
+    pub(crate) index: Index,
     hasher: foldhash::fast::RandomState,
     pub(crate) wheel: Box<[ListHead]>,
     sweep: Option<Sweep>,
@@ -239,7 +237,7 @@ impl<A: Address> FlowTable<A> {
         let capacity = slab.capacity();
         FlowTable {
             slab,
-            index: HashTable::with_capacity_in(2 * capacity as usize, HugePages),
+            index: Index::with_capacity(2 * capacity as usize),
             hasher: foldhash::fast::RandomState::default(),
             wheel: vec![ListHead::EMPTY; WHEEL_SLOTS].into_boxed_slice(),
             sweep: None,
@@ -269,7 +267,7 @@ impl<A: Address> FlowTable<A> {
     pub(crate) fn indexed(&self, key: &FlowKey<A>, template: bool) -> bool {
         let entries = &self.slab.entries;
         self.index
-            .find(self.hash(key), |&v| {
+            .find(self.hash(key), |v| {
                 let e = &entries[(v & !DIR_BIT) as usize];
                 e.is_template() == template && e.key(dir_of(v)) == *key
             })
@@ -303,26 +301,14 @@ impl<A: Address> FlowTable<A> {
 
     /// Heap bytes a table of `capacity` entries takes (what
     /// [`FlowTable::memory_bytes`] will say once it is built), without
-    /// building it: the slab (`capacity` entries of 88 bytes for IPv4, 136 for IPv6), hashbrown's
-    /// index for two keys per entry (buckets: the next power of two of
-    /// 8/7 of the keys, 4 bytes and a control byte each, plus a group),
-    /// and the wheel. To refuse a capacity the host cannot hold before
-    /// allocating anything.
+    /// building it: the slab (`capacity` entries of 88 bytes for IPv4,
+    /// 136 for IPv6), the index for two keys per entry (about 14 bytes
+    /// per entry, [`Index`]), and the wheel. To refuse a capacity the
+    /// host cannot hold before allocating anything.
     pub fn footprint(capacity: u32) -> u64 {
         let capacity = u64::from(capacity.min(MAX_CAPACITY));
-        let keys = 2 * capacity;
-        let buckets = if keys < 8 {
-            if keys < 4 {
-                4
-            } else {
-                8
-            }
-        } else {
-            (keys * 8 / 7).next_power_of_two()
-        };
-        let index = buckets * (std::mem::size_of::<u32>() as u64 + 1) + 16;
         capacity * std::mem::size_of::<Entry<A>>() as u64
-            + index
+            + Index::bytes_for(2 * capacity as usize)
             + (WHEEL_SLOTS * std::mem::size_of::<ListHead>()) as u64
     }
 
@@ -360,12 +346,12 @@ impl<A: Address> FlowTable<A> {
     pub fn lookup(&mut self, key: &FlowKey<A>) -> Option<(FlowId, Direction)> {
         let hash = self.hash(key);
         let entries = &self.slab.entries;
-        let hit = self.index.find(hash, |&v| {
+        let hit = self.index.find(hash, |v| {
             let e = &entries[(v & !DIR_BIT) as usize];
             !e.is_template() && e.key(dir_of(v)) == *key
         });
         match hit {
-            Some(&v) => {
+            Some(v) => {
                 self.stats.found += 1;
                 Some((FlowId(v & !DIR_BIT), dir_of(v)))
             }
@@ -558,7 +544,7 @@ impl<A: Address> FlowTable<A> {
         let entries = &self.slab.entries;
         let taken = |h: u64, k: &FlowKey<A>| {
             self.index
-                .find(h, |&v| {
+                .find(h, |v| {
                     let e = &entries[(v & !DIR_BIT) as usize];
                     !e.is_template() && e.key(dir_of(v)) == *k
                 })
@@ -678,18 +664,15 @@ impl<A: Address> FlowTable<A> {
     }
 
     pub(crate) fn index_insert(&mut self, hash: u64, value: u32) {
-        let (entries, hasher) = (&self.slab.entries, &self.hasher);
-        self.index.insert_unique(hash, value, |&v| {
-            hasher.hash_one(entries[(v & !DIR_BIT) as usize].key(dir_of(v)))
-        });
+        // Sized for two keys per entry: never full.
+        let added = self.index.insert(hash, value);
+        debug_assert!(added, "index full");
     }
 
     fn index_remove(&mut self, value: u32) {
         let e = &self.slab.entries[(value & !DIR_BIT) as usize];
         let hash = self.hash(&e.key(dir_of(value)));
-        if let Ok(found) = self.index.find_entry(hash, |&v| v == value) {
-            found.remove();
-        }
+        self.index.remove(hash, value);
     }
 
     /// Deletes a live entry on request.
@@ -821,14 +804,12 @@ impl<A: Address> FlowTable<A> {
 
     fn find_template(&self, hash: u64, key: &FlowKey<A>) -> Option<u32> {
         let entries = &self.slab.entries;
-        self.index
-            .find(hash, |&v| {
-                v & DIR_BIT == 0 && {
-                    let e = &entries[v as usize];
-                    e.is_template() && e.key(Direction::Original) == *key
-                }
-            })
-            .copied()
+        self.index.find(hash, |v| {
+            v & DIR_BIT == 0 && {
+                let e = &entries[v as usize];
+                e.is_template() && e.key(Direction::Original) == *key
+            }
+        })
     }
 
     /// The backend (id and end) a live, unexpired template assigns.

@@ -526,18 +526,25 @@ impl<A: Family> Half<A> {
                 continue;
             }
             self.table.lookup_batch(&keys[..n], &mut hits[..n]);
-            for j in 0..n {
-                out[at[j]] = match hits[j] {
-                    Some((id, dir)) => Lookup::Hit(id, dir),
+            // The hits' entries are in cache now. The next stages fetch
+            // what the packets will touch after them, each a pass ahead
+            // of the one that reads it: the service's counter handle,
+            // then the backend's counter line (the packet updates it and
+            // reads the backend's state from it).
+            for (j, hit) in hits[..n].iter().enumerate() {
+                out[at[j]] = match *hit {
+                    Some((id, dir)) => {
+                        self.services
+                            .prefetch_traffic(self.table.flow(id).service());
+                        Lookup::Hit(id, dir)
+                    }
                     None => Lookup::Miss,
                 };
-                // The hit's entry is in cache now: start fetching the
-                // backend's traffic counters it will update.
-                if let Some((id, _)) = hits[j] {
-                    let f = self.table.flow(id);
-                    if let Some(t) = self.services.traffic(f.service()) {
-                        xvs_conntrack::prefetch(t.cell_addr(worker, f.backend_id()));
-                    }
+            }
+            for &(id, _) in hits[..n].iter().flatten() {
+                let f = self.table.flow(id);
+                if let Some(t) = self.services.traffic(f.service()) {
+                    xvs_conntrack::prefetch(t.cell_addr(worker, f.backend_id()));
                 }
             }
         }
@@ -837,6 +844,9 @@ impl<A: Family> Half<A> {
         if !slot.svc.allows(ip.src()) {
             return Err(Verdict::Drop(DropReason::SourceDenied));
         }
+        // The insert below reports to the service's counts: fetch their
+        // handle while the scheduler runs.
+        self.services.prefetch_traffic(slot.svc.id);
         if let L4::Tcp { flags, .. } = ip.l4() {
             let opens = flags.syn() && !flags.ack();
             if !opens && !slot.svc.adopts_midflow() {

@@ -410,9 +410,17 @@ pub struct ServiceSlot<A: Address = Ipv4Addr> {
 pub struct ServiceTable<A: Address = Ipv4Addr> {
     by_key: HashMap<(A, L4Proto, u16), ServiceSlot<A>>,
     by_id: HashMap<u32, (A, L4Proto, u16)>,
-    /// Traffic counters by service id (dense: one array index per packet,
-    /// the handle inline).
-    traffic: Vec<Option<TrafficStats>>,
+    /// What a flow's packets touch, by service id (dense: one array read
+    /// per packet, the handles inline, no hash lookup).
+    hot: Vec<Option<Hot>>,
+}
+
+/// The handles a service's flows touch per packet or state change: its
+/// traffic counters and its connection counts.
+#[derive(Debug, Clone)]
+struct Hot {
+    stats: TrafficStats,
+    counts: Arc<ConnCounts>,
 }
 
 fn key_of<A: Address>(k: &ServiceKey<A>) -> (A, L4Proto, u16) {
@@ -424,7 +432,7 @@ impl<A: Address> Default for ServiceTable<A> {
         ServiceTable {
             by_key: HashMap::new(),
             by_id: HashMap::new(),
-            traffic: Vec::new(),
+            hot: Vec::new(),
         }
     }
 }
@@ -439,7 +447,7 @@ impl<A: Address> ServiceTable<A> {
         if let Some(old) = self.by_key.get(&k) {
             self.by_id.remove(&old.svc.id);
             if old.svc.id != svc.id {
-                if let Some(t) = self.traffic.get_mut(old.svc.id as usize) {
+                if let Some(t) = self.hot.get_mut(old.svc.id as usize) {
                     *t = None;
                 }
             } else {
@@ -451,10 +459,13 @@ impl<A: Address> ServiceTable<A> {
         self.by_id.insert(svc.id, k);
         if svc.id < MAX_STATS_ID {
             let i = svc.id as usize;
-            if self.traffic.len() <= i {
-                self.traffic.resize(i + 1, None);
+            if self.hot.len() <= i {
+                self.hot.resize(i + 1, None);
             }
-            self.traffic[i] = Some(svc.stats.clone());
+            self.hot[i] = Some(Hot {
+                stats: svc.stats.clone(),
+                counts: svc.counts.clone(),
+            });
         }
         let mut sched = svc.scheduler.clone();
         if let Some(old) = self.by_key.get(&k) {
@@ -468,7 +479,7 @@ impl<A: Address> ServiceTable<A> {
     pub fn remove(&mut self, key: &ServiceKey<A>) {
         if let Some(old) = self.by_key.remove(&key_of(key)) {
             self.by_id.remove(&old.svc.id);
-            if let Some(t) = self.traffic.get_mut(old.svc.id as usize) {
+            if let Some(t) = self.hot.get_mut(old.svc.id as usize) {
                 *t = None;
             }
         }
@@ -478,7 +489,27 @@ impl<A: Address> ServiceTable<A> {
     /// a removed service are no longer counted).
     #[inline]
     pub fn traffic(&self, id: u32) -> Option<&TrafficStats> {
-        self.traffic.get(id as usize)?.as_ref()
+        self.hot.get(id as usize)?.as_ref().map(|h| &h.stats)
+    }
+
+    /// The connection counts of service `id`, alive.
+    #[inline]
+    pub fn counts(&self, id: u32) -> Option<&ConnCounts> {
+        if id < MAX_STATS_ID {
+            self.hot.get(id as usize)?.as_ref().map(|h| &*h.counts)
+        } else {
+            // Beyond the dense array: the slower way, by id.
+            self.by_id(id).map(|s| &*s.svc.counts)
+        }
+    }
+
+    /// Starts fetching the line of service `id`'s handles (a batch's
+    /// stage ahead of [`ServiceTable::traffic`]).
+    #[inline]
+    pub fn prefetch_traffic(&self, id: u32) {
+        if let Some(t) = self.hot.get(id as usize) {
+            xvs_conntrack::prefetch((t as *const Option<Hot>).cast());
+        }
     }
 
     /// This worker's view of backend `backend_id` of service `service`:
@@ -536,10 +567,8 @@ pub(crate) struct ServiceCounts<'a, A: Address = Ipv4Addr> {
 
 impl<A: Address> Observer<A> for ServiceCounts<'_, A> {
     fn conn_counts(&mut self, service: u32, backend_id: u32, d_active: i32, d_inactive: i32) {
-        if let Some(slot) = self.table.by_id(service) {
-            slot.svc
-                .counts
-                .add(self.worker, backend_id, d_active, d_inactive);
+        if let Some(counts) = self.table.counts(service) {
+            counts.add(self.worker, backend_id, d_active, d_inactive);
         }
     }
 

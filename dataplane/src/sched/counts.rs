@@ -2,8 +2,9 @@
 //! `inactconns`, for the schedulers that weigh load (lc, wlc, sed, nq,
 //! twos).
 //!
-//! Each worker writes only its own row (one cache-line-padded allocation
-//! per worker, so rows never share a line) with plain Relaxed load/store:
+//! Each worker writes only its own row (whole cache lines of one flat
+//! array, `[worker][chunk]`, so rows never share a line and a cell is one
+//! index away from the handle) with plain Relaxed load/store:
 //! a single writer needs no read-modify-write. Readers sum the rows on
 //! read. A sum read while workers update may be a few connections stale,
 //! exactly as an IPVS read of atomics on another CPU is; no count is ever
@@ -40,28 +41,29 @@ impl Cell {
 
 const CHUNK: usize = 8;
 
-/// One worker's cells, in cache-line-aligned chunks.
-type Row = Box<[CachePadded<[Cell; CHUNK]>]>;
-
 /// The counts of every backend of a service, on every worker.
 #[derive(Debug)]
 pub struct ConnCounts {
-    rows: Box<[Row]>,
+    /// `[worker][chunk]`: `chunks` cache-line chunks per worker.
+    cells: Box<[CachePadded<[Cell; CHUNK]>]>,
+    chunks: usize,
+    workers: usize,
     backends: usize,
 }
 
 impl ConnCounts {
     /// Counts for backend ids `0..backends` on `workers` workers.
     pub fn new(workers: usize, backends: usize) -> Arc<ConnCounts> {
-        let chunks = backends.div_ceil(CHUNK);
-        let rows = (0..workers.max(1))
-            .map(|_| {
-                (0..chunks)
-                    .map(|_| CachePadded::new(Default::default()))
-                    .collect()
-            })
+        let (chunks, workers) = (backends.div_ceil(CHUNK), workers.max(1));
+        let cells = (0..workers * chunks)
+            .map(|_| CachePadded::new(Default::default()))
             .collect();
-        Arc::new(ConnCounts { rows, backends })
+        Arc::new(ConnCounts {
+            cells,
+            chunks,
+            workers,
+            backends,
+        })
     }
 
     /// Backend ids covered.
@@ -71,7 +73,7 @@ impl ConnCounts {
 
     /// Workers covered.
     pub fn workers(&self) -> usize {
-        self.rows.len()
+        self.workers
     }
 
     fn cell(&self, worker: usize, id: u32) -> Option<&Cell> {
@@ -79,9 +81,8 @@ impl ConnCounts {
         if id >= self.backends {
             return None;
         }
-        self.rows
-            .get(worker)?
-            .get(id / CHUNK)
+        self.cells
+            .get(worker * self.chunks + id / CHUNK)
             .map(|c| &c[id % CHUNK])
     }
 
@@ -102,7 +103,7 @@ impl ConnCounts {
     }
 
     fn sum(&self, id: u32, field: impl Fn((i64, i64)) -> i64) -> u32 {
-        let total: i64 = (0..self.rows.len())
+        let total: i64 = (0..self.workers())
             .filter_map(|w| self.cell(w, id))
             .map(|c| {
                 let (a, i) = c.get();
@@ -188,12 +189,20 @@ mod tests {
 
     #[test]
     fn rows_do_not_share_cache_lines() {
-        let c = ConnCounts::new(2, 3);
-        for row in c.rows.iter() {
+        assert_eq!(ConnCounts::new(3, 0).workers(), 3, "no backend yet");
+        let c = ConnCounts::new(2, 11);
+        assert_eq!((c.workers(), c.chunks), (2, 2));
+        for w in 0..2 {
+            let row = &c.cells[w * c.chunks..(w + 1) * c.chunks];
             let start = row.as_ptr() as usize;
-            let end = start + std::mem::size_of_val(&**row);
+            let end = start + std::mem::size_of_val(row);
             assert_eq!(start % 64, 0);
             assert_eq!(end % 64, 0);
         }
+        // Worker 1's first cell is on the line after worker 0's last one.
+        let (last0, first1) = (c.cell(0, 10).unwrap(), c.cell(1, 0).unwrap());
+        let gap = first1 as *const Cell as usize - last0 as *const Cell as usize;
+        assert!(gap >= 64 - std::mem::size_of::<Cell>(), "{gap}");
+        assert!(c.cell(2, 0).is_none() && c.cell(0, 11).is_none());
     }
 }
