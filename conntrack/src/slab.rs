@@ -270,7 +270,10 @@ impl<A: Address> Slab<A> {
         n
     }
 
-    /// Takes a free slot, marked live, or `None` when full.
+    /// Takes a free slot, marked live, or `None` when full. The next
+    /// free slot is prefetched: the next new flow (usually of the same
+    /// batch) then writes an entry already in cache instead of waiting
+    /// for the free list's next link.
     pub(crate) fn alloc(&mut self) -> Option<u32> {
         let slot = self.free;
         let e = self.entries.get_mut(slot as usize)?;
@@ -278,6 +281,11 @@ impl<A: Address> Slab<A> {
         *e = Entry::FREE;
         e.flags = FLAG_LIVE;
         self.live += 1;
+        if let Some(next) = self.entries.get(self.free as usize) {
+            let start = (next as *const Entry<A>).cast::<u8>();
+            crate::batch::prefetch(start);
+            crate::batch::prefetch(start.wrapping_add(std::mem::size_of::<Entry<A>>() - 1));
+        }
         Some(slot)
     }
 

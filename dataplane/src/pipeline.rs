@@ -547,6 +547,18 @@ impl<A: Family> Half<A> {
                     xvs_conntrack::prefetch(t.cell_addr(worker, f.backend_id()));
                 }
             }
+            // A miss may be a new flow: its service is looked up now,
+            // every miss's at once (the probes overlap), and what the
+            // scheduler reads next is prefetched (the compiled service,
+            // its backends, its counter handles); the packet's own lookup
+            // then finds them in cache.
+            for (key, _) in keys[..n].iter().zip(&hits[..n]).filter(|(_, h)| h.is_none()) {
+                if let Some(slot) = self.services.find(key.dst, key.proto, key.dst_port) {
+                    xvs_conntrack::prefetch(Arc::as_ptr(&slot.svc).cast());
+                    xvs_conntrack::prefetch(slot.svc.backends.as_ptr().cast());
+                    self.services.prefetch_traffic(slot.svc.id);
+                }
+            }
         }
     }
 
