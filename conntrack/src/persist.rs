@@ -3,8 +3,8 @@
 //! may adopt them, and adoption, which rebuilds everything derived from
 //! the entries.
 //!
-//! Only the entries are kept. The index (hashbrown, keyed with a hasher
-//! seeded per process), the free list, the timer wheel lists, the age list
+//! Only the entries are kept. The index (keyed with a hasher seeded per
+//! process), the free list, the timer wheel lists, the age list
 //! and the gauges are rebuilt from them at adoption, in one pass: what a
 //! process killed in the middle of an update leaves (a half-linked entry, a
 //! stale list head) cannot survive into the next one. An entry is adopted

@@ -1,12 +1,12 @@
 //! The per-worker flow table: one entry per flow in a preallocated slab,
-//! indexed by both directions' 5-tuples in one hashbrown table, expired by
-//! a timer wheel, evicted oldest-non-ESTABLISHED-first when full.
+//! indexed by both directions' 5-tuples in one index of cache-line
+//! buckets ([`crate::index`]), expired by a timer wheel, evicted
+//! oldest-non-ESTABLISHED-first when full.
 //!
 //! Sans-IO: every call that depends on time takes `now` (seconds on a
 //! monotonic clock the caller owns). Nothing allocates after construction:
 //! the slab is full-size from the start and the index is sized for two keys
-//! per entry (hashbrown may rehash in place after many deletions; it never
-//! grows).
+//! per entry (it never grows nor rehashes).
 //!
 //! Invariants: every live flow has exactly two index entries (original and
 //! reply key) and every live template one; every live entry is filed on

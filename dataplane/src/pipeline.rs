@@ -530,7 +530,7 @@ impl<A: Family> Half<A> {
             // what the packets will touch after them, each a pass ahead
             // of the one that reads it: the service's counter handle,
             // then the backend's counter line (the packet updates it and
-            // reads the backend's state from it).
+            // reads the backend's state from it) and its next hop.
             for (j, hit) in hits[..n].iter().enumerate() {
                 out[at[j]] = match *hit {
                     Some((id, dir)) => {
@@ -541,10 +541,16 @@ impl<A: Family> Half<A> {
                     None => Lookup::Miss,
                 };
             }
-            for &(id, _) in hits[..n].iter().flatten() {
+            for &(id, dir) in hits[..n].iter().flatten() {
                 let f = self.table.flow(id);
                 if let Some(t) = self.services.traffic(f.service()) {
                     xvs_conntrack::prefetch(t.cell_addr(worker, f.backend_id()));
+                }
+                // And the next hop's neighbour entry: its probe is two
+                // dependent misses (hashbrown's control bytes, then the
+                // slot), the last a packet waited for alone.
+                if let NextHop::Neighbour(addr) = Plan::from_tag(f.plan()).route(&f, dir).next_hop {
+                    self.neighbours.warm(addr);
                 }
             }
             // A miss may be a new flow: its service is looked up now,
@@ -552,7 +558,11 @@ impl<A: Family> Half<A> {
             // scheduler reads next is prefetched (the compiled service,
             // its backends, its counter handles); the packet's own lookup
             // then finds them in cache.
-            for (key, _) in keys[..n].iter().zip(&hits[..n]).filter(|(_, h)| h.is_none()) {
+            for (key, _) in keys[..n]
+                .iter()
+                .zip(&hits[..n])
+                .filter(|(_, h)| h.is_none())
+            {
                 if let Some(slot) = self.services.find(key.dst, key.proto, key.dst_port) {
                     xvs_conntrack::prefetch(Arc::as_ptr(&slot.svc).cast());
                     xvs_conntrack::prefetch(slot.svc.backends.as_ptr().cast());
@@ -916,6 +926,9 @@ impl<A: Family> Half<A> {
                 b.endpoint.port
             },
         };
+        // The packet goes to the backend's next hop: its neighbour entry
+        // loads while the SNAT port is found and the flow inserted.
+        self.neighbours.warm(b.endpoint.addr);
         // A plan without SNAT keeps the client as the reply destination.
         let snat = if b.plan.takes_snat() {
             self.snat_port(core, backend, key.proto, now)

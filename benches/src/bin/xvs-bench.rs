@@ -61,7 +61,9 @@ struct Cli {
     json: PathBuf,
     /// Give up on loading one rule set after this many seconds; a load
     /// that the previous count's time, scaled linearly, puts above this is
-    /// skipped (with that reason).
+    /// skipped (with that reason), when that count was 1,000 or more and
+    /// within 100x (below, the tool's fixed cost would dominate the
+    /// estimate: the load is tried instead).
     #[arg(long, default_value_t = 100)]
     load_timeout: u64,
     /// Criterion's output directory (for the per-packet targets).
@@ -628,11 +630,12 @@ fn targets(cli: &Cli, rows: &[Row]) -> Vec<Target> {
     let group = "pipeline_100k_services_1M_flows";
     let est = criterion_ns(&cli.criterion, group, "established_batch64", 64.0);
     let est1 = criterion_ns(&cli.criterion, group, "established_packet", 1.0);
-    let new = criterion_ns(&cli.criterion, group, "new_flow_syn", 1.0);
+    let new = criterion_ns(&cli.criterion, group, "new_flow_syn_batch64", 1.0);
+    let new1 = criterion_ns(&cli.criterion, group, "new_flow_syn", 1.0);
     let lookup = criterion_ns(&cli.criterion, "conntrack_1000000", "lookup_hit", 1.0);
     let dram = criterion_ns(&cli.criterion, "memory_baseline", "random_read_128MiB", 1.0);
     let cause_dram = format!(
-        "random access over 1M flows and 100k services: each packet's flow-index probe, its 88-byte entry and its backend's traffic counters (300k backends, IPVS-style per-packet --stats) miss the caches (conntrack lookup hit at 1M: {} ns; independent random reads: {} ns each)",
+        "random access over 1M flows and 100k services: each packet's flow-index bucket, its 88-byte entry, its service's handles, its backend's traffic counters (300k backends, IPVS-style per-packet --stats) and its next hop miss the caches; a batch prefetches them in stages, so the packet costs what the memory system's parallelism allows (conntrack lookup hit at 1M: {} ns; independent random reads: {} ns each; the pipeline bench's report divides each time by the reads of its own run)",
         lookup.map_or("-".into(), |v| format!("{v:.0}")),
         dram.map_or("-".into(), |v| format!("{v:.1}"))
     );
@@ -661,11 +664,14 @@ fn targets(cli: &Cli, rows: &[Row]) -> Vec<Target> {
     match new {
         Some(v) => out.push(Target {
             goal: "per-packet pipeline <= 300 ns, new flow (100k services, 1M flows)".into(),
-            measured: format!("{v:.0} ns"),
+            measured: format!(
+                "{v:.0} ns in batches of 64 (one at a time: {})",
+                new1.map_or("-".into(), |v| format!("{v:.0} ns"))
+            ),
             met: v <= 300.0,
             missed_by: format!("{:.0} ns", v - 300.0),
             cause: format!(
-                "a new flow probes the flow index for the client key and for each SNAT candidate's reply key before inserting both: several cache misses at 1M flows; {cause_dram}"
+                "a new flow probes the service table, reads its scheduler and backends, probes the flow index for the SNAT candidate's reply key, takes a free entry, inserts both keys and counts the connection in two per-backend lines: misses at 1M flows that its batch overlaps only in part; {cause_dram}"
             ),
         }),
         None => out.push(Target {
