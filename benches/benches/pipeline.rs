@@ -487,30 +487,26 @@ fn measure<F: Fam>(c: &mut Criterion, group: &str, mut p: Pipeline, load: Load) 
     g.throughput(Throughput::Elements(1));
 
     let mut next = load.flows;
-    g.bench_function("new_flow_syn", |b| {
-        b.iter_custom(|iters| {
-            let mut spent = Duration::ZERO;
-            let mut left = iters;
-            while left > 0 {
-                let n = left.min(20_000) as u32;
-                spent += new_flows::<F>(&mut p, load, &mut next, n, None);
-                left -= u64::from(n);
-            }
-            spent
-        })
-    });
-    g.bench_function("new_flow_syn_batch64", |b| {
-        b.iter_custom(|iters| {
-            let mut spent = Duration::ZERO;
-            let mut left = iters;
-            while left > 0 {
-                let n = left.min(20_000) as u32;
-                spent += new_flows::<F>(&mut p, load, &mut next, n, Some(&mut batch));
-                left -= u64::from(n);
-            }
-            spent
-        })
-    });
+    for batched in [false, true] {
+        let name = if batched {
+            "new_flow_syn_batch64"
+        } else {
+            "new_flow_syn"
+        };
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut spent = Duration::ZERO;
+                let mut left = iters;
+                while left > 0 {
+                    let n = left.min(20_000) as u32;
+                    let batch = batched.then_some(&mut batch);
+                    spent += new_flows::<F>(&mut p, load, &mut next, n, batch);
+                    left -= u64::from(n);
+                }
+                spent
+            })
+        });
+    }
 
     let mut n = 0u32;
     g.bench_function("service_lookup", |b| {
