@@ -926,8 +926,12 @@ impl<A: Family> Half<A> {
                 b.endpoint.port
             },
         };
-        // The packet goes to the backend's next hop: its neighbour entry
-        // loads while the SNAT port is found and the flow inserted.
+        // What the flow touches once inserted is fetched while the SNAT
+        // port is found and the flow inserted: the backend's connection
+        // count and traffic counter lines, and its next hop's neighbour
+        // entry.
+        xvs_conntrack::prefetch(svc.counts.cell_addr(worker, b.id));
+        xvs_conntrack::prefetch(svc.stats.cell_addr(worker, b.id));
         self.neighbours.warm(b.endpoint.addr);
         // A plan without SNAT keeps the client as the reply destination.
         let snat = if b.plan.takes_snat() {

@@ -86,6 +86,14 @@ impl ConnCounts {
             .map(|c| &c[id % CHUNK])
     }
 
+    /// The address of `worker`'s cell of backend `id`, for prefetching
+    /// (never dereferenced here; null when out of range).
+    #[inline]
+    pub fn cell_addr(&self, worker: usize, id: u32) -> *const u8 {
+        self.cell(worker, id)
+            .map_or(std::ptr::null(), |c| (c as *const Cell).cast())
+    }
+
     /// Active (ESTABLISHED) connections of backend `id`, all workers.
     pub fn active(&self, id: u32) -> u32 {
         self.sum(id, |(a, _)| a)
@@ -204,5 +212,7 @@ mod tests {
         let gap = first1 as *const Cell as usize - last0 as *const Cell as usize;
         assert!(gap >= 64 - std::mem::size_of::<Cell>(), "{gap}");
         assert!(c.cell(2, 0).is_none() && c.cell(0, 11).is_none());
+        assert_eq!(c.cell_addr(0, 10), (last0 as *const Cell).cast());
+        assert!(c.cell_addr(0, 11).is_null() && c.cell_addr(2, 0).is_null());
     }
 }
