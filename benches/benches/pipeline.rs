@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use smoltcp::wire::{EthernetAddress, IpAddress, TcpPacket};
+use smoltcp::wire::EthernetAddress;
 use xvs_config::{
     Address, Backend, Family, ForwardMethod, PortRange, Protocol, Scheduler, Service, ServiceKey,
     Timeouts,
@@ -52,7 +52,7 @@ const SMALL: Load = Load {
     services: 10,
     flows: 1_000,
 };
-use xvs_benches::frames::{arp_reply, tcp64, GW_MAC as GW};
+use xvs_benches::frames::{arp_reply, tcp64, tcp84, GW_MAC as GW};
 
 /// What the bench needs of an address family: its addresses, its frames,
 /// and how the pipeline learns a backend's Ethernet address.
@@ -135,23 +135,7 @@ impl Fam for V6 {
     }
     fn frame(client: Ipv6Addr, port: u16, dst: Ipv6Addr, flags: u8) -> [u8; 96] {
         let mut f = [0u8; 96];
-        f[0..6].copy_from_slice(&GW);
-        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
-        f[12..14].copy_from_slice(&[0x86, 0xdd]);
-        f[14] = 0x60;
-        f[18..20].copy_from_slice(&30u16.to_be_bytes());
-        f[20] = 6;
-        f[21] = 64;
-        f[22..38].copy_from_slice(&client.octets());
-        f[38..54].copy_from_slice(&dst.octets());
-        let t = &mut f[54..84];
-        t[0..2].copy_from_slice(&port.to_be_bytes());
-        t[2..4].copy_from_slice(&80u16.to_be_bytes());
-        t[12] = 5 << 4;
-        t[13] = flags;
-        t[14..16].copy_from_slice(&1000u16.to_be_bytes());
-        TcpPacket::new_unchecked(&mut t[..30])
-            .fill_checksum(&IpAddress::Ipv6(client), &IpAddress::Ipv6(dst));
+        f[..84].copy_from_slice(&tcp84(client, port, dst, flags));
         f
     }
     fn learn(p: &mut Pipeline, a: Ipv6Addr) {

@@ -175,17 +175,38 @@ pub fn tcp64(client: Ipv4Addr, port: u16, dst: Ipv4Addr, flags: u8) -> [u8; 64] 
         ip[16..20].copy_from_slice(&dst.octets());
         Ipv4Packet::new_unchecked(ip).fill_checksum();
     }
-    {
-        let t = &mut f[34..64];
-        t[0..2].copy_from_slice(&port.to_be_bytes());
-        t[2..4].copy_from_slice(&80u16.to_be_bytes());
-        t[12] = 5 << 4;
-        t[13] = flags;
-        t[14..16].copy_from_slice(&1000u16.to_be_bytes());
-        TcpPacket::new_unchecked(&mut t[..30])
-            .fill_checksum(&IpAddress::Ipv4(client), &IpAddress::Ipv4(dst));
-    }
+    let (s, d) = (IpAddress::Ipv4(client), IpAddress::Ipv4(dst));
+    tcp_segment(&mut f[34..64], port, flags, &s, &d);
     f
+}
+
+/// An 84-byte IPv6 TCP frame client → `dst` (port 80) with `flags`, to
+/// [`GW_MAC`]: [`tcp64`]'s segment behind the 20 bytes longer header.
+pub fn tcp84(client: Ipv6Addr, port: u16, dst: Ipv6Addr, flags: u8) -> [u8; 84] {
+    let mut f = [0u8; 84];
+    f[0..6].copy_from_slice(&GW_MAC);
+    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+    f[12..14].copy_from_slice(&[0x86, 0xdd]);
+    f[14] = 0x60;
+    f[18..20].copy_from_slice(&30u16.to_be_bytes());
+    f[20] = 6;
+    f[21] = 64;
+    f[22..38].copy_from_slice(&client.octets());
+    f[38..54].copy_from_slice(&dst.octets());
+    let (s, d) = (IpAddress::Ipv6(client), IpAddress::Ipv6(dst));
+    tcp_segment(&mut f[54..84], port, flags, &s, &d);
+    f
+}
+
+/// The 30-byte TCP segment of [`tcp64`] and [`tcp84`]: `port` → 80 with
+/// `flags`, 10 bytes of zeros, its checksum over `s` and `d`.
+fn tcp_segment(t: &mut [u8], port: u16, flags: u8, s: &IpAddress, d: &IpAddress) {
+    t[0..2].copy_from_slice(&port.to_be_bytes());
+    t[2..4].copy_from_slice(&80u16.to_be_bytes());
+    t[12] = 5 << 4;
+    t[13] = flags;
+    t[14..16].copy_from_slice(&1000u16.to_be_bytes());
+    TcpPacket::new_unchecked(&mut t[..30]).fill_checksum(s, d);
 }
 
 /// An ARP reply from `ip` to [`GW_MAC`], so a pipeline learns the
@@ -205,6 +226,32 @@ pub fn arp_reply(ip: Ipv4Addr) -> [u8; 60] {
 mod tests {
     use super::*;
     use xvs_dataplane::wire::{classify, L4};
+
+    #[test]
+    fn the_benches_tcp_frames_of_both_families_verify() {
+        let f = tcp64(
+            Ipv4Addr::new(198, 18, 0, 2),
+            1234,
+            Ipv4Addr::new(198, 19, 0, 1),
+            0x10,
+        );
+        let xvs_dataplane::wire::Frame::Ipv4(ip) = classify(&f).unwrap() else {
+            panic!("not IPv4")
+        };
+        assert!(matches!(ip.l4, L4::Tcp { .. }));
+        assert!(xvs_dataplane::wire::checksum::l4_verifies(&f, &ip));
+        let (c, v): (Ipv6Addr, Ipv6Addr) = (
+            "2001:2::2".parse().unwrap(),
+            "2001:2:ff::1".parse().unwrap(),
+        );
+        let f = tcp84(c, 1234, v, 0x02);
+        let xvs_dataplane::wire::Frame::Ipv6(ip) = classify(&f).unwrap() else {
+            panic!("not IPv6")
+        };
+        assert_eq!((ip.src, ip.dst), (c, v));
+        assert!(matches!(ip.l4, L4::Tcp { .. }));
+        assert!(xvs_dataplane::wire::checksum::l4_verifies6(&f, &ip));
+    }
 
     #[test]
     fn udp_and_syn_frames_classify_with_valid_checksums() {
