@@ -535,7 +535,7 @@ impl<A: Family> Half<A> {
                 out[at[j]] = match *hit {
                     Some((id, dir)) => {
                         self.services
-                            .prefetch_traffic(self.table.flow(id).service());
+                            .prefetch_handles(self.table.flow(id).service());
                         Lookup::Hit(id, dir)
                     }
                     None => Lookup::Miss,
@@ -566,7 +566,7 @@ impl<A: Family> Half<A> {
                 if let Some(slot) = self.services.find(key.dst, key.proto, key.dst_port) {
                     xvs_conntrack::prefetch(Arc::as_ptr(&slot.svc).cast());
                     xvs_conntrack::prefetch(slot.svc.backends.as_ptr().cast());
-                    self.services.prefetch_traffic(slot.svc.id);
+                    self.services.prefetch_handles(slot.svc.id);
                 }
             }
         }
@@ -868,7 +868,7 @@ impl<A: Family> Half<A> {
         }
         // The insert below reports to the service's counts: fetch their
         // handle while the scheduler runs.
-        self.services.prefetch_traffic(slot.svc.id);
+        self.services.prefetch_handles(slot.svc.id);
         if let L4::Tcp { flags, .. } = ip.l4() {
             let opens = flags.syn() && !flags.ack();
             if !opens && !slot.svc.adopts_midflow() {

@@ -492,21 +492,28 @@ impl<A: Address> ServiceTable<A> {
         self.hot.get(id as usize)?.as_ref().map(|h| &h.stats)
     }
 
-    /// The connection counts of service `id`, alive.
+    /// The traffic counters and connection counts of service `id`,
+    /// alive: from the dense array, or beyond it the slower way, by id.
     #[inline]
-    pub fn counts(&self, id: u32) -> Option<&ConnCounts> {
+    fn handles(&self, id: u32) -> Option<(&TrafficStats, &ConnCounts)> {
         if id < MAX_STATS_ID {
-            self.hot.get(id as usize)?.as_ref().map(|h| &*h.counts)
+            let h = self.hot.get(id as usize)?.as_ref()?;
+            Some((&h.stats, &*h.counts))
         } else {
-            // Beyond the dense array: the slower way, by id.
-            self.by_id(id).map(|s| &*s.svc.counts)
+            self.by_id(id).map(|s| (&s.svc.stats, &*s.svc.counts))
         }
     }
 
-    /// Starts fetching the line of service `id`'s handles (a batch's
-    /// stage ahead of [`ServiceTable::traffic`]).
+    /// The connection counts of service `id`, alive.
     #[inline]
-    pub fn prefetch_traffic(&self, id: u32) {
+    pub fn counts(&self, id: u32) -> Option<&ConnCounts> {
+        self.handles(id).map(|(_, c)| c)
+    }
+
+    /// Starts fetching the line of service `id`'s handles (a batch's
+    /// stage ahead of [`ServiceTable::traffic`] and the counts).
+    #[inline]
+    pub fn prefetch_handles(&self, id: u32) {
         if let Some(t) = self.hot.get(id as usize) {
             xvs_conntrack::prefetch((t as *const Option<Hot>).cast());
         }
@@ -516,13 +523,8 @@ impl<A: Address> ServiceTable<A> {
     /// removed when the service itself is gone.
     #[inline]
     pub fn dest_state(&self, service: u32, worker: usize, backend_id: u32) -> DestState {
-        let stats = if service < MAX_STATS_ID {
-            self.traffic(service)
-        } else {
-            // Beyond the dense array: the slower way, by id.
-            self.by_id(service).map(|s| &s.svc.stats)
-        };
-        stats.map_or(DestState::Removed, |t| t.state(worker, backend_id))
+        self.handles(service)
+            .map_or(DestState::Removed, |(t, _)| t.state(worker, backend_id))
     }
 
     /// The service for (vip, proto, port), else the port-0 one of the VIP.
