@@ -22,7 +22,7 @@ mod state;
 mod stats;
 mod table;
 
-pub use batch::{prefetch, BATCH};
+pub use batch::{prefetch, prefetch_lines, BATCH};
 pub use dump::{Filter, FlowInfo};
 pub use key::{Endpoint, FlowKey, L4Proto};
 pub use persist::{

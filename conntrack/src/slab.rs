@@ -39,7 +39,7 @@ pub(crate) const FLAG_LIVE: u8 = 0x80;
 
 /// One tracked flow or persistence template: 88 bytes for IPv4, 136 for
 /// IPv6. The fields a lookup compares (addresses, ports, protocol, flags)
-/// come first, within [`key_bytes`] (29 for IPv4), so verifying a key
+/// come first, within `key_bytes` (29 for IPv4), so verifying a key
 /// touches at most two cache lines.
 ///
 /// Layout, as Katran's `flow_key` and `real_pos_lru` keep theirs small:
@@ -86,7 +86,9 @@ pub(crate) struct Entry<A: Address> {
 }
 
 /// Bytes of an entry that key comparison reads, from its start: the four
-/// addresses, the four ports, the wheel slot, protocol, state and flags.
+/// addresses, the four ports, the wheel slot, protocol, state and flags
+/// (the layout test holds the entry to it).
+#[cfg(test)]
 pub(crate) const fn key_bytes<A: Address>() -> usize {
     4 * A::LEN + 4 * 2 + 2 + 3
 }

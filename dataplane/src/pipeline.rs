@@ -558,16 +558,22 @@ impl<A: Family> Half<A> {
             // scheduler reads next is prefetched (the compiled service,
             // its backends, its counter handles); the packet's own lookup
             // then finds them in cache.
-            for (key, _) in keys[..n]
+            // Two passes: the compiled services' lines first, then (once
+            // they arrived) what their fields point at.
+            let mut found = [None; xvs_conntrack::BATCH];
+            let misses = keys[..n]
                 .iter()
                 .zip(&hits[..n])
-                .filter(|(_, h)| h.is_none())
-            {
-                if let Some(slot) = self.services.find(key.dst, key.proto, key.dst_port) {
-                    xvs_conntrack::prefetch(Arc::as_ptr(&slot.svc).cast());
-                    xvs_conntrack::prefetch(slot.svc.backends.as_ptr().cast());
-                    self.services.prefetch_handles(slot.svc.id);
+                .filter(|(_, h)| h.is_none());
+            for ((key, _), found) in misses.zip(found.iter_mut()) {
+                *found = self.services.find(key.dst, key.proto, key.dst_port);
+                if let Some(slot) = found {
+                    xvs_conntrack::prefetch_lines(Arc::as_ptr(&slot.svc));
                 }
+            }
+            for slot in found.iter().flatten() {
+                xvs_conntrack::prefetch(slot.svc.backends.as_ptr().cast());
+                self.services.prefetch_handles(slot.svc.id);
             }
         }
     }

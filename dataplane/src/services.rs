@@ -56,7 +56,7 @@ pub struct CompiledService<A: Address = Ipv4Addr> {
     /// The scheduler as built; workers clone it.
     pub scheduler: Scheduler,
     /// Global connection counts of its backends.
-    pub counts: Arc<ConnCounts>,
+    pub counts: ConnCounts,
     /// Traffic counters of its backends (`--stats`).
     pub stats: TrafficStats,
     /// Traffic of backend ids since given to other backends.
@@ -208,7 +208,7 @@ impl<A: Address> CompiledService<A> {
         svc: &Service<A>,
         backends: Vec<SchedBackend<A>>,
         ids: Vec<Endpoint<A>>,
-        counts: Arc<ConnCounts>,
+        counts: ConnCounts,
         stats: TrafficStats,
         retired: TrafficTotals,
         maglev_seed: Option<u64>,
@@ -416,11 +416,14 @@ pub struct ServiceTable<A: Address = Ipv4Addr> {
 }
 
 /// The handles a service's flows touch per packet or state change: its
-/// traffic counters and its connection counts.
+/// traffic counters and its connection counts, both with their geometry
+/// inline, in one line of their own (a packet reads the line, then the
+/// backend's cell: no shared header between).
 #[derive(Debug, Clone)]
+#[repr(align(64))]
 struct Hot {
     stats: TrafficStats,
-    counts: Arc<ConnCounts>,
+    counts: ConnCounts,
 }
 
 fn key_of<A: Address>(k: &ServiceKey<A>) -> (A, L4Proto, u16) {
@@ -498,9 +501,9 @@ impl<A: Address> ServiceTable<A> {
     fn handles(&self, id: u32) -> Option<(&TrafficStats, &ConnCounts)> {
         if id < MAX_STATS_ID {
             let h = self.hot.get(id as usize)?.as_ref()?;
-            Some((&h.stats, &*h.counts))
+            Some((&h.stats, &h.counts))
         } else {
-            self.by_id(id).map(|s| (&s.svc.stats, &*s.svc.counts))
+            self.by_id(id).map(|s| (&s.svc.stats, &s.svc.counts))
         }
     }
 
@@ -612,6 +615,12 @@ mod tests {
     }
 
     #[test]
+    fn a_services_handles_fill_one_line_of_their_own() {
+        assert_eq!(std::mem::size_of::<Option<Hot>>(), 64);
+        assert_eq!(std::mem::align_of::<Option<Hot>>(), 64);
+    }
+
+    #[test]
     fn deleting_a_backend_keeps_the_others_ids_and_counters() {
         let v1 = CompiledService::new(7, &svc(&[10, 11, 12]), 2, None);
         assert_eq!(ids(&v1), [0, 1, 2]);
@@ -664,7 +673,7 @@ mod tests {
         let mut grown = svc(&[10, 12, 13, 14, 15]);
         grown.backends[0].weight = 0;
         let v2 = Arc::new(CompiledService::update(&v1, &grown, false, None));
-        assert!(!Arc::ptr_eq(&v1.counts, &v2.counts));
+        assert!(!v1.counts.same(&v2.counts));
         // The worker's own row moves when it applies the version.
         v1.counts.add(0, 1, 1, -1);
         t.upsert(v2.clone(), 0);

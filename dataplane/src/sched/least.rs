@@ -65,7 +65,7 @@ mod tests {
     use xvs_conntrack::Endpoint;
 
     /// Backends with (weight, active, inactive).
-    fn setup(spec: &[(u32, i32, i32)]) -> (Vec<SchedBackend>, std::sync::Arc<ConnCounts>) {
+    fn setup(spec: &[(u32, i32, i32)]) -> (Vec<SchedBackend>, ConnCounts) {
         let counts = ConnCounts::new(2, spec.len());
         let b = spec
             .iter()
