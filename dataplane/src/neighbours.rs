@@ -79,15 +79,6 @@ impl<A: Address> Neighbours<A> {
         self.table.get(&addr).copied()
     }
 
-    /// Looks `addr` up only to bring its entry into cache: a batch's
-    /// stage ahead of the packets' own [`Neighbours::get`] (the table is
-    /// hashbrown's, whose slots have no address to prefetch; a batch's
-    /// lookups done in one pass overlap their misses instead).
-    #[inline]
-    pub fn warm(&self, addr: A) {
-        std::hint::black_box(self.table.get(&addr));
-    }
-
     /// Queues a request for `addr`, once, unless it is known.
     pub fn resolve(&mut self, addr: A) {
         if !self.table.contains_key(&addr)

@@ -530,7 +530,7 @@ impl<A: Family> Half<A> {
             // what the packets will touch after them, each a pass ahead
             // of the one that reads it: the service's counter handle,
             // then the backend's counter line (the packet updates it and
-            // reads the backend's state from it) and its next hop.
+            // reads the backend's state and next hop from it).
             for (j, hit) in hits[..n].iter().enumerate() {
                 out[at[j]] = match *hit {
                     Some((id, dir)) => {
@@ -541,16 +541,10 @@ impl<A: Family> Half<A> {
                     None => Lookup::Miss,
                 };
             }
-            for &(id, dir) in hits[..n].iter().flatten() {
+            for &(id, _) in hits[..n].iter().flatten() {
                 let f = self.table.flow(id);
                 if let Some(t) = self.services.traffic(f.service()) {
                     xvs_conntrack::prefetch(t.cell_addr(worker, f.backend_id()));
-                }
-                // And the next hop's neighbour entry: its probe is two
-                // dependent misses (hashbrown's control bytes, then the
-                // slot), the last a packet waited for alone.
-                if let NextHop::Neighbour(addr) = Plan::from_tag(f.plan()).route(&f, dir).next_hop {
-                    self.neighbours.warm(addr);
                 }
             }
             // A miss may be a new flow: its service is looked up now,
@@ -649,7 +643,9 @@ impl<A: Family> Half<A> {
         }
         let (id, dir) = match hit {
             Some((id, dir)) => {
-                if dir == Direction::Reply {
+                // A backend's reply teaches its address, unless it is
+                // the one cached already (nothing to learn: no probe).
+                if dir == Direction::Reply && !self.caches_hop(core, id, ip.src(), src_mac) {
                     self.neighbours.learn(ip.src(), src_mac);
                 }
                 // The state before is read only when events or sync
@@ -685,6 +681,18 @@ impl<A: Family> Half<A> {
             },
         };
         self.forward(core, buf, ip, id, dir)
+    }
+
+    /// Whether `mac` at `addr` is what flow `id`'s backend counter line
+    /// caches as its next hop, still valid.
+    #[inline]
+    fn caches_hop(&self, core: &Core, id: FlowId, addr: A, mac: [u8; 6]) -> bool {
+        let f = self.table.flow(id);
+        f.backend().addr == addr
+            && self.services.traffic(f.service()).is_some_and(|t| {
+                let generation = self.neighbours.generation();
+                t.next_hop(core.cfg.worker, f.backend_id(), generation) == Some(mac)
+            })
     }
 
     /// Whether IPVS's rules end the flow `id` at this packet (see the
@@ -755,22 +763,35 @@ impl<A: Family> Half<A> {
     ) -> Verdict {
         let f = self.table.flow(id);
         let route = Plan::from_tag(f.plan()).route(&f, dir);
-        let (ours, next) = match self.link(core, &route, true) {
-            Ok(macs) => macs,
-            Err(v) => return v,
+        let (worker, service, backend_id) = (core.cfg.worker, f.service(), f.backend_id());
+        // A packet to the backend takes its next hop from the counter
+        // line it updates anyway (see `crate::traffic`), else from the
+        // neighbour table, and caches it there.
+        let to_backend = matches!(route.next_hop, NextHop::Neighbour(a) if a == f.backend().addr);
+        let generation = self.neighbours.generation();
+        let cached = self
+            .services
+            .traffic(service)
+            .filter(|_| to_backend)
+            .and_then(|t| t.next_hop(worker, backend_id, generation));
+        let (ours, next) = match cached {
+            Some(mac) => (core.mac(route.side), EthernetAddress(mac)),
+            None => match self.link(core, &route, true) {
+                Ok(macs) => {
+                    if let Some(t) = self.services.traffic(service).filter(|_| to_backend) {
+                        t.set_next_hop(worker, backend_id, generation, macs.1 .0);
+                    }
+                    macs
+                }
+                Err(v) => return v,
+            },
         };
-        let f = self.table.flow(id);
-        if let Some(t) = self.services.traffic(f.service()) {
+        if let Some(t) = self.services.traffic(service) {
             let d = match dir {
                 Direction::Original => 0,
                 Direction::Reply => 1,
             };
-            t.packet(
-                core.cfg.worker,
-                f.backend_id(),
-                d,
-                u64::from(ip.total_len()),
-            );
+            t.packet(worker, backend_id, d, u64::from(ip.total_len()));
         }
         match route.rewrite {
             Rewrite::Nat(nat) => sent(ip.forward(buf, &nat, ours, next), ip, route.side),
@@ -934,11 +955,10 @@ impl<A: Family> Half<A> {
         };
         // What the flow touches once inserted is fetched while the SNAT
         // port is found and the flow inserted: the backend's connection
-        // count and traffic counter lines, and its next hop's neighbour
-        // entry.
+        // count and traffic counter lines (the latter caches its next
+        // hop).
         xvs_conntrack::prefetch(svc.counts.cell_addr(worker, b.id));
         xvs_conntrack::prefetch(svc.stats.cell_addr(worker, b.id));
-        self.neighbours.warm(b.endpoint.addr);
         // A plan without SNAT keeps the client as the reply destination.
         let snat = if b.plan.takes_snat() {
             self.snat_port(core, backend, key.proto, now)

@@ -14,6 +14,15 @@
 //! line it updates anyway, to apply IPVS's rules for flows whose backend
 //! was quiesced or removed.
 //!
+//! The cell also caches the backend's Ethernet address as this worker's
+//! neighbour table last gave it, stamped with that table's generation
+//! ([`TrafficStats::next_hop`]): a packet to the backend takes its next
+//! hop from the line it updates anyway instead of probing the neighbour
+//! table, and any change to the table (a new or changed address) makes
+//! every stamp stale at once. Applying a service version clears the
+//! worker's stamps, so an id given to another backend never keeps the
+//! old one's address.
+//!
 //! Ids are stable for the life of a service (see [`crate::services`]); the
 //! arrays cover every id in use and grow when a version needs more: each
 //! worker then copies its own row into the new arrays when it applies
@@ -45,6 +54,12 @@ struct Cell {
     pkts: [AtomicU64; 2],
     bytes: [AtomicU64; 2],
     state: AtomicU8,
+    /// The backend's Ethernet address (low 48 bits), valid while
+    /// `hop_stamp` is the worker's neighbour generation plus one (0:
+    /// none; a generation counts changes in a u64, so it never reaches
+    /// u64::MAX).
+    hop_mac: AtomicU64,
+    hop_stamp: AtomicU64,
 }
 
 /// A sum over workers.
@@ -114,10 +129,12 @@ impl TrafficStats {
     /// Sets `worker`'s view of every id from its service version's
     /// `backends`: the ones listed are available (or quiesced at weight
     /// 0), every other id is removed. O(ids); the worker's thread only.
+    /// Clears the row's cached next hops too.
     pub fn set_states<A: xvs_config::Address>(&self, worker: usize, backends: &[SchedBackend<A>]) {
         for id in 0..self.backends {
             if let Some(c) = self.cell(worker, id) {
                 c.state.store(DestState::Removed as u8, Relaxed);
+                c.hop_stamp.store(0, Relaxed);
             }
         }
         for b in backends {
@@ -139,6 +156,31 @@ impl TrafficStats {
             Some(2) => DestState::Available,
             Some(1) => DestState::Quiesced,
             _ => DestState::Removed,
+        }
+    }
+
+    /// Backend `id`'s Ethernet address as `worker` cached it while its
+    /// neighbour table was at `generation`; `None` once the table changed
+    /// (or nothing was cached).
+    #[inline]
+    pub fn next_hop(&self, worker: usize, id: u32, generation: u64) -> Option<[u8; 6]> {
+        let c = self.cell(worker, id)?;
+        if c.hop_stamp.load(Relaxed) != generation.wrapping_add(1) {
+            return None;
+        }
+        let m = c.hop_mac.load(Relaxed).to_le_bytes();
+        Some([m[0], m[1], m[2], m[3], m[4], m[5]])
+    }
+
+    /// Caches backend `id`'s Ethernet address for `worker`, as its
+    /// neighbour table gives it at `generation`.
+    #[inline]
+    pub fn set_next_hop(&self, worker: usize, id: u32, generation: u64, mac: [u8; 6]) {
+        if let Some(c) = self.cell(worker, id) {
+            let mut m = [0u8; 8];
+            m[..6].copy_from_slice(&mac);
+            c.hop_mac.store(u64::from_le_bytes(m), Relaxed);
+            c.hop_stamp.store(generation.wrapping_add(1), Relaxed);
         }
     }
 
@@ -266,6 +308,29 @@ mod tests {
             weight,
             plan: Default::default(),
         }
+    }
+
+    #[test]
+    fn a_cached_next_hop_lives_until_the_neighbours_or_the_version_change() {
+        // Counters, state and next hop share the cell's one line.
+        assert!(std::mem::size_of::<Cell>() <= 64);
+        let s = TrafficStats::new(2, 3);
+        let mac = [2, 0, 0, 0, 0, 7];
+        assert_eq!(s.next_hop(0, 1, 0), None, "nothing cached");
+        s.set_next_hop(0, 1, 5, mac);
+        assert_eq!(s.next_hop(0, 1, 5), Some(mac));
+        assert_eq!(s.next_hop(1, 1, 5), None, "per worker");
+        assert_eq!(s.next_hop(0, 2, 5), None, "per backend");
+        assert_eq!(s.next_hop(0, 1, 6), None, "the table changed since");
+        s.set_next_hop(0, 9, 5, mac); // no such backend: ignored
+        assert_eq!(s.next_hop(0, 9, 5), None);
+        // A version applied clears the worker's row (an id may now
+        // stand for another backend).
+        s.set_next_hop(0, 1, 5, mac);
+        s.set_next_hop(1, 1, 5, mac);
+        s.set_states(0, &[backend(1, 1)]);
+        assert_eq!(s.next_hop(0, 1, 5), None);
+        assert_eq!(s.next_hop(1, 1, 5), Some(mac), "other rows untouched");
     }
 
     #[test]

@@ -244,6 +244,43 @@ fn an_unresolved_backend_is_held_untouched_and_arp_requested() {
     assert_counters_add_up(&p);
 }
 
+/// The backend's Ethernet address a flow's packets go to follows the
+/// neighbour table: an ARP reply or the backend's own reply from a new
+/// address moves the flow's next packets there (the address cached in
+/// the backend's counter line does not outlive a change).
+#[test]
+fn a_backend_that_moves_to_another_mac_gets_the_next_packets_there() {
+    let mut p = pipeline();
+    run(&mut p, ARP_REPLY_FROM_BACKEND, 0);
+    let first: [u8; 6] = ARP_REPLY_FROM_BACKEND[6..12].try_into().unwrap();
+    let dst_mac = |out: &[u8]| -> [u8; 6] { out[..6].try_into().unwrap() };
+    let (v, out) = run(&mut p, TCP_SYN, 1);
+    assert!(matches!(v, Verdict::Forward { .. }));
+    assert_eq!(dst_mac(&out), first);
+    // Again, now from the cache.
+    assert_eq!(dst_mac(&run(&mut p, TCP_SYN, 1).1), first);
+    // An ARP reply from another address.
+    let moved = [0x02, 0, 0, 0, 0x77, 0x01];
+    let mut arp = ARP_REPLY_FROM_BACKEND.to_vec();
+    arp[6..12].copy_from_slice(&moved);
+    arp[22..28].copy_from_slice(&moved);
+    assert_eq!(run(&mut p, &arp, 1).0, Verdict::Consumed);
+    let (v, out) = run(&mut p, TCP_SYN, 1);
+    assert!(matches!(v, Verdict::Forward { .. }));
+    assert_eq!(dst_mac(&out), moved);
+    // The backend's reply from a third address teaches it too.
+    let third = [0x02, 0, 0, 0, 0x77, 0x02];
+    let mut reply = TCP_REPLY.to_vec();
+    reply[6..12].copy_from_slice(&third);
+    assert!(matches!(run(&mut p, &reply, 1).0, Verdict::Forward { .. }));
+    assert_eq!(dst_mac(&run(&mut p, TCP_SYN, 1).1), third);
+    // And its replies from the cached address change nothing.
+    let generation = p.neighbour_generation();
+    run(&mut p, &reply, 1);
+    assert_eq!(p.neighbour_generation(), generation);
+    assert_counters_add_up(&p);
+}
+
 #[test]
 fn a_held_frame_given_up_is_counted_as_unresolved() {
     use xvs_dataplane::pipeline::Prepared;
