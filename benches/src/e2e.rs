@@ -399,7 +399,11 @@ pub fn feed_timed(
 type Job = Box<dyn FnOnce(&mut Option<Dataplane>) + Send>;
 
 /// xvs in process, on a thread of the gateway namespace that owns the
-/// data plane (its workers inherit the namespace). Stops it on drop.
+/// data plane (its workers inherit the namespace). Stops it on drop and
+/// then detaches the steering program its hold window leaves attached
+/// (what `xvs release` does; no guard process runs here): a mode
+/// measured after it must not run behind xvs's program, which drops VIP
+/// packets for the first seconds and runs on every packet after.
 pub struct XvsRunner {
     jobs: Option<Sender<Job>>,
     join: Option<JoinHandle<()>>,
@@ -427,6 +431,11 @@ impl XvsRunner {
             if let Some(dp) = dp.take() {
                 dp.stop();
             }
+            for ifname in interfaces() {
+                if let Err(e) = xvs_dataplane::steer::release(&ifname, None) {
+                    eprintln!("xvs runner: {e}");
+                }
+            }
         });
         up_rx
             .recv_timeout(Duration::from_secs(5))
@@ -453,6 +462,36 @@ impl XvsRunner {
         rx.recv_timeout(Duration::from_secs(300))
             .map_err(|_| "xvs job did not finish in 300 s".to_owned())
     }
+}
+
+/// The names of the calling thread's namespace's interfaces.
+fn interfaces() -> Vec<String> {
+    // SAFETY: if_nameindex returns a list ending with a zero entry (or
+    // null on failure), freed once below with if_freenameindex.
+    unsafe {
+        let list = libc::if_nameindex();
+        if list.is_null() {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let mut at = list;
+        while (*at).if_index != 0 {
+            out.push(
+                std::ffi::CStr::from_ptr((*at).if_name)
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+            at = at.add(1);
+        }
+        libc::if_freenameindex(list);
+        out
+    }
+}
+
+/// Whether any interface of `ns` runs an XDP program.
+pub fn xdp_attached(ns: &Netns) -> Result<bool, String> {
+    let out = ns.ip(&["-d", "link", "show"]).map_err(|e| e.to_string())?;
+    Ok(String::from_utf8_lossy(&out.stdout).contains("prog/xdp"))
 }
 
 impl Drop for XvsRunner {

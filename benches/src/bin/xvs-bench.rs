@@ -729,7 +729,11 @@ fn bench(cli: Cli) -> Result<(), String> {
     run_xvs_dsr(&cli, &mut bed, &mut rows)?;
     run_xvs(&cli, Fam::V6, &mut bed, &mut rows, &mut changes)?;
 
-    // 3. The kernel, with RPS giving it the forwarding CPU.
+    // 3. The kernel, with RPS giving it the forwarding CPU, and no XDP
+    // program left in its path.
+    if xvs_benches::e2e::xdp_attached(bed.gateway())? {
+        return Err("an XDP program is still attached in the gateway: the kernel's modes would run behind it".into());
+    }
     bed.set_rps(1 << FWD_CPU)?;
     for k in KERNELS.iter().chain(&KERNELS6) {
         if let Err(e) = run_kernel(&cli, k, &mut bed, &mut rows, &mut changes) {
