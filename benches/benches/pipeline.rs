@@ -23,7 +23,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, Criterion, Throughput};
 use smoltcp::wire::EthernetAddress;
 use xvs_config::{
     Address, Backend, Family, ForwardMethod, PortRange, Protocol, Scheduler, Service, ServiceKey,
@@ -636,4 +636,11 @@ fn new_flows<F: Fam>(
 }
 
 criterion_group!(benches, pipeline);
-criterion_main!(benches);
+
+/// criterion_main!'s, under the daemon's heap (see
+/// `xvs_benches::exec_with_huge_page_heap`).
+fn main() {
+    xvs_benches::exec_with_huge_page_heap();
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

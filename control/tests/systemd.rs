@@ -22,6 +22,7 @@ fn the_unit_verifies() {
         "CAP_IPC_LOCK",
         "LimitMEMLOCK=",
         "RuntimeDirectory=xvs",
+        "Environment=GLIBC_TUNABLES=glibc.malloc.hugetlb=1",
     ] {
         assert!(unit.contains(needed), "{needed}");
     }
