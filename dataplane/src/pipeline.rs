@@ -121,8 +121,13 @@ pub enum Lookup {
     #[default]
     NotYet,
     /// No flow then (a frame of the same batch may create it: looked up
-    /// again).
-    Miss,
+    /// again), and whether the destination was an owned address (a
+    /// miss's next question, asked in the same pass so the probes
+    /// overlap; ownership changes only between batches).
+    Miss {
+        /// The destination was owned at the lookup.
+        owned: bool,
+    },
     /// This flow, in this direction (used only if the entry still holds
     /// the key: a frame of the same batch may have replaced it).
     Hit(FlowId, Direction),
@@ -538,7 +543,9 @@ impl<A: Family> Half<A> {
                             .prefetch_handles(self.table.flow(id).service());
                         Lookup::Hit(id, dir)
                     }
-                    None => Lookup::Miss,
+                    None => Lookup::Miss {
+                        owned: self.owned.contains(&keys[j].dst),
+                    },
                 };
             }
             for &(id, _) in hits[..n].iter().flatten() {
@@ -617,10 +624,17 @@ impl<A: Family> Half<A> {
             Lookup::Hit(id, dir) if self.table.holds(id, dir, &key) => Some((id, dir)),
             _ => self.table.lookup(&key),
         };
+        // Whether the destination is owned, as the batch's lookup found
+        // or else asked now (only a packet without a flow needs it).
+        let known = match looked {
+            Lookup::Miss { owned } => Some(owned),
+            _ => None,
+        };
+        let owned = |this: &Self| known.unwrap_or_else(|| this.owned.contains(&ip.dst()));
         // A packet that cannot be forwarded changes nothing (no flow, no
         // state, no count against a backend): a router's answer.
         if ip.hop_limit() <= 1 {
-            if hit.is_none() && !self.owned.contains(&ip.dst()) {
+            if hit.is_none() && !owned(self) {
                 return Verdict::Drop(DropReason::NotOwned);
             }
             return match ip.time_exceeded(buf) {
@@ -680,7 +694,7 @@ impl<A: Family> Half<A> {
                 }
                 (id, dir)
             }
-            None if !self.owned.contains(&ip.dst()) => return Verdict::Drop(DropReason::NotOwned),
+            None if !owned(self) => return Verdict::Drop(DropReason::NotOwned),
             None if self.is_snat(ip.dst()) => return Verdict::Drop(DropReason::ReplyNoFlow),
             // A new flow is inserted with its first packet accounted.
             None => match self.new_flow(core, buf, ip, key, src_mac, pkt, now) {

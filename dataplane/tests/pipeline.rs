@@ -305,9 +305,10 @@ fn a_batch_looked_up_together_sees_flows_it_creates() {
     let prepared: Vec<Prepared> = frames.iter().map(|f| Prepared::of(f)).collect();
     let mut looked = vec![Lookup::NotYet; 2];
     p.lookup_prepared(&prepared, &mut looked);
+    // The VIP and the SNAT address are both owned.
     assert_eq!(
         looked,
-        [Lookup::Miss, Lookup::Miss],
+        [Lookup::Miss { owned: true }, Lookup::Miss { owned: true }],
         "both miss before processing"
     );
     let want = [TCP_SYN_FORWARDED, TCP_REPLY_FORWARDED];
@@ -325,6 +326,16 @@ fn a_batch_looked_up_together_sees_flows_it_creates() {
     let mut looked = [Lookup::NotYet];
     p.lookup_prepared(&prepared, &mut looked);
     assert!(matches!(looked[0], Lookup::Hit(..)));
+    // A VIP given up: its next new flow misses as not owned, and is
+    // dropped as such.
+    p.disown(VIP);
+    let syn = syn_from(50_001);
+    let prepared = [Prepared::of(&syn)];
+    p.lookup_prepared(&prepared, &mut looked);
+    assert_eq!(looked, [Lookup::Miss { owned: false }]);
+    let mut buf = syn.clone();
+    let v = p.process_prepared(Side::Client, &mut buf, 1, &prepared[0], looked[0]);
+    assert_eq!(v, Verdict::Drop(DropReason::NotOwned));
     assert_counters_add_up(&p);
 }
 
