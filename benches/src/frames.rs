@@ -158,13 +158,21 @@ pub fn ep_any(addr: impl Into<IpAddr>, port: u16) -> Endpoint<IpAddr> {
 /// The gateway's Ethernet address in the micro-benchmarks' frames.
 pub const GW_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
 
+/// The source Ethernet address of the benches' client frames.
+const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+
+/// The Ethernet header of a frame from `src` to [`GW_MAC`].
+fn ethernet(f: &mut [u8], src: [u8; 6], ethertype: u16) {
+    f[0..6].copy_from_slice(&GW_MAC);
+    f[6..12].copy_from_slice(&src);
+    f[12..14].copy_from_slice(&ethertype.to_be_bytes());
+}
+
 /// A 64-byte TCP frame client → `dst` (port 80) with `flags`, to
 /// [`GW_MAC`].
 pub fn tcp64(client: Ipv4Addr, port: u16, dst: Ipv4Addr, flags: u8) -> [u8; 64] {
     let mut f = [0u8; 64];
-    f[0..6].copy_from_slice(&GW_MAC);
-    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
-    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    ethernet(&mut f, CLIENT_MAC, 0x0800);
     {
         let ip = &mut f[14..34];
         ip[0] = 0x45;
@@ -184,9 +192,7 @@ pub fn tcp64(client: Ipv4Addr, port: u16, dst: Ipv4Addr, flags: u8) -> [u8; 64] 
 /// [`GW_MAC`]: [`tcp64`]'s segment behind the 20 bytes longer header.
 pub fn tcp84(client: Ipv6Addr, port: u16, dst: Ipv6Addr, flags: u8) -> [u8; 84] {
     let mut f = [0u8; 84];
-    f[0..6].copy_from_slice(&GW_MAC);
-    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
-    f[12..14].copy_from_slice(&[0x86, 0xdd]);
+    ethernet(&mut f, CLIENT_MAC, 0x86dd);
     f[14] = 0x60;
     f[18..20].copy_from_slice(&30u16.to_be_bytes());
     f[20] = 6;
@@ -213,9 +219,7 @@ fn tcp_segment(t: &mut [u8], port: u16, flags: u8, s: &IpAddress, d: &IpAddress)
 /// backend's MAC.
 pub fn arp_reply(ip: Ipv4Addr) -> [u8; 60] {
     let mut f = [0u8; 60];
-    f[0..6].copy_from_slice(&GW_MAC);
-    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 3]);
-    f[12..14].copy_from_slice(&[0x08, 0x06]);
+    ethernet(&mut f, [2, 0, 0, 0, 0, 3], 0x0806);
     f[14..22].copy_from_slice(&[0, 1, 0x08, 0, 6, 4, 0, 2]);
     f[22..28].copy_from_slice(&[2, 0, 0, 0, 0, 3]);
     f[28..32].copy_from_slice(&ip.octets());
