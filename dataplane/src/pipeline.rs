@@ -705,16 +705,22 @@ impl<A: Family> Half<A> {
         self.forward(core, buf, ip, id, dir)
     }
 
-    /// Whether `mac` at `addr` is what flow `id`'s backend counter line
-    /// caches as its next hop, still valid.
+    /// The next hop backend `backend_id` of service `service` has cached
+    /// in its counter line, still valid (see `crate::traffic`).
+    #[inline]
+    fn cached_hop(&self, worker: usize, service: u32, backend_id: u32) -> Option<[u8; 6]> {
+        self.services
+            .traffic(service)?
+            .next_hop(worker, backend_id, self.neighbours.generation())
+    }
+
+    /// Whether `mac` at `addr` is what flow `id`'s backend caches as its
+    /// next hop.
     #[inline]
     fn caches_hop(&self, core: &Core, id: FlowId, addr: A, mac: [u8; 6]) -> bool {
         let f = self.table.flow(id);
         f.backend().addr == addr
-            && self.services.traffic(f.service()).is_some_and(|t| {
-                let generation = self.neighbours.generation();
-                t.next_hop(core.cfg.worker, f.backend_id(), generation) == Some(mac)
-            })
+            && self.cached_hop(core.cfg.worker, f.service(), f.backend_id()) == Some(mac)
     }
 
     /// Whether IPVS's rules end the flow `id` at this packet (see the
@@ -790,25 +796,21 @@ impl<A: Family> Half<A> {
         // line it updates anyway (see `crate::traffic`), else from the
         // neighbour table, and caches it there.
         let to_backend = matches!(route.next_hop, NextHop::Neighbour(a) if a == f.backend().addr);
-        let generation = self.neighbours.generation();
-        let cached = self
-            .services
-            .traffic(service)
-            .filter(|_| to_backend)
-            .and_then(|t| t.next_hop(worker, backend_id, generation));
+        let cached = to_backend
+            .then(|| self.cached_hop(worker, service, backend_id))
+            .flatten();
         let (ours, next) = match cached {
             Some(mac) => (core.mac(route.side), EthernetAddress(mac)),
             None => match self.link(core, &route, true) {
-                Ok(macs) => {
-                    if let Some(t) = self.services.traffic(service).filter(|_| to_backend) {
-                        t.set_next_hop(worker, backend_id, generation, macs.1 .0);
-                    }
-                    macs
-                }
+                Ok(macs) => macs,
                 Err(v) => return v,
             },
         };
         if let Some(t) = self.services.traffic(service) {
+            if to_backend && cached.is_none() {
+                let generation = self.neighbours.generation();
+                t.set_next_hop(worker, backend_id, generation, next.0);
+            }
             let d = match dir {
                 Direction::Original => 0,
                 Direction::Reply => 1,
