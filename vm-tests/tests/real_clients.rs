@@ -281,6 +281,46 @@ fn a_client_reusing_one_port_is_scheduled_afresh_every_time() {
     assert_eq!(conns, 71);
 }
 
+/// A backend that comes back on another Ethernet address (a pod
+/// restarted with the same IP) is served at the new one as soon as it
+/// speaks ARP: xvs's cached next hop for it does not outlive the change.
+#[test]
+fn a_backend_back_on_another_mac_is_served_there_once_it_speaks_arp() {
+    if !privileged("a_backend_back_on_another_mac_is_served_there_once_it_speaks_arp") {
+        return;
+    }
+    let lab = lab("");
+    let count = |v: &[String], name: &str| v.iter().filter(|s| *s == name).count();
+    let before = lab.requests_from_port(41_000, 6);
+    assert_eq!(count(&before, "b0"), 2, "{before:?}");
+    // Backend 0's interface moves to another address and, as a host that
+    // comes back does, asks for its next hop: the ARP request teaches
+    // xvs the new address.
+    let b = &lab.t.backends[0];
+    b.ns.ip(&[
+        "link",
+        "set",
+        "dev",
+        &b.ifname,
+        "address",
+        "02:00:00:00:99:01",
+    ])
+    .unwrap();
+    b.ns.ip(&["neigh", "flush", "dev", &b.ifname]).unwrap();
+    b.ns.exec("ping", &["-c", "1", "-W", "2", "198.18.1.2"])
+        .unwrap();
+    let after = lab.requests_from_port(41_000, 6);
+    assert_eq!(
+        (
+            count(&after, "b0"),
+            count(&after, "b1"),
+            count(&after, "b2")
+        ),
+        (2, 2, 2),
+        "{after:?}"
+    );
+}
+
 /// After a backend is deleted, the others' `--stats` still match what
 /// their own kernels counted (nothing of the deleted one's traffic
 /// credited to them), the service's totals did not go back, and the
