@@ -143,6 +143,12 @@ impl Lab {
     }
 }
 
+/// How many of `answers` each of the three backends gave (their bodies
+/// are `b0`, `b1`, `b2`).
+fn per_backend(answers: &[String]) -> [usize; 3] {
+    ["b0", "b1", "b2"].map(|name| answers.iter().filter(|s| *s == name).count())
+}
+
 fn backend(i: usize) -> String {
     format!("{}:8080", backend_addr(i))
 }
@@ -250,32 +256,23 @@ fn a_client_reusing_one_port_is_scheduled_afresh_every_time() {
     let mut lab = lab("");
     assert!(lab.curl().starts_with('b'));
     let first = lab.requests_from_port(40_000, 30);
-    let count = |v: &[String], name: &str| v.iter().filter(|s| *s == name).count();
     // rr after the curl: 10 each.
-    assert_eq!(
-        (
-            count(&first, "b0"),
-            count(&first, "b1"),
-            count(&first, "b2")
-        ),
-        (10, 10, 10),
-        "{first:?}"
-    );
+    assert_eq!(per_backend(&first), [10, 10, 10], "{first:?}");
     lab.gw
         .adm_ok(&["-e", "-t", VIP, "-r", &backend(0), "-m", "-w", "0"]);
     let quiesced = lab.requests_from_port(40_000, 20);
     assert_eq!(
-        count(&quiesced, "b1") + count(&quiesced, "b2"),
+        per_backend(&quiesced)[1] + per_backend(&quiesced)[2],
         20,
         "{quiesced:?}"
     );
     lab.gw.adm_ok(&["-d", "-t", VIP, "-r", &backend(1)]);
     let deleted = lab.requests_from_port(40_000, 10);
-    assert_eq!(count(&deleted, "b2"), 10, "{deleted:?}");
+    assert_eq!(per_backend(&deleted)[2], 10, "{deleted:?}");
     // The deleted backend's server stops: nothing changes for the client.
     lab.nginx[1] = None;
     let gone = lab.requests_from_port(40_000, 10);
-    assert_eq!(count(&gone, "b2"), 10, "{gone:?}");
+    assert_eq!(per_backend(&gone)[2], 10, "{gone:?}");
     // 71 connections, each counted.
     let conns = lab.service_json()["stats"]["conns"].as_u64().unwrap();
     assert_eq!(conns, 71);
@@ -290,9 +287,8 @@ fn a_backend_back_on_another_mac_is_served_there_once_it_speaks_arp() {
         return;
     }
     let lab = lab("");
-    let count = |v: &[String], name: &str| v.iter().filter(|s| *s == name).count();
     let before = lab.requests_from_port(41_000, 6);
-    assert_eq!(count(&before, "b0"), 2, "{before:?}");
+    assert_eq!(per_backend(&before)[0], 2, "{before:?}");
     // Backend 0's interface moves to another address and, as a host that
     // comes back does, asks for its next hop: the ARP request teaches
     // xvs the new address.
@@ -310,15 +306,7 @@ fn a_backend_back_on_another_mac_is_served_there_once_it_speaks_arp() {
     b.ns.exec("ping", &["-c", "1", "-W", "2", "198.18.1.2"])
         .unwrap();
     let after = lab.requests_from_port(41_000, 6);
-    assert_eq!(
-        (
-            count(&after, "b0"),
-            count(&after, "b1"),
-            count(&after, "b2")
-        ),
-        (2, 2, 2),
-        "{after:?}"
-    );
+    assert_eq!(per_backend(&after), [2, 2, 2], "{after:?}");
 }
 
 /// After a backend is deleted, the others' `--stats` still match what
