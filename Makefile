@@ -3,12 +3,21 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 
+# Where cargo puts what it builds: `CARGO_TARGET_DIR`, `build.target-dir` of a
+# cargo config, or ./target; cargo itself says which.
+TARGET_DIR := $(shell $(CARGO) metadata --format-version 1 --no-deps 2>/dev/null | \
+  sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+ifeq ($(TARGET_DIR),)
+TARGET_DIR := $(CURDIR)/target
+endif
+RELEASE := $(TARGET_DIR)/release
+
 # Privileged tests (netns, AF_XDP) must not skip silently when they can run.
 ifeq ($(shell id -u),0)
 export XVS_REQUIRE_PRIVILEGED := 1
 endif
 
-.PHONY: all deps build test lint unit upgrade-build leak-check vm-check fuzz-build fuzz bench e2e-bench vm-image demo clean
+.PHONY: all deps build deb test lint unit upgrade-build leak-check vm-check fuzz-build fuzz bench e2e-bench vm-image demo clean
 
 all: build
 
@@ -30,10 +39,10 @@ lint:
 # A second build of `xvs` and `xvsadm` (the `second-build` feature only
 # changes `xvs --version`) for the upgrade test: built, copied aside, and
 # the first build relinked from the cache.
-UPGRADE_DIR := $(CURDIR)/target/upgrade
+UPGRADE_DIR := $(TARGET_DIR)/upgrade
 upgrade-build:
 	$(CARGO) build -p xvs-control --bins --features second-build
-	@mkdir -p $(UPGRADE_DIR) && cp target/debug/xvs target/debug/xvsadm $(UPGRADE_DIR)/
+	@mkdir -p $(UPGRADE_DIR) && cp $(TARGET_DIR)/debug/xvs $(TARGET_DIR)/debug/xvsadm $(UPGRADE_DIR)/
 	$(CARGO) build -p xvs-control --bins
 
 unit: upgrade-build
@@ -58,7 +67,7 @@ FUZZ_CRATES := config/fuzz dataplane/fuzz
 fuzz-build:
 	@for c in $(FUZZ_CRATES); do \
 	  echo "building fuzz targets in $$c"; \
-	  $(CARGO) build --manifest-path $$c/Cargo.toml --target-dir target/fuzz || exit 1; \
+	  $(CARGO) build --manifest-path $$c/Cargo.toml --target-dir $(TARGET_DIR)/fuzz || exit 1; \
 	done
 
 ## fuzz: run each fuzz target for FUZZ_SECONDS (needs nightly and cargo-fuzz)
@@ -80,19 +89,25 @@ bench: deps
 
 e2e-bench: deps
 	$(CARGO) build --release -p xvs-control -p xvs-benches --bins
-	./target/release/xvs-bench --chart target/xvs-bench.svg --json target/xvs-bench.json $(BENCH_ARGS)
-	./target/release/xvs-control-bench
-	./target/release/xvs-dsr-bench
+	$(RELEASE)/xvs-bench --chart $(TARGET_DIR)/xvs-bench.svg --json $(TARGET_DIR)/xvs-bench.json \
+	  --criterion $(TARGET_DIR)/criterion $(BENCH_ARGS)
+	$(RELEASE)/xvs-control-bench
+	$(RELEASE)/xvs-dsr-bench
 
 ## vm-image: the two-VM benchmark image (vm-tests/vm/README.md; as root)
 vm-image: deps
 	$(CARGO) build --release -p xvs-control -p xvs-benches --bins
-	bash vm-tests/vm/build-image.sh
+	XVS_RELEASE_DIR=$(RELEASE) bash vm-tests/vm/build-image.sh
+
+## deb: the Debian package (release build) in $(TARGET_DIR)/deb
+deb: deps
+	$(CARGO) build --release -p xvs-control --bins
+	bash packaging/deb/build.sh $(RELEASE) $(TARGET_DIR)/deb
 
 ## demo: the main job on a built-in network-namespace topology (as root)
 demo: deps
 	$(CARGO) build --release -p xvs-control -p xvs-vm-tests --bins
-	./target/release/xvs-demo
+	$(RELEASE)/xvs-demo
 
 clean:
 	$(CARGO) clean

@@ -12,6 +12,7 @@ pub mod family;
 mod health;
 mod names;
 mod raw;
+pub mod schema;
 mod service;
 mod settings;
 mod validate;

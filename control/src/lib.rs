@@ -10,6 +10,8 @@
 pub mod adm;
 pub mod api;
 pub mod check_config;
+pub mod cli;
+pub mod docs;
 pub mod engine;
 pub mod events;
 pub mod ha;

@@ -9,11 +9,13 @@ out="$here/out"
 img="$out/xvs-vm.img"
 size="${XVS_VM_SIZE:-2G}"
 mirror="${XVS_VM_MIRROR:-http://deb.debian.org/debian}"
+# The release binaries (the Makefile passes cargo's target directory).
+release="${XVS_RELEASE_DIR:-$root/target/release}"
 
 [ "$(id -u)" = 0 ] || { echo "build-image.sh: run as root (debootstrap, loop mount)" >&2; exit 2; }
 for bin in xvs xvs-pktgen; do
-  [ -x "$root/target/release/$bin" ] || {
-    echo "build-image.sh: $root/target/release/$bin missing: cargo build --release --workspace --bins" >&2
+  [ -x "$release/$bin" ] || {
+    echo "build-image.sh: $release/$bin missing: cargo build --release --workspace --bins" >&2
     exit 2
   }
 done
@@ -41,7 +43,7 @@ debootstrap --variant=minbase \
   --include=linux-image-amd64,systemd-sysv,udev,iproute2,ethtool,kmod,libelf1,zlib1g,procps \
   bookworm "$mnt" "$mirror"
 
-install -m 0755 "$root/target/release/xvs" "$root/target/release/xvs-pktgen" "$mnt/usr/local/bin/"
+install -m 0755 "$release/xvs" "$release/xvs-pktgen" "$mnt/usr/local/bin/"
 install -m 0755 "$here/role.sh" "$mnt/usr/local/bin/xvs-role"
 cat > "$mnt/etc/systemd/system/xvs-role.service" <<'UNIT'
 [Unit]

@@ -274,6 +274,93 @@ pub fn clap_exit(e: clap::Error, out: &mut dyn Write, err: &mut dyn Write) -> u8
     }
 }
 
+/// `xvsadm`'s command line as a clap definition, for the man page and
+/// the shell completions only: the line is parsed by
+/// [`super::ipvs_opts`] (ipvsadm's popt table, which this is made from)
+/// and the subcommands by their own parsers.
+pub fn command() -> clap::Command {
+    use super::ipvs_opts::{options, Takes};
+    use clap::{Arg, ArgAction};
+    let mut cmd = clap::Command::new("xvsadm")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about("Administer a running xvs with ipvsadm's command line and output formats")
+        .long_about(
+            "xvsadm administers a running xvs over its admin API with \
+             ipvsadm(8)'s commands, options, exit statuses and output formats, \
+             plus conntrack(8)-style flow table commands, a hubble-observe-style \
+             flow event stream and the real servers' health checks. \
+             xvsadm alone lists the table, as ipvsadm alone does.",
+        )
+        .disable_help_flag(true)
+        .disable_version_flag(true)
+        .after_long_help(usage("xvsadm"));
+    for o in options() {
+        let mut arg = Arg::new(o.long).long(o.long).help(o.help);
+        if let Some((&first, more)) = o.short.split_first() {
+            arg = arg.short(first).short_aliases(more.iter().copied());
+        }
+        arg = match o.takes {
+            Takes::Nothing => arg.action(ArgAction::SetTrue),
+            Takes::Value => arg.num_args(1).value_name(value_name(o.long)),
+            Takes::OptionalValue => arg.num_args(0..=1).value_name(value_name(o.long)),
+        };
+        cmd = cmd.arg(arg);
+    }
+    let global = |name: &'static str, value: Option<&'static str>, help: String| {
+        let a = Arg::new(name).long(name).help(help).global(true);
+        match value {
+            Some(v) => a.num_args(1).value_name(v),
+            None => a.action(ArgAction::SetTrue),
+        }
+    };
+    cmd.arg(global(
+        "json",
+        None,
+        "print the admin API's JSON instead of the table".into(),
+    ))
+    .arg(global(
+        "socket",
+        Some("PATH"),
+        format!(
+            "the admin socket (default {})",
+            xvs_config::DEFAULT_ADMIN_SOCKET
+        ),
+    ))
+    .arg(global(
+        "server",
+        Some("HOST:PORT"),
+        "the admin API over TCP (with --token-file)".into(),
+    ))
+    .arg(global(
+        "token-file",
+        Some("FILE"),
+        "the bearer token of the TCP admin API".into(),
+    ))
+    .subcommand(super::conntrack::command())
+    .subcommand(super::observe::command())
+    .subcommand(super::health::command())
+}
+
+/// The value an option of the table takes, as its help names it.
+fn value_name(long: &str) -> &'static str {
+    match long {
+        "tcp-service" | "udp-service" | "sctp-service" => "service-address",
+        "real-server" => "server-address",
+        "fwmark-service" => "fwmark",
+        "scheduler" => "scheduler",
+        "persistent" => "timeout",
+        "netmask" => "netmask",
+        "weight" => "weight",
+        "sched-flags" => "flags",
+        "tun-type" => "type",
+        "tun-port" | "mcast-port" => "port",
+        "mcast-interface" => "interface",
+        "mcast-group" => "address",
+        "start-daemon" | "stop-daemon" => "state",
+        _ => "n",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -453,6 +453,12 @@ fn deleted(body: &str, json: bool, err: &mut dyn Write) -> String {
     String::new()
 }
 
+/// The subcommand's clap definition, as `xvsadm conntrack` reads it (for the
+/// man page and the shell completions).
+pub fn command() -> clap::Command {
+    <Args as clap::CommandFactory>::command().name("conntrack")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -69,6 +69,12 @@ pub fn table(checks: &[CheckView]) -> String {
     s
 }
 
+/// The subcommand's clap definition, as `xvsadm health` reads it (for the
+/// man page and the shell completions).
+pub fn command() -> clap::Command {
+    <Args as clap::CommandFactory>::command().name("health")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -447,80 +447,131 @@ enum Tag {
     TunRemcsum,
 }
 
-/// ipvsadm's popt table (long name, short name, argument, tag), plus
-/// xvs's `--reload` and `--set-timeout`.
-const TABLE: &[(&str, char, Arg, Tag)] = &[
-    ("add-service", 'A', Arg::None, Tag::Cmd(Cmd::Add)),
-    ("edit-service", 'E', Arg::None, Tag::Cmd(Cmd::Edit)),
-    ("delete-service", 'D', Arg::None, Tag::Cmd(Cmd::Del)),
-    ("clear", 'C', Arg::None, Tag::Cmd(Cmd::Flush)),
-    ("list", 'L', Arg::None, Tag::Cmd(Cmd::List)),
-    ("list", 'l', Arg::None, Tag::Cmd(Cmd::List)),
-    ("zero", 'Z', Arg::None, Tag::Cmd(Cmd::Zero)),
-    ("add-server", 'a', Arg::None, Tag::Cmd(Cmd::AddDest)),
-    ("edit-server", 'e', Arg::None, Tag::Cmd(Cmd::EditDest)),
-    ("delete-server", 'd', Arg::None, Tag::Cmd(Cmd::DelDest)),
-    ("set", '\0', Arg::None, Tag::Cmd(Cmd::Timeout)),
-    ("help", 'h', Arg::None, Tag::Help),
-    ("version", 'v', Arg::None, Tag::Version),
-    ("restore", 'R', Arg::None, Tag::Cmd(Cmd::Restore)),
-    ("save", 'S', Arg::None, Tag::Cmd(Cmd::Save)),
+/// ipvsadm's popt table (long name, short name, argument, tag, help),
+/// plus xvs's `--reload` and `--set-timeout`.
+const TABLE: &[(&str, char, Arg, Tag, &str)] = &[
+    ("add-service", 'A', Arg::None, Tag::Cmd(Cmd::Add), "add a virtual service with options"),
+    ("edit-service", 'E', Arg::None, Tag::Cmd(Cmd::Edit), "edit a virtual service with options"),
+    ("delete-service", 'D', Arg::None, Tag::Cmd(Cmd::Del), "delete a virtual service"),
+    ("clear", 'C', Arg::None, Tag::Cmd(Cmd::Flush), "clear the whole table"),
+    ("list", 'L', Arg::None, Tag::Cmd(Cmd::List), "list the table (or one virtual service)"),
+    ("list", 'l', Arg::None, Tag::Cmd(Cmd::List), "list the table (or one virtual service)"),
+    ("zero", 'Z', Arg::None, Tag::Cmd(Cmd::Zero), "zero the counters of a service or of all services"),
+    ("add-server", 'a', Arg::None, Tag::Cmd(Cmd::AddDest), "add a real server with options"),
+    ("edit-server", 'e', Arg::None, Tag::Cmd(Cmd::EditDest), "edit a real server with options"),
+    ("delete-server", 'd', Arg::None, Tag::Cmd(Cmd::DelDest), "delete a real server"),
+    ("set", '\0', Arg::None, Tag::Cmd(Cmd::Timeout), "set the tcp, tcpfin and udp timeouts (seconds; 0 leaves one unchanged)"),
+    ("help", 'h', Arg::None, Tag::Help, "display the help message"),
+    ("version", 'v', Arg::None, Tag::Version, "display the version"),
+    ("restore", 'R', Arg::None, Tag::Cmd(Cmd::Restore), "restore rules from standard input (all lines or none)"),
+    ("save", 'S', Arg::None, Tag::Cmd(Cmd::Save), "save the rules to standard output"),
     (
         "start-daemon",
         '\0',
         Arg::Required,
         Tag::Cmd(Cmd::StartDaemon),
+        "refused: flow sync is configured in [cluster.sync] of xvs.toml(5)",
     ),
     (
         "stop-daemon",
         '\0',
         Arg::Required,
         Tag::Cmd(Cmd::StopDaemon),
+        "refused: flow sync is configured in [cluster.sync] of xvs.toml(5)",
     ),
-    ("tcp-service", 't', Arg::Required, Tag::Tcp),
-    ("udp-service", 'u', Arg::Required, Tag::Udp),
-    ("sctp-service", '\0', Arg::Required, Tag::Sctp),
-    ("fwmark-service", 'f', Arg::Required, Tag::Fwmark),
-    ("scheduler", 's', Arg::Required, Tag::Scheduler),
-    ("persistent", 'p', Arg::Optional, Tag::Persistent),
-    ("netmask", 'M', Arg::Required, Tag::Netmask),
-    ("real-server", 'r', Arg::Required, Tag::Real),
-    ("masquerading", 'm', Arg::None, Tag::Masq),
-    ("ipip", 'i', Arg::None, Tag::Ipip),
-    ("gatewaying", 'g', Arg::None, Tag::Gatewaying),
-    ("weight", 'w', Arg::Required, Tag::Weight),
-    ("u-threshold", 'x', Arg::Required, Tag::UThreshold),
-    ("l-threshold", 'y', Arg::Required, Tag::LThreshold),
-    ("numeric", 'n', Arg::None, Tag::Numeric),
-    ("connection", 'c', Arg::None, Tag::Connection),
-    ("mcast-interface", '\0', Arg::Required, Tag::McastInterface),
-    ("syncid", '\0', Arg::Required, Tag::Syncid),
-    ("timeout", '\0', Arg::None, Tag::Timeout),
-    ("daemon", '\0', Arg::None, Tag::Daemon),
-    ("stats", '\0', Arg::None, Tag::Stats),
-    ("rate", '\0', Arg::None, Tag::Rate),
-    ("thresholds", '\0', Arg::None, Tag::Thresholds),
-    ("persistent-conn", '\0', Arg::None, Tag::PersistentConn),
-    ("nosort", '\0', Arg::None, Tag::NoSort),
-    ("sort", '\0', Arg::None, Tag::Sort),
-    ("exact", 'X', Arg::None, Tag::Exact),
-    ("ipv6", '6', Arg::None, Tag::Ipv6),
-    ("ops", 'o', Arg::None, Tag::Ops),
-    ("pe", '\0', Arg::Required, Tag::Pe),
-    ("sched-flags", 'b', Arg::Required, Tag::SchedFlags),
-    ("mcast-group", '\0', Arg::Required, Tag::McastGroup),
-    ("mcast-port", '\0', Arg::Required, Tag::McastPort),
-    ("mcast-ttl", '\0', Arg::Required, Tag::McastTtl),
-    ("sync-maxlen", '\0', Arg::Required, Tag::SyncMaxlen),
-    ("tun-info", '\0', Arg::None, Tag::TunInfo),
-    ("tun-type", '\0', Arg::Required, Tag::TunType),
-    ("tun-port", '\0', Arg::Required, Tag::TunPort),
-    ("tun-nocsum", '\0', Arg::None, Tag::TunNocsum),
-    ("tun-csum", '\0', Arg::None, Tag::TunCsum),
-    ("tun-remcsum", '\0', Arg::None, Tag::TunRemcsum),
-    ("reload", '\0', Arg::None, Tag::Cmd(Cmd::Reload)),
-    ("set-timeout", '\0', Arg::None, Tag::Cmd(Cmd::SetTimeout)),
+    ("tcp-service", 't', Arg::Required, Tag::Tcp, "a TCP virtual service, host[:port]"),
+    ("udp-service", 'u', Arg::Required, Tag::Udp, "a UDP virtual service, host[:port]"),
+    ("sctp-service", '\0', Arg::Required, Tag::Sctp, "refused: xvs does not do SCTP"),
+    ("fwmark-service", 'f', Arg::Required, Tag::Fwmark, "refused: xvs does not do firewall-mark services"),
+    ("scheduler", 's', Arg::Required, Tag::Scheduler, "rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, fo, ovf, mh, or xvs's random and twos (default wlc)"),
+    ("persistent", 'p', Arg::Optional, Tag::Persistent, "persistent service, for timeout seconds (360 without a value, as ipvsadm's code does)"),
+    ("netmask", 'M', Arg::Required, Tag::Netmask, "the persistence granularity mask"),
+    ("real-server", 'r', Arg::Required, Tag::Real, "a real server, host[:port]"),
+    ("masquerading", 'm', Arg::None, Tag::Masq, "masquerading: full NAT through a SNAT address"),
+    ("ipip", 'i', Arg::None, Tag::Ipip, "IPIP (or GUE, --tun-type) tunnelling; replies bypass xvs"),
+    ("gatewaying", 'g', Arg::None, Tag::Gatewaying, "gatewaying: direct routing (the default); the real server holds the VIP"),
+    ("weight", 'w', Arg::Required, Tag::Weight, "the real server's capacity"),
+    ("u-threshold", 'x', Arg::Required, Tag::UThreshold, "refused: xvs has no connection thresholds"),
+    ("l-threshold", 'y', Arg::Required, Tag::LThreshold, "refused: xvs has no connection thresholds"),
+    ("numeric", 'n', Arg::None, Tag::Numeric, "numeric output of addresses and ports"),
+    ("connection", 'c', Arg::None, Tag::Connection, "list the connections (flows)"),
+    ("mcast-interface", '\0', Arg::Required, Tag::McastInterface, "refused: flow sync is configured in [cluster.sync]"),
+    ("syncid", '\0', Arg::Required, Tag::Syncid, "refused: flow sync is configured in [cluster.sync]"),
+    ("timeout", '\0', Arg::None, Tag::Timeout, "list the timeouts (tcp tcpfin udp)"),
+    ("daemon", '\0', Arg::None, Tag::Daemon, "list the flow sync's state: role, peers heard, counters"),
+    ("stats", '\0', Arg::None, Tag::Stats, "list with statistics"),
+    ("rate", '\0', Arg::None, Tag::Rate, "list with rates"),
+    ("thresholds", '\0', Arg::None, Tag::Thresholds, "list with thresholds (always 0)"),
+    ("persistent-conn", '\0', Arg::None, Tag::PersistentConn, "refused: not supported by xvs"),
+    ("nosort", '\0', Arg::None, Tag::NoSort, "do not sort services and servers"),
+    ("sort", '\0', Arg::None, Tag::Sort, "does nothing (compatibility)"),
+    ("exact", 'X', Arg::None, Tag::Exact, "expand numbers (exact values)"),
+    ("ipv6", '6', Arg::None, Tag::Ipv6, "refused: IPv6 addresses are given in brackets instead"),
+    ("ops", 'o', Arg::None, Tag::Ops, "refused: one-packet scheduling is not supported"),
+    ("pe", '\0', Arg::Required, Tag::Pe, "refused: persistence engines are not supported"),
+    ("sched-flags", 'b', Arg::Required, Tag::SchedFlags, "scheduler flags (comma-separated): sh-fallback, sh-port, mh-fallback, mh-port, flag-1, flag-2"),
+    ("mcast-group", '\0', Arg::Required, Tag::McastGroup, "refused: flow sync is configured in [cluster.sync]"),
+    ("mcast-port", '\0', Arg::Required, Tag::McastPort, "refused: flow sync is configured in [cluster.sync]"),
+    ("mcast-ttl", '\0', Arg::Required, Tag::McastTtl, "refused: flow sync is configured in [cluster.sync]"),
+    ("sync-maxlen", '\0', Arg::Required, Tag::SyncMaxlen, "refused: flow sync is configured in [cluster.sync]"),
+    ("tun-info", '\0', Arg::None, Tag::TunInfo, "list with tunnel information"),
+    ("tun-type", '\0', Arg::Required, Tag::TunType, "the tunnel type: ipip (default) or gue"),
+    ("tun-port", '\0', Arg::Required, Tag::TunPort, "the GUE port (tunnel.gue_port, 6080)"),
+    ("tun-nocsum", '\0', Arg::None, Tag::TunNocsum, "GUE without a UDP checksum (what xvs sends)"),
+    ("tun-csum", '\0', Arg::None, Tag::TunCsum, "GUE with a UDP checksum"),
+    ("tun-remcsum", '\0', Arg::None, Tag::TunRemcsum, "GUE with remote checksum offload"),
+    ("reload", '\0', Arg::None, Tag::Cmd(Cmd::Reload), "xvs: re-read the config file (an invalid one changes nothing)"),
+    ("set-timeout", '\0', Arg::None, Tag::Cmd(Cmd::SetTimeout), "xvs: set one state's timeout by its [conntrack.timeouts] name: state seconds"),
 ];
+
+/// What an option takes after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Takes {
+    /// Nothing.
+    Nothing,
+    /// A value.
+    Value,
+    /// A value, when the next word does not start with `-` (`-p`).
+    OptionalValue,
+}
+
+/// One option of the table, for the man page and the shell completions
+/// (made from the parser's own table, so they cannot name an option it
+/// does not read).
+#[derive(Debug, Clone)]
+pub struct OptionDoc {
+    /// Long name, without `--`.
+    pub long: &'static str,
+    /// Short names (`--list` has two).
+    pub short: Vec<char>,
+    /// Its value.
+    pub takes: Takes,
+    /// One line of help.
+    pub help: &'static str,
+}
+
+/// Every option of the table, once each, in the table's order.
+pub fn options() -> Vec<OptionDoc> {
+    let mut out: Vec<OptionDoc> = Vec::new();
+    for &(long, short, arg, _, help) in TABLE {
+        let short = (short != '\0').then_some(short);
+        if let Some(seen) = out.iter_mut().find(|o| o.long == long) {
+            seen.short.extend(short);
+            continue;
+        }
+        out.push(OptionDoc {
+            long,
+            short: short.into_iter().collect(),
+            takes: match arg {
+                Arg::None => Takes::Nothing,
+                Arg::Required => Takes::Value,
+                Arg::Optional => Takes::OptionalValue,
+            },
+            help,
+        });
+    }
+    out
+}
 
 /// popt's failures.
 enum PoptError {
@@ -573,7 +624,7 @@ impl<'a> Popt<'a> {
     /// The next option and its argument; `None` at the end.
     fn next_opt(&mut self) -> Option<Result<(Tag, Option<&'a str>), PoptError>> {
         loop {
-            let (opt, attached): (&(&str, char, Arg, Tag), Option<&'a str>) =
+            let (opt, attached): (&(&str, char, Arg, Tag, &str), Option<&'a str>) =
                 if let Some((el, at)) = self.chars {
                     let word = &self.argv[el];
                     let c = word[at..].chars().next()?;
@@ -611,7 +662,7 @@ impl<'a> Popt<'a> {
                         continue;
                     }
                 };
-            let (_, _, arg, tag) = *opt;
+            let (_, _, arg, tag, _) = *opt;
             if arg == Arg::None {
                 let eq = self
                     .chars

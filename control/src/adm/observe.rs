@@ -92,3 +92,9 @@ fn run(o: &Args, to: &Endpoint, out: &mut dyn Write) -> Result<(), String> {
     }
     failed.map_or(Ok(()), Err)
 }
+
+/// The subcommand's clap definition, as `xvsadm observe` reads it (for the
+/// man page and the shell completions).
+pub fn command() -> clap::Command {
+    <Args as clap::CommandFactory>::command().name("observe")
+}
