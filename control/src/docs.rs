@@ -160,7 +160,7 @@ mod tests {
         let (_, page) = pages(&crate::adm::cli::command()).unwrap().remove(0);
         let page = String::from_utf8(page).unwrap();
         for o in crate::adm::ipvs_opts::options() {
-            let long = format!("\\-\\-{}", o.long);
+            let long = format!("\\-\\-{}", o.long.replace('-', "\\-"));
             assert!(page.contains(&long), "{long}");
         }
         for sub in ["conntrack", "observe", "health"] {
