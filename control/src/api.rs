@@ -20,7 +20,9 @@ use xvs_config::{Backend, Family, Protocol, Service, ServiceKey, UnknownName};
 use xvs_conntrack::{Filter, FlowState, L4Proto};
 
 use crate::engine::{Applied, Edit, EngineHandle, Refused};
-use crate::metrics::{self, Histogram};
+use prometheus_client::metrics::histogram::Histogram;
+
+use crate::metrics::{self, Histograms};
 use crate::stats::{listing, sample, Estimator};
 use crate::view::{ConnView, Listing, TimeoutView};
 
@@ -30,8 +32,8 @@ pub struct Shared {
     pub engine: EngineHandle,
     /// Rates.
     pub estimator: Mutex<Estimator>,
-    /// Control → data update latency (seconds).
-    pub latency: Arc<Mutex<Histogram>>,
+    /// The control plane's histograms (update latency, Kubernetes delay).
+    pub histograms: Histograms,
     /// Flow events.
     pub events: Arc<crate::events::Collector>,
     /// Health checks' states.
@@ -168,19 +170,19 @@ fn to_backend(k: &ServiceKey, b: &BackendSpec) -> Result<Backend, ApiError> {
 pub fn applied(
     eng: &mut crate::engine::Engine,
     mut r: Result<Applied, Refused>,
-    latency: &Mutex<Histogram>,
+    latency: &Histogram,
 ) -> Result<Applied, Refused> {
     if let Ok(a) = &mut r {
         a.applied_seconds = eng.wait_applied();
-        if let (Some(s), Ok(mut h)) = (a.applied_seconds, latency.lock()) {
-            h.observe(s);
+        if let Some(s) = a.applied_seconds {
+            latency.observe(s);
         }
     }
     r
 }
 
 async fn edit(st: &Shared, e: Edit) -> Result<Json<Applied>, ApiError> {
-    let latency = st.latency.clone();
+    let latency = st.histograms.update_latency.clone();
     let r = st
         .engine
         .call(move |eng| {
@@ -343,7 +345,7 @@ async fn delete_backend(
 }
 
 async fn reload(State(st): State<Arc<Shared>>) -> Result<Json<Applied>, ApiError> {
-    let latency = st.latency.clone();
+    let latency = st.histograms.update_latency.clone();
     let r = st
         .engine
         .call(move |e| {
@@ -687,25 +689,32 @@ async fn prometheus(State(st): State<Arc<Shared>>) -> Result<Response, ApiError>
         })
         .await
         .map_err(internal)?;
-    let mut text = {
-        let est = st.estimator.lock().map_err(|e| internal(e.to_string()))?;
-        let lat = st.latency.lock().map_err(|e| internal(e.to_string()))?;
-        metrics::render(&listing(size, &samples, &est), &counters, &overflow, &lat)
-    };
-    if let Some(k) = &st.kube {
-        text.push_str(&metrics::render_kube(k));
-    }
     let sync = st
         .engine
         .call(|e| e.dataplane().sync_state())
         .await
         .map_err(internal)?;
-    text.push_str(&crate::ha::render(sync.as_ref()));
-    text.push_str(&metrics::render_admin(
-        st.refused_unix.get(),
-        st.refused_tcp.get(),
-    ));
-    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
+    let listing = {
+        let est = st.estimator.lock().map_err(|e| internal(e.to_string()))?;
+        listing(size, &samples, &est)
+    };
+    let scrape = metrics::Scrape {
+        listing,
+        workers: counters,
+        overflow,
+        kube: st.kube.as_deref().map(metrics::KubeReading::of),
+        sync,
+        admin_refused: (st.refused_unix.get(), st.refused_tcp.get()),
+    };
+    let text = metrics::render(scrape, &st.histograms);
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+        )],
+        text,
+    )
+        .into_response())
 }
 
 /// `observe`'s filters.

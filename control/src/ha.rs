@@ -10,7 +10,6 @@
 //! the check reads state through the engine like every other caller.
 
 use std::collections::BTreeSet;
-use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,10 +102,12 @@ pub async fn watch_peers(engine: crate::engine::EngineHandle, timeout_ms: u32) {
     }
 }
 
-/// The sync metrics (nothing when sync is not configured).
-pub fn render(state: Option<&SyncState>) -> String {
-    let mut out = String::new();
-    let Some(s) = state else { return out };
+/// The sync metrics (written only when sync is configured).
+pub(crate) fn encode(
+    enc: &mut prometheus_client::encoding::DescriptorEncoder,
+    s: &SyncState,
+) -> std::fmt::Result {
+    let mut f = crate::metrics::SyncFamilies::new(enc);
     let c = &s.counters;
     let rows: [(&str, &str, u64); 8] = [
         (
@@ -151,37 +152,25 @@ pub fn render(state: Option<&SyncState>) -> String {
         ),
     ];
     for (name, help, v) in rows {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
-        );
+        f.counter(name, help, v)?;
     }
-    let _ = writeln!(
-        out,
-        "# HELP xvs_sync_dropped_datagrams_total Received sync datagrams dropped, by reason.\n# TYPE xvs_sync_dropped_datagrams_total counter"
-    );
-    for (reason, v) in &c.dropped {
-        let _ = writeln!(
-            out,
-            "xvs_sync_dropped_datagrams_total{{reason=\"{reason}\"}} {v}"
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP xvs_sync_peer_silent_seconds Seconds since a peer was last heard.\n# TYPE xvs_sync_peer_silent_seconds gauge"
-    );
-    for p in &s.heard {
-        let _ = writeln!(
-            out,
-            "xvs_sync_peer_silent_seconds{{node=\"{}\"}} {}",
-            p.node,
-            p.silent_ms as f64 / 1000.0
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP xvs_sync_standby Whether this gateway is a backup that has not taken over.\n# TYPE xvs_sync_standby gauge\nxvs_sync_standby {}",
-        u8::from(s.role == "backup")
-    );
-    out
+    f.counters(
+        "xvs_sync_dropped_datagrams_total",
+        "Received sync datagrams dropped, by reason.",
+        "reason",
+        c.dropped.iter().map(|(r, v)| (r.to_string(), *v)),
+    )?;
+    f.gauges(
+        "xvs_sync_peer_silent_seconds",
+        "Seconds since a peer was last heard.",
+        "node",
+        s.heard
+            .iter()
+            .map(|p| (p.node.to_string(), p.silent_ms as f64 / 1000.0)),
+    )?;
+    f.gauge(
+        "xvs_sync_standby",
+        "Whether this gateway is a backup that has not taken over.",
+        f64::from(u8::from(s.role == "backup")),
+    )
 }

@@ -1,47 +1,54 @@
-//! Prometheus text exposition (format 0.0.4) of what an operator watches:
+//! `/metrics`: what an operator watches, in the Prometheus text format
+//! (0.0.4), encoded by the Prometheus client library (`prometheus-client`):
 //! per service and backend connections, packets and bytes; drops by
-//! reason; conntrack use; worker busy ratio; the control → data update
-//! latency histogram. Written by hand: the text format is a few lines per
-//! family, and the values come from our own snapshots, not from a
-//! registry of live metric objects.
+//! reason; conntrack use; worker counters and busy ratio; the Kubernetes
+//! source, flow sync and admin listener families; and two histograms, the
+//! control → data update latency and the Kubernetes event → data plane
+//! delay.
+//!
+//! The counters live in the data plane and are read as one snapshot per
+//! scrape ([`Scrape`], a [`Collector`]); the histograms are the library's
+//! own live metrics ([`Histograms`]), observed by the control plane.
 
-use std::fmt::Write;
+use std::fmt;
 
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
 use serde::{Deserialize, Serialize};
 use xvs_conntrack::Stats;
 use xvs_dataplane::counters::{Counters, CountersReading, WorkerTallies};
+use xvs_dataplane::runtime::SyncState;
 use xvs_dataplane::wire::DropReason;
 use xvs_dataplane::worker::Snapshot;
 use xvs_dataplane::xsk::RingStats;
 
-use crate::view::Listing;
+use crate::view::{BackendView, Listing, ServiceView};
 
-/// Bucket upper bounds (seconds) of the update latency histogram.
+/// Bucket upper bounds (seconds) of both histograms.
 pub const LATENCY_BUCKETS: [f64; 10] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0,
 ];
 
-/// A cumulative histogram.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Histogram {
-    /// Observations at or below each bucket bound.
-    pub buckets: [u64; LATENCY_BUCKETS.len()],
-    /// All observations.
-    pub count: u64,
-    /// Their sum.
-    pub sum: f64,
+/// The control plane's histograms (cheap to clone: clones share the
+/// counts).
+#[derive(Debug, Clone)]
+pub struct Histograms {
+    /// From a control-plane change to every worker having applied it.
+    pub update_latency: Histogram,
+    /// From a Kubernetes watch event to every worker having applied the
+    /// service state it led to.
+    pub kube_delay: Histogram,
 }
 
-impl Histogram {
-    /// Records one observation (seconds).
-    pub fn observe(&mut self, v: f64) {
-        for (b, le) in self.buckets.iter_mut().zip(LATENCY_BUCKETS) {
-            if v <= le {
-                *b += 1;
-            }
+impl Default for Histograms {
+    fn default() -> Histograms {
+        Histograms {
+            update_latency: Histogram::new(LATENCY_BUCKETS),
+            kube_delay: Histogram::new(LATENCY_BUCKETS),
         }
-        self.count += 1;
-        self.sum += v;
     }
 }
 
@@ -78,267 +85,410 @@ impl WorkerConntrack {
     }
 }
 
-/// The admin listeners' refusals.
-pub fn render_admin(unix: u64, tcp: u64) -> String {
+/// The Kubernetes source's state at a scrape.
+#[derive(Debug, Clone, Copy)]
+pub struct KubeReading {
+    /// The copy is in sync with the API server.
+    pub synced: bool,
+    /// Seconds since the last event (none yet: infinite).
+    pub last_sync_age: Option<f64>,
+    /// Watch errors.
+    pub errors: u64,
+}
+
+impl KubeReading {
+    /// Of the source's status.
+    pub fn of(k: &crate::kube::source::KubeStatus) -> KubeReading {
+        KubeReading {
+            synced: k.synced(),
+            last_sync_age: k.last_sync_age(),
+            errors: k.errors.load(std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+}
+
+/// One scrape's snapshot of everything the data plane counts.
+#[derive(Debug, Clone)]
+pub struct Scrape {
+    /// Services and backends with their counters.
+    pub listing: Listing,
+    /// Each worker's counters.
+    pub workers: Vec<CountersReading>,
+    /// Each worker's flow events lost to a full queue.
+    pub overflow: Vec<u64>,
+    /// The Kubernetes source, when on.
+    pub kube: Option<KubeReading>,
+    /// Flow sync, when configured.
+    pub sync: Option<SyncState>,
+    /// Admin connections refused at the limit: (unix, tcp).
+    pub admin_refused: (u64, u64),
+}
+
+/// Renders a scrape and the histograms as the text format.
+pub fn render(scrape: Scrape, h: &Histograms) -> String {
+    let mut registry = Registry::default();
+    registry.register_with_unit(
+        "xvs_update_latency",
+        "Time from a control-plane change to every worker having applied it",
+        Unit::Seconds,
+        h.update_latency.clone(),
+    );
+    registry.register_with_unit(
+        "xvs_kube_event_to_dataplane",
+        "Time from a Kubernetes watch event to every worker having applied the services it changed",
+        Unit::Seconds,
+        h.kube_delay.clone(),
+    );
+    registry.register_collector(Box::new(scrape));
     let mut out = String::new();
-    family(
-        &mut out,
-        "xvs_admin_connections_refused_total",
-        "counter",
-        "Admin API connections closed at once because the listener was at its limit.",
-    );
-    let _ = writeln!(
-        out,
-        "xvs_admin_connections_refused_total{{listener=\"unix\"}} {unix}\nxvs_admin_connections_refused_total{{listener=\"tcp\"}} {tcp}"
-    );
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &registry);
     out
 }
 
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+/// Labels of one sample.
+type Labels = Vec<(&'static str, String)>;
+
+/// A family being written: its descriptor, then its samples.
+struct Family<'e> {
+    metric: MetricEncoder<'e>,
+    kind: MetricType,
 }
 
-/// Renders every family; `overflow[w]` is worker `w`'s flow events lost
-/// to a full queue.
-pub fn render(
-    l: &Listing,
-    workers: &[CountersReading],
-    overflow: &[u64],
-    latency: &Histogram,
-) -> String {
-    let mut out = String::new();
-    let svc_label = |s: &crate::view::ServiceView| {
-        format!(
-            "protocol=\"{}\",vip=\"{}\",port=\"{}\"",
-            s.protocol, s.vip, s.port
-        )
+/// Starts family `name` (a counter's name ends in `_total`: the library
+/// adds the suffix itself).
+fn family<'e>(
+    enc: &'e mut DescriptorEncoder,
+    name: &'e str,
+    help: &str,
+    kind: MetricType,
+) -> Result<Family<'e>, fmt::Error> {
+    let name = match kind {
+        MetricType::Counter => name.strip_suffix("_total").unwrap_or(name),
+        _ => name,
     };
-    let services: Vec<(String, &crate::view::Stats)> = l
-        .services
-        .iter()
-        .map(|s| (svc_label(s), &s.stats))
-        .collect();
-    let backends: Vec<(String, &crate::view::BackendView)> = l
-        .services
-        .iter()
-        .flat_map(|s| {
-            s.backends.iter().map(move |b| {
-                let label = format!(
-                    "{},backend=\"{}\"",
-                    svc_label(s),
-                    xvs_config::HostPort(b.address, b.port)
-                );
-                (label, b)
-            })
-        })
-        .collect();
-    traffic(&mut out, "service", &services);
-    let backend_stats: Vec<(String, &crate::view::Stats)> = backends
-        .iter()
-        .map(|(l, b)| (l.clone(), &b.stats))
-        .collect();
-    traffic(&mut out, "backend", &backend_stats);
-    for (name, help, get) in [
-        (
-            "xvs_backend_active_connections",
-            "ESTABLISHED flows of the backend (ipvsadm ActiveConn).",
-            (|b: &crate::view::BackendView| b.active) as fn(&_) -> u64,
-        ),
-        (
-            "xvs_backend_inactive_connections",
-            "Other flows of the backend (ipvsadm InActConn).",
-            |b| b.inactive,
-        ),
-        (
-            "xvs_backend_weight",
-            "Weight of the backend in force (0: quiesced, or found down by its health check).",
-            |b| u64::from(b.weight),
-        ),
-    ] {
-        family(&mut out, name, "gauge", help);
-        for (label, b) in &backends {
-            let _ = writeln!(out, "{name}{{{label}}} {}", get(b));
+    let metric = enc.encode_descriptor(name, help, None, kind)?;
+    Ok(Family { metric, kind })
+}
+
+/// A sample value: counters are integers, gauges integers or ratios.
+#[derive(Clone, Copy)]
+enum Value {
+    Int(u64),
+    Float(f64),
+}
+
+impl Family<'_> {
+    fn sample(&mut self, labels: &Labels, v: Value) -> fmt::Result {
+        if labels.is_empty() {
+            return put(&mut self.metric, self.kind, v);
         }
+        let kind = self.kind;
+        put(&mut self.metric.encode_family(labels)?, kind, v)
     }
-    family(
-        &mut out,
-        "xvs_backend_up",
-        "gauge",
-        "Whether the backend's health check finds it up (checked backends only).",
-    );
-    for (label, b) in &backends {
-        if let Some(h) = &b.health {
-            let _ = writeln!(out, "xvs_backend_up{{{label}}} {}", u8::from(h == "up"));
-        }
+}
+
+/// Writes one value as a `kind` sample.
+fn put(m: &mut MetricEncoder, kind: MetricType, v: Value) -> fmt::Result {
+    match (kind, v) {
+        (MetricType::Counter, Value::Int(n)) => m.encode_counter::<NoLabelSet, _, u64>(&n, None),
+        (MetricType::Counter, Value::Float(x)) => m.encode_counter::<NoLabelSet, _, f64>(&x, None),
+        (_, Value::Int(n)) => m.encode_gauge(&n),
+        (_, Value::Float(x)) => m.encode_gauge(&x),
     }
-    family(
-        &mut out,
-        "xvs_drops_total",
-        "counter",
-        "Frames dropped, by worker and reason.",
-    );
-    for (w, r) in workers.iter().enumerate() {
-        for reason in DropReason::ALL {
-            let _ = writeln!(
-                out,
-                "xvs_drops_total{{worker=\"{w}\",reason=\"{}\"}} {}",
-                reason.name(),
-                r.pipeline.drops[reason.index()]
-            );
-        }
-    }
-    let tables = [
-        (Counters::METRICS.as_slice(), Counters::HELP.as_slice()),
-        (&WorkerTallies::METRICS, &WorkerTallies::HELP),
-        (&RingStats::METRICS, &RingStats::HELP),
-    ];
-    let values: Vec<Vec<u64>> = workers
-        .iter()
-        .map(|r| {
-            let mut v = r.pipeline.values().to_vec();
-            v.extend(r.worker.values());
-            v.extend(r.rings.values());
-            v
-        })
-        .collect();
-    let fields = tables
-        .iter()
-        .flat_map(|(metrics, help)| metrics.iter().zip(help.iter()));
-    for (i, (name, help)) in fields.enumerate() {
-        if name.is_empty() {
-            continue;
-        }
-        family(&mut out, name, "counter", help.trim());
-        for (w, v) in values.iter().enumerate() {
-            let _ = writeln!(out, "{name}{{worker=\"{w}\"}} {}", v[i]);
-        }
-    }
-    family(
-        &mut out,
-        "xvs_flow_events_overflow_total",
-        "counter",
-        "Flow events lost because a worker's event queue was full.",
-    );
-    for (w, n) in overflow.iter().enumerate() {
-        let _ = writeln!(out, "xvs_flow_events_overflow_total{{worker=\"{w}\"}} {n}");
-    }
-    family(
-        &mut out,
-        "xvs_conntrack_ended_total",
-        "counter",
-        "Flows that left the table, by worker and why (IPVS's conn_reuse_mode and expire_nodest_conn, SNAT port reclaim, early drop, timeout, deletion).",
-    );
-    for (w, r) in workers.iter().enumerate() {
-        let c = &r.conntrack;
-        for (why, n) in [
-            ("expire", c.expire),
-            ("delete", c.delete),
-            ("early_drop", c.early_drop),
-            ("reschedule", c.reschedule),
-            ("nodest", c.nodest),
-            ("reclaim", c.reclaim),
+}
+
+fn service_labels(s: &ServiceView) -> Labels {
+    vec![
+        ("protocol", s.protocol.clone()),
+        ("vip", s.vip.to_string()),
+        ("port", s.port.to_string()),
+    ]
+}
+
+fn backend_labels(s: &ServiceView, b: &BackendView) -> Labels {
+    let mut l = service_labels(s);
+    l.push((
+        "backend",
+        xvs_config::HostPort(b.address, b.port).to_string(),
+    ));
+    l
+}
+
+fn worker(w: usize) -> Labels {
+    vec![("worker", w.to_string())]
+}
+
+/// One family of one sample without labels.
+fn single(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    kind: MetricType,
+    v: Value,
+) -> fmt::Result {
+    family(enc, name, help, kind)?.sample(&Vec::new(), v)
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        let enc = &mut enc;
+        let l = &self.listing;
+        let backends: Vec<(Labels, &BackendView)> = l
+            .services
+            .iter()
+            .flat_map(|s| s.backends.iter().map(move |b| (backend_labels(s, b), b)))
+            .collect();
+        let services: Vec<(Labels, &crate::view::Stats)> = l
+            .services
+            .iter()
+            .map(|s| (service_labels(s), &s.stats))
+            .collect();
+        traffic(enc, "service", &services)?;
+        let backend_stats: Vec<(Labels, &crate::view::Stats)> = backends
+            .iter()
+            .map(|(l, b)| (l.clone(), &b.stats))
+            .collect();
+        traffic(enc, "backend", &backend_stats)?;
+        for (name, help, get) in [
+            (
+                "xvs_backend_active_connections",
+                "ESTABLISHED flows of the backend (ipvsadm ActiveConn).",
+                (|b: &BackendView| b.active) as fn(&_) -> u64,
+            ),
+            (
+                "xvs_backend_inactive_connections",
+                "Other flows of the backend (ipvsadm InActConn).",
+                |b| b.inactive,
+            ),
+            (
+                "xvs_backend_weight",
+                "Weight of the backend in force (0: quiesced, or found down by its health check).",
+                |b| u64::from(b.weight),
+            ),
         ] {
-            let _ = writeln!(
-                out,
-                "xvs_conntrack_ended_total{{worker=\"{w}\",reason=\"{why}\"}} {n}"
-            );
+            let mut f = family(enc, name, help, MetricType::Gauge)?;
+            for (labels, b) in &backends {
+                f.sample(labels, Value::Int(get(b)))?;
+            }
         }
+        let mut f = family(
+            enc,
+            "xvs_backend_up",
+            "Whether the backend's health check finds it up (checked backends only).",
+            MetricType::Gauge,
+        )?;
+        for (labels, b) in &backends {
+            if let Some(h) = &b.health {
+                f.sample(labels, Value::Int(u64::from(h == "up")))?;
+            }
+        }
+        let mut f = family(
+            enc,
+            "xvs_drops_total",
+            "Frames dropped, by worker and reason.",
+            MetricType::Counter,
+        )?;
+        for (w, r) in self.workers.iter().enumerate() {
+            for reason in DropReason::ALL {
+                let mut labels = worker(w);
+                labels.push(("reason", reason.name().to_owned()));
+                f.sample(&labels, Value::Int(r.pipeline.drops[reason.index()]))?;
+            }
+        }
+        let tables = [
+            (Counters::METRICS.as_slice(), Counters::HELP.as_slice()),
+            (&WorkerTallies::METRICS, &WorkerTallies::HELP),
+            (&RingStats::METRICS, &RingStats::HELP),
+        ];
+        let values: Vec<Vec<u64>> = self
+            .workers
+            .iter()
+            .map(|r| {
+                let mut v = r.pipeline.values().to_vec();
+                v.extend(r.worker.values());
+                v.extend(r.rings.values());
+                v
+            })
+            .collect();
+        let fields = tables
+            .iter()
+            .flat_map(|(metrics, help)| metrics.iter().zip(help.iter()));
+        for (i, (name, help)) in fields.enumerate() {
+            if name.is_empty() {
+                continue;
+            }
+            let mut f = family(enc, name, help.trim(), MetricType::Counter)?;
+            for (w, v) in values.iter().enumerate() {
+                f.sample(&worker(w), Value::Int(v[i]))?;
+            }
+        }
+        let mut f = family(
+            enc,
+            "xvs_flow_events_overflow_total",
+            "Flow events lost because a worker's event queue was full.",
+            MetricType::Counter,
+        )?;
+        for (w, n) in self.overflow.iter().enumerate() {
+            f.sample(&worker(w), Value::Int(*n))?;
+        }
+        let mut f = family(
+            enc,
+            "xvs_conntrack_ended_total",
+            "Flows that left the table, by worker and why (IPVS's conn_reuse_mode and expire_nodest_conn, SNAT port reclaim, early drop, timeout, deletion).",
+            MetricType::Counter,
+        )?;
+        for (w, r) in self.workers.iter().enumerate() {
+            let c = &r.conntrack;
+            for (why, n) in [
+                ("expire", c.expire),
+                ("delete", c.delete),
+                ("early_drop", c.early_drop),
+                ("reschedule", c.reschedule),
+                ("nodest", c.nodest),
+                ("reclaim", c.reclaim),
+            ] {
+                let mut labels = worker(w);
+                labels.push(("reason", why.to_owned()));
+                f.sample(&labels, Value::Int(n))?;
+            }
+        }
+        let mut f = family(
+            enc,
+            "xvs_conntrack_entries",
+            "Live flows, by worker.",
+            MetricType::Gauge,
+        )?;
+        for (w, r) in self.workers.iter().enumerate() {
+            f.sample(&worker(w), Value::Int(r.flows))?;
+        }
+        single(
+            enc,
+            "xvs_conntrack_capacity",
+            "Flow table capacity, all workers.",
+            MetricType::Gauge,
+            Value::Int(u64::from(l.size)),
+        )?;
+        let mut f = family(
+            enc,
+            "xvs_worker_busy_ratio",
+            "Share of loop iterations that received frames, since start.",
+            MetricType::Gauge,
+        )?;
+        for (w, r) in self.workers.iter().enumerate() {
+            let total = r.worker.busy + r.worker.idle;
+            let ratio = if total > 0 {
+                r.worker.busy as f64 / total as f64
+            } else {
+                0.0
+            };
+            f.sample(&worker(w), Value::Float(ratio))?;
+        }
+        if let Some(k) = &self.kube {
+            kube(enc, k)?;
+        }
+        if let Some(s) = &self.sync {
+            crate::ha::encode(enc, s)?;
+        }
+        let mut f = family(
+            enc,
+            "xvs_admin_connections_refused_total",
+            "Admin API connections closed at once because the listener was at its limit.",
+            MetricType::Counter,
+        )?;
+        let (unix, tcp) = self.admin_refused;
+        f.sample(&vec![("listener", "unix".to_owned())], Value::Int(unix))?;
+        f.sample(&vec![("listener", "tcp".to_owned())], Value::Int(tcp))
     }
-    family(
-        &mut out,
-        "xvs_conntrack_entries",
-        "gauge",
-        "Live flows, by worker.",
-    );
-    for (w, r) in workers.iter().enumerate() {
-        let _ = writeln!(out, "xvs_conntrack_entries{{worker=\"{w}\"}} {}", r.flows);
-    }
-    family(
-        &mut out,
-        "xvs_conntrack_capacity",
-        "gauge",
-        "Flow table capacity, all workers.",
-    );
-    let _ = writeln!(out, "xvs_conntrack_capacity {}", l.size);
-    family(
-        &mut out,
-        "xvs_worker_busy_ratio",
-        "gauge",
-        "Share of loop iterations that received frames, since start.",
-    );
-    for (w, r) in workers.iter().enumerate() {
-        let total = r.worker.busy + r.worker.idle;
-        let ratio = if total > 0 {
-            r.worker.busy as f64 / total as f64
-        } else {
-            0.0
-        };
-        let _ = writeln!(out, "xvs_worker_busy_ratio{{worker=\"{w}\"}} {ratio}");
-    }
-    family(
-        &mut out,
-        "xvs_update_latency_seconds",
-        "histogram",
-        "Time from a control-plane change to every worker having applied it.",
-    );
-    for (le, n) in LATENCY_BUCKETS.iter().zip(latency.buckets) {
-        let _ = writeln!(out, "xvs_update_latency_seconds_bucket{{le=\"{le}\"}} {n}");
-    }
-    let _ = writeln!(
-        out,
-        "xvs_update_latency_seconds_bucket{{le=\"+Inf\"}} {}\nxvs_update_latency_seconds_sum {}\nxvs_update_latency_seconds_count {}",
-        latency.count, latency.sum, latency.count
-    );
-    out
 }
 
 /// The Kubernetes source's families.
-pub fn render_kube(k: &crate::kube::source::KubeStatus) -> String {
-    let mut out = String::new();
-    family(
-        &mut out,
+fn kube(enc: &mut DescriptorEncoder, k: &KubeReading) -> fmt::Result {
+    single(
+        enc,
         "xvs_kube_synced",
-        "gauge",
         "1 when the Services and EndpointSlices copy is in sync with the API server.",
-    );
-    let _ = writeln!(out, "xvs_kube_synced {}", u8::from(k.synced()));
-    family(
-        &mut out,
+        MetricType::Gauge,
+        Value::Int(u64::from(k.synced)),
+    )?;
+    single(
+        enc,
         "xvs_kube_last_sync_age_seconds",
-        "gauge",
         "Seconds since the last event from the API server.",
-    );
-    let _ = writeln!(
-        out,
-        "xvs_kube_last_sync_age_seconds {}",
-        k.last_sync_age().unwrap_or(f64::INFINITY)
-    );
-    family(
-        &mut out,
+        MetricType::Gauge,
+        Value::Float(k.last_sync_age.unwrap_or(f64::INFINITY)),
+    )?;
+    single(
+        enc,
         "xvs_kube_watch_errors_total",
-        "counter",
         "Watch errors (the last good state was kept).",
-    );
-    let _ = writeln!(
-        out,
-        "xvs_kube_watch_errors_total {}",
-        k.errors.load(std::sync::atomic::Ordering::Relaxed)
-    );
-    out
+        MetricType::Counter,
+        Value::Int(k.errors),
+    )
+}
+
+/// The families of the flow sync (see [`crate::ha`]), written by it.
+pub(crate) struct SyncFamilies<'a, 'e>(&'a mut DescriptorEncoder<'e>);
+
+impl<'a, 'e> SyncFamilies<'a, 'e> {
+    /// Writes into `enc`.
+    pub(crate) fn new(enc: &'a mut DescriptorEncoder<'e>) -> Self {
+        SyncFamilies(enc)
+    }
+
+    /// A counter family without labels.
+    pub(crate) fn counter(&mut self, name: &str, help: &str, v: u64) -> fmt::Result {
+        single(self.0, name, help, MetricType::Counter, Value::Int(v))
+    }
+
+    /// A gauge family without labels.
+    pub(crate) fn gauge(&mut self, name: &str, help: &str, v: f64) -> fmt::Result {
+        single(self.0, name, help, MetricType::Gauge, Value::Float(v))
+    }
+
+    /// A counter family with one label (`key`) per row.
+    pub(crate) fn counters(
+        &mut self,
+        name: &str,
+        help: &str,
+        key: &'static str,
+        rows: impl IntoIterator<Item = (String, u64)>,
+    ) -> fmt::Result {
+        let mut f = family(self.0, name, help, MetricType::Counter)?;
+        for (label, v) in rows {
+            f.sample(&vec![(key, label)], Value::Int(v))?;
+        }
+        Ok(())
+    }
+
+    /// A gauge family with one label (`key`) per row.
+    pub(crate) fn gauges(
+        &mut self,
+        name: &str,
+        help: &str,
+        key: &'static str,
+        rows: impl IntoIterator<Item = (String, f64)>,
+    ) -> fmt::Result {
+        let mut f = family(self.0, name, help, MetricType::Gauge)?;
+        for (label, v) in rows {
+            f.sample(&vec![(key, label)], Value::Float(v))?;
+        }
+        Ok(())
+    }
 }
 
 /// The connection, packet and byte families of services or backends
 /// (`what`), one sample per labelled row (and direction).
-fn traffic(out: &mut String, what: &str, rows: &[(String, &crate::view::Stats)]) {
+fn traffic(
+    enc: &mut DescriptorEncoder,
+    what: &str,
+    rows: &[(Labels, &crate::view::Stats)],
+) -> fmt::Result {
     let name = format!("xvs_{what}_connections_total");
-    family(
-        out,
-        &name,
-        "counter",
-        &format!("Connections scheduled to the {what}."),
-    );
-    for (label, st) in rows {
-        let _ = writeln!(out, "{name}{{{label}}} {}", st.conns);
+    let help = format!("Connections scheduled to the {what}.");
+    let mut f = family(enc, &name, &help, MetricType::Counter)?;
+    for (labels, st) in rows {
+        f.sample(labels, Value::Int(st.conns))?;
     }
     for (unit, get) in [
         (
@@ -352,13 +502,17 @@ fn traffic(out: &mut String, what: &str, rows: &[(String, &crate::view::Stats)])
             "{} of the {what}, by direction (in: client to backend).",
             if unit == "bytes" { "Bytes" } else { "Packets" }
         );
-        family(out, &name, "counter", &help);
-        for (label, st) in rows {
+        let mut f = family(enc, &name, &help, MetricType::Counter)?;
+        for (labels, st) in rows {
             let (i, o) = get(st);
-            let _ = writeln!(out, "{name}{{{label},direction=\"in\"}} {i}");
-            let _ = writeln!(out, "{name}{{{label},direction=\"out\"}} {o}");
+            for (dir, v) in [("in", i), ("out", o)] {
+                let mut l = labels.clone();
+                l.push(("direction", dir.to_owned()));
+                f.sample(&l, Value::Int(v))?;
+            }
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -405,10 +559,23 @@ mod tests {
         r.pipeline.drops[DropReason::NoService.index()] = 4;
         r.worker.busy = 1;
         r.worker.idle = 3;
-        let mut h = Histogram::default();
-        h.observe(0.0003);
-        h.observe(0.002);
-        let text = render(&l, &[r], &[7], &h);
+        let h = Histograms::default();
+        h.update_latency.observe(0.0003);
+        h.update_latency.observe(0.002);
+        h.kube_delay.observe(0.004);
+        let scrape = Scrape {
+            listing: l,
+            workers: vec![r],
+            overflow: vec![7],
+            kube: Some(KubeReading {
+                synced: true,
+                last_sync_age: None,
+                errors: 2,
+            }),
+            sync: None,
+            admin_refused: (0, 5),
+        };
+        let text = render(scrape, &h);
         for line in [
             "# TYPE xvs_backend_packets_total counter",
             "xvs_service_connections_total{protocol=\"tcp\",vip=\"198.19.0.1\",port=\"80\"} 3",
@@ -420,19 +587,36 @@ mod tests {
             "xvs_update_latency_seconds_bucket{le=\"0.0005\"} 1",
             "xvs_update_latency_seconds_bucket{le=\"+Inf\"} 2",
             "xvs_update_latency_seconds_count 2",
+            "xvs_kube_event_to_dataplane_seconds_count 1",
             "xvs_conntrack_capacity 1024",
             "xvs_flow_events_overflow_total{worker=\"0\"} 7",
+            "xvs_kube_watch_errors_total 2",
+            "xvs_kube_last_sync_age_seconds +Inf",
+            "xvs_admin_connections_refused_total{listener=\"tcp\"} 5",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
         }
-        // Every sample line belongs to a declared family.
-        for l in text.lines().filter(|l| !l.starts_with('#')) {
-            let name = l.split(['{', ' ']).next().unwrap();
-            let base = name
-                .trim_end_matches("_bucket")
-                .trim_end_matches("_sum")
-                .trim_end_matches("_count");
-            assert!(text.contains(&format!("# TYPE {base} ")), "{name}");
+        // The official client library's parser reads it: every family
+        // typed, every sample in its family.
+        if !xvs_vm_tests::prom::available() {
+            return;
         }
+        let families = xvs_vm_tests::prom::parse(&text).unwrap();
+        assert_eq!(families["xvs_drops"].kind, "counter");
+        assert_eq!(families["xvs_update_latency_seconds"].kind, "histogram");
+        assert_eq!(
+            families["xvs_kube_event_to_dataplane_seconds"].kind,
+            "histogram"
+        );
+        assert_eq!(families["xvs_worker_busy_ratio"].kind, "gauge");
+        for (name, f) in &families {
+            assert!(!f.help.is_empty() && f.kind != "unknown", "{name}: {f:?}");
+        }
+        let drop = families["xvs_drops"]
+            .samples
+            .iter()
+            .find(|s| s.labels.get("reason").map(String::as_str) == Some("no_service"))
+            .unwrap();
+        assert_eq!((drop.name.as_str(), drop.value()), ("xvs_drops_total", 4.0));
     }
 }

@@ -246,7 +246,7 @@ pub fn run(config: &Path) -> u8 {
         let shared = Arc::new(Shared {
             engine: engine.clone(),
             estimator: Mutex::new(Estimator::default()),
-            latency: Arc::new(Mutex::new(crate::metrics::Histogram::default())),
+            histograms: crate::metrics::Histograms::default(),
             events: crate::events::Collector::new(),
             health: Arc::default(),
             kube: cfg
@@ -432,7 +432,11 @@ pub fn run(config: &Path) -> u8 {
 }
 
 /// Starts the Kubernetes watchers and the task that hands their desired
-/// set to the engine (the latest set wins when the engine is busy).
+/// set to the engine (the latest set wins when the engine is busy). The
+/// time from the first event not yet applied to every worker having
+/// applied the set is observed in the `xvs_kube_event_to_dataplane_seconds`
+/// histogram.
+#[allow(clippy::disallowed_types)] // the event -> data plane delay is wall-clock time
 async fn start_kube(
     cfg: &xvs_config::Config,
     status: Arc<crate::kube::source::KubeStatus>,
@@ -441,6 +445,9 @@ async fn start_kube(
     let client = crate::kube::source::client(cfg.kubernetes.kubeconfig.as_deref()).await?;
     let (tx, mut rx) = tokio::sync::watch::channel(None);
     let name = cfg.kubernetes.service_proxy_name.clone();
+    // When the oldest change not yet applied arrived.
+    let pending: Arc<Mutex<Option<std::time::Instant>>> = Arc::default();
+    let arrived = pending.clone();
     let watch = tokio::spawn(crate::kube::source::run(
         client,
         name,
@@ -448,6 +455,9 @@ async fn start_kube(
         move |set, warnings| {
             for w in &warnings {
                 warn!("kubernetes: {w}");
+            }
+            if let Ok(mut p) = arrived.lock() {
+                p.get_or_insert_with(std::time::Instant::now);
             }
             let _ = tx.send(Some(set));
         },
@@ -457,8 +467,10 @@ async fn start_kube(
             let Some(set) = rx.borrow_and_update().clone() else {
                 continue;
             };
-            let latency = shared.latency.clone();
-            match shared
+            let latency = shared.histograms.update_latency.clone();
+            let delay = shared.histograms.kube_delay.clone();
+            let since = pending.lock().ok().and_then(|mut p| p.take());
+            let applied = shared
                 .engine
                 .call(move |e| {
                     let r = e.set_kube(set);
@@ -467,15 +479,20 @@ async fn start_kube(
                     e.adopt();
                     crate::api::applied(e, r, &latency)
                 })
-                .await
-            {
-                Ok(Ok(a)) if a.added + a.changed + a.removed > 0 => info!(
-                    added = a.added,
-                    changed = a.changed,
-                    removed = a.removed,
-                    applied_ms = a.applied_seconds.map(|s| s * 1e3),
-                    "kubernetes: applied"
-                ),
+                .await;
+            match applied {
+                Ok(Ok(a)) if a.added + a.changed + a.removed > 0 => {
+                    if let Some(t) = since {
+                        delay.observe(t.elapsed().as_secs_f64());
+                    }
+                    info!(
+                        added = a.added,
+                        changed = a.changed,
+                        removed = a.removed,
+                        applied_ms = a.applied_seconds.map(|s| s * 1e3),
+                        "kubernetes: applied"
+                    )
+                }
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => warn!("kubernetes: {e}"),
                 Err(e) => error!("kubernetes: {e}"),

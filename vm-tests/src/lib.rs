@@ -13,6 +13,7 @@ pub mod fakekube;
 pub mod netns;
 pub mod nginx;
 pub mod procs;
+pub mod prom;
 pub mod topology;
 pub mod wrk;
 

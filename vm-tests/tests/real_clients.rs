@@ -393,6 +393,44 @@ fn after_a_delete_stats_match_the_backends_kernels_and_the_listing() {
             "{addr}"
         );
     }
+    // /metrics, read by the official client library's parser, says the
+    // same as the listing, and the delete's update latency was observed.
+    if !xvs_vm_tests::prom::available() {
+        return;
+    }
+    let families = xvs_vm_tests::prom::parse(&lab.gw.get("/metrics")).unwrap();
+    let sample = |family: &str, backend: &str, direction: Option<&str>| {
+        families[family]
+            .samples
+            .iter()
+            .find(|s| {
+                s.labels["backend"] == backend
+                    && direction.is_none_or(|d| s.labels["direction"] == d)
+            })
+            .map(|s| s.value() as u64)
+    };
+    for b in svc["backends"].as_array().unwrap() {
+        let addr = format!("{}:{}", b["address"].as_str().unwrap(), b["port"]);
+        let packets = "xvs_backend_packets";
+        assert_eq!(
+            sample(packets, &addr, Some("in")),
+            b["stats"]["inpkts"].as_u64()
+        );
+        assert_eq!(
+            sample(packets, &addr, Some("out")),
+            b["stats"]["outpkts"].as_u64()
+        );
+        let active = sample("xvs_backend_active_connections", &addr, None);
+        assert_eq!(active, b["active"].as_u64(), "{addr}");
+    }
+    let updates = &families["xvs_update_latency_seconds"];
+    assert_eq!(updates.kind, "histogram");
+    let count = updates
+        .samples
+        .iter()
+        .find(|s| s.name == "xvs_update_latency_seconds_count")
+        .unwrap();
+    assert!(count.value() >= 1.0, "{count:?}");
 }
 
 /// SYNs with TTL 1 and 0 (hping3): no flow, no connection counted
