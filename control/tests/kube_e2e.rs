@@ -14,7 +14,7 @@ use hyper::Method;
 use serde_json::{json, Value};
 use xvs_control::adm::client::{request, Endpoint};
 use xvs_control::view::Listing;
-use xvs_vm_tests::fakekube::{FakeKube, Kind};
+use xvs_vm_tests::fakekube::{Access, FakeKube, Kind, Rule};
 use xvs_vm_tests::netns::Netns;
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
@@ -120,18 +120,31 @@ fn start_with_kube(
     snat: &str,
     services: &str,
 ) -> (FakeKube, Spawned, Endpoint, PathBuf, Scratch) {
+    start_with_kube_as(t, snat, services, None, FakeKube::kubeconfig)
+}
+
+/// [`start_with_kube`] with the API server requiring `access`, and xvs's
+/// kubeconfig written by `kubeconfig`.
+fn start_with_kube_as(
+    t: &Topology,
+    snat: &str,
+    services: &str,
+    access: Option<Access>,
+    kubeconfig: impl Fn(&FakeKube) -> String,
+) -> (FakeKube, Spawned, Endpoint, PathBuf, Scratch) {
     // The API server listens on the gateway namespace's loopback.
     let gw = t.gateway.name().to_owned();
     let fake = std::thread::spawn(move || {
         Netns::existing(&gw).enter_current_thread().unwrap();
-        FakeKube::start().unwrap()
+        FakeKube::start_with(access).unwrap()
     })
     .join()
     .unwrap();
     let dir = std::env::temp_dir().join(format!("xvs-kube-e2e-{}", t.tag));
     std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, fake.kubeconfig()).unwrap();
+    let kubeconfig_path = dir.join("kubeconfig");
+    std::fs::write(&kubeconfig_path, kubeconfig(&fake)).unwrap();
+    let kubeconfig = kubeconfig_path;
     let socket = dir.join("xvs.sock");
     let cfg = dir.join("xvs.toml");
     std::fs::write(
@@ -152,6 +165,103 @@ fn start_with_kube(
     cmd.args(["run", "--config", cfg.to_str().unwrap()]);
     let (xvs, _) = Spawned::start(cmd, "xvs", Duration::from_secs(20)).unwrap();
     (fake, xvs, Endpoint::Unix(socket), cfg, Scratch(dir))
+}
+
+/// The ClusterRole of `packaging/kubernetes/rbac.yaml`, as the fake API
+/// server's authorizer.
+fn packaged_role(token: &str) -> Access {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../packaging/kubernetes/rbac.yaml"
+    );
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let role = docs.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let rules = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| Rule {
+            api_groups: strings(&r["apiGroups"]),
+            resources: strings(&r["resources"]),
+            verbs: strings(&r["verbs"]),
+        })
+        .collect();
+    // The binding gives the role to the ServiceAccount the token is of.
+    let binding = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRoleBinding")
+        .unwrap();
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    let account = docs.iter().find(|d| d["kind"] == "ServiceAccount").unwrap();
+    assert_eq!(binding["subjects"][0]["name"], account["metadata"]["name"]);
+    Access {
+        token: token.to_owned(),
+        rules,
+    }
+}
+
+/// A gateway outside the cluster, as the packaging describes it: the
+/// kubeconfig example (a bearer token) filled in, an API server that
+/// authorizes with the packaged ClusterRole. The Services serve, and the
+/// server refused nothing; without the token it refuses (so the check is
+/// live).
+#[test]
+fn the_packaged_rbac_role_and_kubeconfig_example_are_all_xvs_needs() {
+    if !privileged("the_packaged_rbac_role_and_kubeconfig_example_are_all_xvs_needs") {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let t = Topology::build(Spec::one_arm(2)).unwrap();
+    let _servers = t
+        .echo_servers(testnet().to_str().unwrap(), "b", 8080, None)
+        .unwrap();
+    let token = "xvs-test-token-7f3a";
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../packaging/kubernetes/kubeconfig.example.yaml"
+    ))
+    .unwrap();
+    let fill = |fake: &FakeKube| {
+        example
+            .lines()
+            // The fake server speaks plain HTTP: no CA.
+            .filter(|l| !l.contains("certificate-authority-data"))
+            .map(|l| {
+                l.replace("https://198.18.0.10:6443", &fake.url())
+                    .replace("<the xvs-token Secret's token>", token)
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let (fake, xvs, to, _cfg, _dir) =
+        start_with_kube_as(&t, "\"198.18.1.2\"", "", Some(packaged_role(token)), fill);
+    fake.apply(Kind::Service, service());
+    fake.apply(Kind::EndpointSlice, slice(&[0, 1]));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while backends(&to).map(|b| b.len()) != Some(2) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(load(&t, 20), "ok=20 failed=0 by=b0:10,b1:10");
+    assert_eq!(fake.refused(), Vec::<String>::new());
+    // Without the token, the same server refuses.
+    let out = t
+        .gateway
+        .command("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+        .arg(format!("{}/api/v1/services", fake.url()))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "401");
+    assert_eq!(fake.refused(), ["401 list /services"]);
+    drop(xvs);
 }
 
 #[test]

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{Path, Query};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -45,6 +45,14 @@ impl Kind {
         match self {
             Kind::Service => "ServiceList",
             Kind::EndpointSlice => "EndpointSliceList",
+        }
+    }
+
+    /// Its API group and resource, as RBAC rules name them.
+    fn group_resource(self) -> (&'static str, &'static str) {
+        match self {
+            Kind::Service => ("", "services"),
+            Kind::EndpointSlice => ("discovery.k8s.io", "endpointslices"),
         }
     }
 
@@ -87,6 +95,42 @@ struct Store {
 struct Shared {
     store: Mutex<Store>,
     changed: watch::Sender<u64>,
+    /// Who may ask what, when the server checks it.
+    access: Option<Access>,
+    /// Requests refused by that check (`401 ...`, `403 verb group/resource`).
+    refused: Mutex<Vec<String>>,
+}
+
+/// One rule of a ClusterRole: these verbs on these resources of these API
+/// groups (`*` matches any).
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// API groups (`""` is the core group).
+    pub api_groups: Vec<String>,
+    /// Resources (`services`, `endpointslices`).
+    pub resources: Vec<String>,
+    /// Verbs (`list`, `watch`).
+    pub verbs: Vec<String>,
+}
+
+/// What the server requires: a bearer token, and a role granting each
+/// request (its verb is `watch` with `?watch=true`, else `list`), as the
+/// API server's RBAC authorizer decides.
+#[derive(Debug, Clone)]
+pub struct Access {
+    /// The token every request must carry (`Authorization: Bearer ...`).
+    pub token: String,
+    /// The role's rules.
+    pub rules: Vec<Rule>,
+}
+
+impl Access {
+    fn allows(&self, verb: &str, group: &str, resource: &str) -> bool {
+        let any = |list: &[String], x: &str| list.iter().any(|v| v == x || v == "*");
+        self.rules.iter().any(|r| {
+            any(&r.api_groups, group) && any(&r.resources, resource) && any(&r.verbs, verb)
+        })
+    }
 }
 
 /// A running fake API server; stops when dropped.
@@ -130,11 +174,50 @@ struct Params {
     timeout_seconds: Option<u64>,
 }
 
+/// The request's `Authorization` header.
+fn bearer(h: &HeaderMap) -> Option<String> {
+    h.get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
 fn truthy(v: &Option<String>) -> bool {
     matches!(v.as_deref(), Some("true") | Some("1"))
 }
 
-async fn serve_kind(shared: Arc<Shared>, kind: Kind, ns: Option<String>, p: Params) -> Response {
+async fn serve_kind(
+    shared: Arc<Shared>,
+    kind: Kind,
+    ns: Option<String>,
+    p: Params,
+    auth: Option<String>,
+) -> Response {
+    if let Some(access) = &shared.access {
+        let verb = if truthy(&p.watch) { "watch" } else { "list" };
+        let (group, resource) = kind.group_resource();
+        let refusal = if auth.as_deref() != Some(&format!("Bearer {}", access.token)) {
+            Some((
+                StatusCode::UNAUTHORIZED,
+                format!("401 {verb} {group}/{resource}"),
+            ))
+        } else if !access.allows(verb, group, resource) {
+            Some((
+                StatusCode::FORBIDDEN,
+                format!("403 {verb} {group}/{resource}"),
+            ))
+        } else {
+            None
+        };
+        if let Some((status, what)) = refusal {
+            match shared.refused.lock() {
+                Ok(mut r) => r.push(what.clone()),
+                Err(e) => e.into_inner().push(what.clone()),
+            }
+            let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "message": what, "code": status.as_u16()});
+            return (status, axum::Json(body)).into_response();
+        }
+    }
     let (down, generation) = {
         let s = match shared.store.lock() {
             Ok(s) => s,
@@ -341,8 +424,15 @@ fn tokio_stream_timeout(
 }
 
 impl FakeKube {
-    /// Starts on 127.0.0.1, a free port.
+    /// Starts on 127.0.0.1, a free port, answering anyone.
     pub fn start() -> std::io::Result<FakeKube> {
+        FakeKube::start_with(None)
+    }
+
+    /// Starts on 127.0.0.1, a free port; with `access`, every request
+    /// needs its token and a rule granting it (else 401 or 403, recorded:
+    /// [`FakeKube::refused`]).
+    pub fn start_with(access: Option<Access>) -> std::io::Result<FakeKube> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -351,6 +441,8 @@ impl FakeKube {
         let shared = Arc::new(Shared {
             store: Mutex::new(Store::default()),
             changed: tx,
+            access,
+            refused: Mutex::new(Vec::new()),
         });
         let app = {
             let s1 = shared.clone();
@@ -360,27 +452,31 @@ impl FakeKube {
             Router::new()
                 .route(
                     "/api/v1/services",
-                    get(move |Query(p): Query<Params>| {
-                        serve_kind(s1.clone(), Kind::Service, None, p)
+                    get(move |h: HeaderMap, Query(p): Query<Params>| {
+                        serve_kind(s1.clone(), Kind::Service, None, p, bearer(&h))
                     }),
                 )
                 .route(
                     "/api/v1/namespaces/{ns}/services",
-                    get(move |Path(ns): Path<String>, Query(p): Query<Params>| {
-                        serve_kind(s2.clone(), Kind::Service, Some(ns), p)
-                    }),
+                    get(
+                        move |h: HeaderMap, Path(ns): Path<String>, Query(p): Query<Params>| {
+                            serve_kind(s2.clone(), Kind::Service, Some(ns), p, bearer(&h))
+                        },
+                    ),
                 )
                 .route(
                     "/apis/discovery.k8s.io/v1/endpointslices",
-                    get(move |Query(p): Query<Params>| {
-                        serve_kind(s3.clone(), Kind::EndpointSlice, None, p)
+                    get(move |h: HeaderMap, Query(p): Query<Params>| {
+                        serve_kind(s3.clone(), Kind::EndpointSlice, None, p, bearer(&h))
                     }),
                 )
                 .route(
                     "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
-                    get(move |Path(ns): Path<String>, Query(p): Query<Params>| {
-                        serve_kind(s4.clone(), Kind::EndpointSlice, Some(ns), p)
-                    }),
+                    get(
+                        move |h: HeaderMap, Path(ns): Path<String>, Query(p): Query<Params>| {
+                            serve_kind(s4.clone(), Kind::EndpointSlice, Some(ns), p, bearer(&h))
+                        },
+                    ),
                 )
                 .with_state(())
         };
@@ -394,6 +490,14 @@ impl FakeKube {
             addr,
             rt: Some(rt),
         })
+    }
+
+    /// The requests refused for want of a token or a rule.
+    pub fn refused(&self) -> Vec<String> {
+        match self.shared.refused.lock() {
+            Ok(r) => r.clone(),
+            Err(e) => e.into_inner().clone(),
+        }
     }
 
     /// `http://127.0.0.1:PORT`.
