@@ -44,6 +44,11 @@ pub struct Shared {
     pub refused_unix: Arc<crate::listener::Refused>,
     /// Connections the TCP listener closed at its limit.
     pub refused_tcp: Arc<crate::listener::Refused>,
+    /// A minute of counter readings (`xvs status`'s rates and drops).
+    pub history: Mutex<crate::status::History>,
+    /// When the daemon started.
+    #[allow(clippy::disallowed_types)] // uptime is wall-clock time
+    pub started: std::time::Instant,
 }
 
 /// An error answer: `{"error": "...", "kind": "..."}` with a status
@@ -420,6 +425,58 @@ pub struct SteeredView {
     pub shared: bool,
 }
 
+/// `/v1/overview`: what `xvs status` shows.
+async fn overview(
+    State(st): State<Arc<Shared>>,
+) -> Result<Json<crate::status::Overview>, ApiError> {
+    let kubernetes = st.kube.as_ref().map(|k| crate::status::KubeView {
+        synced: k.synced(),
+        last_event_age: k.last_sync_age(),
+        errors: k.errors.load(std::sync::atomic::Ordering::Relaxed),
+    });
+    let uptime = st.started.elapsed().as_secs_f64();
+    let (cfg, file, layout, now, kube_services, restart, size, samples) = st
+        .engine
+        .call(|e| {
+            (
+                e.config().clone(),
+                (
+                    e.path().display().to_string(),
+                    e.reloads(),
+                    e.last_error().map(str::to_owned),
+                ),
+                e.dataplane().layout(),
+                e.dataplane().counters(),
+                e.kube_services().len(),
+                crate::api::RestartView {
+                    hold_ms: e.config().restart.hold_ms,
+                    ..e.dataplane().restart()
+                },
+                e.config().conntrack.capacity,
+                sample(e),
+            )
+        })
+        .await
+        .map_err(internal)?;
+    let listing = {
+        let est = st.estimator.lock().map_err(|e| internal(e.to_string()))?;
+        listing(size, &samples, &est)
+    };
+    let history = st.history.lock().map_err(|e| internal(e.to_string()))?;
+    let inputs = crate::status::Inputs {
+        config: &cfg,
+        file,
+        layout,
+        now,
+        uptime,
+        listing: &listing,
+        kube_services,
+        kubernetes,
+        restart,
+    };
+    Ok(Json(crate::status::overview(inputs, &history)))
+}
+
 async fn status(State(st): State<Arc<Shared>>) -> Result<Json<Status>, ApiError> {
     let kube_synced = st.kube.as_ref().map(|k| k.synced());
     let s = st
@@ -790,6 +847,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(prometheus))
         .route("/v1/status", get(status))
+        .route("/v1/overview", get(overview))
         .route("/v1/reload", post(reload))
         .route(
             "/v1/services",

@@ -48,6 +48,12 @@ pub enum Command {
         #[arg(long, short, value_name = "FILE", default_value = xvs_config::DEFAULT_CONFIG_PATH)]
         config: PathBuf,
     },
+    /// One screen about the running xvs (over its admin socket): version
+    /// and uptime, interfaces and their XDP mode, workers with core,
+    /// socket mode, rx/tx rates and busy ratio, flows against capacity,
+    /// SNAT, services and backends by state, the Kubernetes source, what
+    /// the start adopted, the top drop reasons of the last minute.
+    Status(crate::status::StatusArgs),
     /// Remove what a stopped xvs left for a successor: detach its XDP
     /// program from the interfaces of the config and delete the flow
     /// state files. Refused while an instance runs on them.

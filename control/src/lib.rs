@@ -24,4 +24,5 @@ pub mod plane;
 pub mod restart;
 pub mod run;
 pub mod stats;
+pub mod status;
 pub mod view;

@@ -91,9 +91,16 @@ pub trait Plane {
     fn restart(&self) -> crate::api::RestartView {
         crate::api::RestartView::default()
     }
+    /// Where the data plane runs (nothing known by default).
+    fn layout(&self) -> xvs_dataplane::runtime::Layout {
+        xvs_dataplane::runtime::Layout::default()
+    }
 }
 
 impl Plane for Dataplane {
+    fn layout(&self) -> xvs_dataplane::runtime::Layout {
+        Dataplane::layout(self)
+    }
     fn adopt(&mut self) -> Result<bool, PlaneError> {
         Ok(Dataplane::adopt(self)?)
     }

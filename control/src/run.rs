@@ -242,6 +242,9 @@ pub fn run(config: &Path) -> u8 {
             return EXIT_START;
         }
     };
+    // Uptime (`xvs status`) is wall-clock time.
+    #[allow(clippy::disallowed_types)]
+    let started = std::time::Instant::now();
     let served = rt.block_on(async {
         let shared = Arc::new(Shared {
             engine: engine.clone(),
@@ -255,6 +258,8 @@ pub fn run(config: &Path) -> u8 {
                 .then(|| Arc::new(crate::kube::source::KubeStatus::default())),
             refused_unix: Arc::default(),
             refused_tcp: Arc::default(),
+            history: Mutex::default(),
+            started,
         });
         let kube_task = match &shared.kube {
             Some(status) => {
@@ -316,11 +321,18 @@ pub fn run(config: &Path) -> u8 {
                 let mut tick = tokio::time::interval(Duration::from_secs_f64(SAMPLE_SECONDS));
                 loop {
                     tick.tick().await;
-                    let Ok(s) = shared.engine.call(|e| sample(e)).await else {
+                    let Ok((s, counters)) = shared
+                        .engine
+                        .call(|e| (sample(e), e.dataplane().counters()))
+                        .await
+                    else {
                         break;
                     };
                     if let Ok(mut e) = shared.estimator.lock() {
                         e.update(&s, SAMPLE_SECONDS);
+                    }
+                    if let Ok(mut h) = shared.history.lock() {
+                        h.push(shared.started.elapsed().as_secs_f64(), counters);
                     }
                 }
             })

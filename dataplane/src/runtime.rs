@@ -97,6 +97,31 @@ struct WorkerHandle {
     fds: Vec<i32>,
     /// The RX queue it serves.
     queue: u32,
+    /// The core it is pinned to.
+    core: usize,
+    /// Whether its AF_XDP sockets got zero-copy mode.
+    zero_copy: bool,
+}
+
+/// Where the data plane runs: each interface's XDP mode, each worker's
+/// queue, core and socket mode (`xvs status`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Layout {
+    /// Each interface and the XDP mode its program is attached in.
+    pub interfaces: Vec<(String, String)>,
+    /// Each worker, in order.
+    pub workers: Vec<WorkerPlace>,
+}
+
+/// One worker's place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WorkerPlace {
+    /// The RX queue it serves.
+    pub queue: u32,
+    /// The core it is pinned to.
+    pub core: usize,
+    /// Whether its AF_XDP sockets are in zero-copy mode (else copy).
+    pub zero_copy: bool,
 }
 
 /// Sends updates to every worker and reads their snapshots.
@@ -370,6 +395,28 @@ fn interface_mtu(ifname: &str) -> Result<u16, StartError> {
 }
 
 impl Dataplane {
+    /// Where it runs: interfaces with their XDP mode, workers with their
+    /// queue, core and socket mode.
+    pub fn layout(&self) -> Layout {
+        Layout {
+            interfaces: self
+                .steerings
+                .iter()
+                .map(|s| (s.ifname().to_owned(), s.mode().to_owned()))
+                .collect(),
+            workers: self
+                .handle
+                .workers
+                .iter()
+                .map(|w| WorkerPlace {
+                    queue: w.queue,
+                    core: w.core,
+                    zero_copy: w.zero_copy,
+                })
+                .collect(),
+        }
+    }
+
     /// Starts the data plane described by `cfg`. `clock` gives seconds on
     /// a monotonic clock (shared by every worker).
     pub fn start(
@@ -575,6 +622,7 @@ impl Dataplane {
         for (w, (&queue, &core)) in i.queues.iter().zip(&i.cores).enumerate() {
             let port = XskPort::open(&ifnames, queue, zero_copy)?;
             let fds = port.fds();
+            let zero_copy = port.is_zero_copy();
             let mut liveness = crate::steer::Liveness::default();
             for (k, st) in steerings.iter().enumerate() {
                 if !defer {
@@ -634,6 +682,8 @@ impl Dataplane {
                 sent: AtomicU64::new(0),
                 fds,
                 queue,
+                core,
+                zero_copy,
             });
         }
         let sync = match &cfg.cluster.sync {

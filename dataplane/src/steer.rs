@@ -394,6 +394,22 @@ impl std::fmt::Debug for Steering {
 }
 
 impl Steering {
+    /// The interface.
+    pub fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
+    /// The XDP mode the program is attached in (`native`, `generic`), or
+    /// `detached`.
+    pub fn mode(&self) -> &'static str {
+        match self.flags {
+            0 => "detached",
+            XDP_FLAGS_DRV_MODE => "native",
+            XDP_FLAGS_SKB_MODE => "generic",
+            _ => "offloaded",
+        }
+    }
+
     /// Loads the program for `ifname` and attaches it in `mode` (auto:
     /// native, else generic), taking over from an earlier xvs.
     pub fn attach(ifname: &str, mode: XdpAttachMode) -> Result<Steering, SteerError> {

@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 use std::path::PathBuf;
+use std::process::Command;
 use std::time::Duration;
 
 use xvs_vm_tests::daemon::{drops, field, Daemon};
@@ -831,4 +832,100 @@ fn wrk_sees_no_error_while_xvs_is_killed_and_started_again() {
     drop(gw);
     drop(nginx);
     drop(t);
+}
+
+/// `xvs status` on a gateway that served wrk, dropped SYNs to a port no
+/// service serves, and has a quiesced backend: the screen and its JSON
+/// say so (interfaces and their XDP mode, the worker's core and copy
+/// mode, flows against capacity, backends by state, the last minute's
+/// top drop reason); `--watch --count 2` refreshes once.
+#[test]
+fn xvs_status_shows_the_gateway_as_it_is() {
+    if !privileged("xvs_status_shows_the_gateway_as_it_is") {
+        return;
+    }
+    let lab = lab("[conntrack]\ncapacity = 4096\n");
+    let w = lab.wrk(2, false).join().unwrap();
+    assert!(w.requests > 100, "{}", w.text);
+    // A port no service serves: dropped (counted as no_service).
+    let _ = lab
+        .t
+        .client
+        .ns
+        .exec("curl", &["-s", "-m", "1", "http://198.19.0.1:81/"]);
+    lab.gw
+        .adm_ok(&["-e", "-t", VIP, "-r", &backend(2), "-m", "-w", "0"]);
+    // The daemon samples its counters every 2 seconds.
+    std::thread::sleep(Duration::from_millis(2500));
+    let status = |args: &[&str]| {
+        let out = Command::new(bins().join("xvs"))
+            .arg("status")
+            .arg("--socket")
+            .arg(&lab.gw.socket)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let json: serde_json::Value = serde_json::from_str(&status(&["--json"])).unwrap();
+    let ifs = json["interfaces"].as_array().unwrap();
+    assert_eq!(ifs.len(), 1, "{json}");
+    assert_eq!(ifs[0]["name"], lab.t.gateway_client_if.as_str());
+    assert_eq!(ifs[0]["role"], "client+backend");
+    assert!(
+        ["native", "generic"].contains(&ifs[0]["xdp_mode"].as_str().unwrap()),
+        "{json}"
+    );
+    let workers = json["workers"].as_array().unwrap();
+    assert_eq!(workers.len(), 1);
+    assert_eq!(
+        (workers[0]["queue"].as_u64(), workers[0]["core"].as_u64()),
+        (Some(0), Some(0))
+    );
+    // zero_copy = "off" in the config.
+    assert_eq!(workers[0]["zero_copy"], false);
+    assert_eq!(json["capacity"], 4096);
+    let services = &json["services"];
+    assert_eq!(
+        (services["services"].as_u64(), services["backends"].as_u64()),
+        (Some(1), Some(3))
+    );
+    assert_eq!(
+        (services["healthy"].as_u64(), services["quiesced"].as_u64()),
+        (Some(2), Some(1)),
+        "{json}"
+    );
+    assert_eq!(json["kubernetes"], serde_json::Value::Null);
+    let drops = json["drops_last_minute"].as_array().unwrap();
+    assert_eq!(drops[0][0], "no_service", "{json}");
+    assert!(drops[0][1].as_u64().unwrap() >= 1, "{json}");
+    assert!(json["uptime_seconds"].as_f64().unwrap() > 2.0);
+    assert_eq!(json["snat"]["addresses"][0], "198.18.1.2");
+
+    let screen = status(&[]);
+    eprintln!("{screen}");
+    for line in [
+        format!(
+            "Interfaces:        {} (client+backend): XDP",
+            lab.t.gateway_client_if
+        ),
+        "Workers:           1".to_owned(),
+        "  q0 @ cpu0        copy".to_owned(),
+        " / 4,096 (".to_owned(),
+        "Services:          1 (0 from Kubernetes), 3 backends: 2 healthy, 0 down, 1 quiesced"
+            .to_owned(),
+        "Kubernetes:        off".to_owned(),
+        "SNAT:              198.18.1.2 ports 1024-65535".to_owned(),
+        "no_service ".to_owned(),
+    ] {
+        assert!(screen.contains(&line), "{line:?} not in\n{screen}");
+    }
+    let watched = status(&["--watch", "0.2", "--count", "2"]);
+    assert_eq!(watched.matches("Interfaces:").count(), 2, "{watched}");
+    assert_eq!(watched.matches("\x1b[2J").count(), 2);
 }

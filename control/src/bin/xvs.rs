@@ -25,6 +25,11 @@ fn main() -> ExitCode {
             );
             ExitCode::from(status)
         }
+        Command::Status(a) => ExitCode::from(xvs_control::status::main(
+            &a,
+            &mut std::io::stdout().lock(),
+            &mut std::io::stderr().lock(),
+        )),
         Command::Run { config } => ExitCode::from(xvs_control::run::run(&config)),
         Command::Release { config } => {
             let cfg = match load(&config) {

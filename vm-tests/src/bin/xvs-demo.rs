@@ -201,6 +201,16 @@ fn demo() -> Result<(), String> {
         print!("{}", String::from_utf8_lossy(&out.stdout));
         eprint!("{}", String::from_utf8_lossy(&out.stderr));
     }
+    // And as `xvs status` sums it up (cilium status's one screen).
+    let out = std::process::Command::new(&xvs)
+        .arg("status")
+        .arg("--socket")
+        .arg(&socket)
+        .output()
+        .map_err(|e| e.to_string())?;
+    println!("\n$ xvs status");
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
 
     let (status, printed) = xvs_proc.stop(libc::SIGTERM, Duration::from_secs(10));
     println!(
