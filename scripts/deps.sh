@@ -14,11 +14,13 @@ set -euo pipefail
 # that reuses client ports), hping3 (an unbounded SYN flood) and tcpdump (the
 # restart tests capture on the client's interface to prove no reset); man-db
 # and lintian (the Debian package's test renders its man pages and lints it);
-# python3-prometheus-client (the official client's parser reads /metrics).
+# python3-prometheus-client (the official client's parser reads /metrics);
+# chromium and a font (the web view's test opens it in a real, headless
+# browser and takes a screenshot).
 packages=(
   clang llvm libelf-dev zlib1g-dev libpcap-dev libbpf-dev m4 pkg-config
   linux-libc-dev libc6-dev gcc g++ make iproute2 iputils-ping arping ethtool iptables nftables systemd curl
-  nginx-light wrk hping3 tcpdump man-db lintian python3-prometheus-client
+  nginx-light wrk hping3 tcpdump man-db lintian python3-prometheus-client chromium fonts-dejavu-core
 )
 
 missing=()

@@ -26,3 +26,4 @@ pub mod run;
 pub mod stats;
 pub mod status;
 pub mod view;
+pub mod web;

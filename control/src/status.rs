@@ -167,6 +167,10 @@ pub struct Overview {
     pub drops_last_minute: Vec<(String, u64)>,
     /// The seconds that "last minute" covers (less after a start).
     pub window_seconds: f64,
+    /// Every drop reason's count since start, all workers (the web view
+    /// draws their rates over time).
+    #[serde(default)]
+    pub drops_total: Vec<(String, u64)>,
 }
 
 /// What the daemon knows, for [`overview`].
@@ -266,6 +270,13 @@ pub fn overview(i: Inputs<'_>, history: &History) -> Overview {
         })
         .filter(|(_, n)| *n > 0)
         .collect();
+    let drops_total = DropReason::ALL
+        .iter()
+        .map(|r| {
+            let k = r.index();
+            (r.name().to_owned(), sum(&i.now, |c| c.pipeline.drops[k]))
+        })
+        .collect();
     drops.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     drops.truncate(5);
     let exhausted = since(&|c| c.pipeline.drops[DropReason::SnatExhausted.index()]);
@@ -313,6 +324,7 @@ pub fn overview(i: Inputs<'_>, history: &History) -> Overview {
         restart: i.restart,
         drops_last_minute: drops,
         window_seconds: window,
+        drops_total,
     }
 }
 
