@@ -94,6 +94,8 @@ pub struct KubeReading {
     pub last_sync_age: Option<f64>,
     /// Watch errors.
     pub errors: u64,
+    /// Invalid values (annotations) in the latest set, defaults used.
+    pub invalid_values: u64,
 }
 
 impl KubeReading {
@@ -103,6 +105,7 @@ impl KubeReading {
             synced: k.synced(),
             last_sync_age: k.last_sync_age(),
             errors: k.errors.load(std::sync::atomic::Ordering::Relaxed),
+            invalid_values: k.warnings.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 }
@@ -424,6 +427,13 @@ fn kube(enc: &mut DescriptorEncoder, k: &KubeReading) -> fmt::Result {
         "Watch errors (the last good state was kept).",
         MetricType::Counter,
         Value::Int(k.errors),
+    )?;
+    single(
+        enc,
+        "xvs_kube_invalid_values",
+        "Invalid values (xvs.io annotations) in the latest set of Services; each was logged with its Service and the default used.",
+        MetricType::Gauge,
+        Value::Int(k.invalid_values),
     )
 }
 
@@ -571,6 +581,7 @@ mod tests {
                 synced: true,
                 last_sync_age: None,
                 errors: 2,
+                invalid_values: 1,
             }),
             sync: None,
             admin_refused: (0, 5),
@@ -591,6 +602,7 @@ mod tests {
             "xvs_conntrack_capacity 1024",
             "xvs_flow_events_overflow_total{worker=\"0\"} 7",
             "xvs_kube_watch_errors_total 2",
+            "xvs_kube_invalid_values 1",
             "xvs_kube_last_sync_age_seconds +Inf",
             "xvs_admin_connections_refused_total{listener=\"tcp\"} 5",
         ] {

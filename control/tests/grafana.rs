@@ -55,6 +55,7 @@ fn exported() -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
             synced: true,
             last_sync_age: Some(1.0),
             errors: 0,
+            invalid_values: 0,
         }),
         sync: None,
         admin_refused: (0, 0),

@@ -251,6 +251,26 @@ fn the_packaged_rbac_role_and_kubeconfig_example_are_all_xvs_needs() {
     }
     assert_eq!(load(&t, 20), "ok=20 failed=0 by=b0:10,b1:10");
     assert_eq!(fake.refused(), Vec::<String>::new());
+    // The event-to-dataplane delay was observed; an invalid annotation is
+    // counted (its default used).
+    let mut bad = service();
+    bad["metadata"]["annotations"] = json!({"xvs.io/scheduler": "bogus"});
+    fake.apply(Kind::Service, bad);
+    let metric = |name: &str| -> Option<f64> {
+        let text = request(&to, Method::GET, "/metrics", None)
+            .ok()?
+            .ok()
+            .ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric("xvs_kube_invalid_values") != Some(1.0) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(metric("xvs_kube_invalid_values"), Some(1.0));
+    let delays = metric("xvs_kube_event_to_dataplane_seconds_count").unwrap();
+    assert!(delays >= 1.0, "{delays}");
     // Without the token, the same server refuses.
     let out = t
         .gateway

@@ -231,6 +231,9 @@ pub async fn run(
             status
                 .warnings
                 .store(warnings.len() as u64, Ordering::Relaxed);
+            status
+                .warnings
+                .store(warnings.len() as u64, Ordering::Relaxed);
             on_change(set, warnings);
         }
     }
