@@ -529,10 +529,12 @@ fn traffic(
 mod tests {
     use super::*;
     use crate::view::{BackendView, Rates, ServiceView, Stats};
+    use std::collections::{BTreeMap, BTreeSet};
     use std::net::Ipv4Addr;
 
-    #[test]
-    fn families_are_typed_and_labelled() {
+    /// A scrape with every family present: a service with a checked
+    /// backend, one worker, the Kubernetes source.
+    fn example() -> Scrape {
         let l = Listing {
             size: 1024,
             services: vec![ServiceView {
@@ -553,7 +555,7 @@ mod tests {
                     weight: 2,
                     forward: xvs_config::ForwardMethod::Masq,
                     encap: None,
-                    health: None,
+                    health: Some("up".into()),
                     active: 1,
                     inactive: 2,
                     stats: Stats {
@@ -569,11 +571,7 @@ mod tests {
         r.pipeline.drops[DropReason::NoService.index()] = 4;
         r.worker.busy = 1;
         r.worker.idle = 3;
-        let h = Histograms::default();
-        h.update_latency.observe(0.0003);
-        h.update_latency.observe(0.002);
-        h.kube_delay.observe(0.004);
-        let scrape = Scrape {
+        Scrape {
             listing: l,
             workers: vec![r],
             overflow: vec![7],
@@ -585,7 +583,16 @@ mod tests {
             }),
             sync: None,
             admin_refused: (0, 5),
-        };
+        }
+    }
+
+    #[test]
+    fn families_are_typed_and_labelled() {
+        let h = Histograms::default();
+        h.update_latency.observe(0.0003);
+        h.update_latency.observe(0.002);
+        h.kube_delay.observe(0.004);
+        let scrape = example();
         let text = render(scrape, &h);
         for line in [
             "# TYPE xvs_backend_packets_total counter",
@@ -630,5 +637,113 @@ mod tests {
             .find(|s| s.labels.get("reason").map(String::as_str) == Some("no_service"))
             .unwrap();
         assert_eq!((drop.name.as_str(), drop.value()), ("xvs_drops_total", 4.0));
+    }
+
+    /// Labels Prometheus itself adds to every series of a target.
+    const TARGET_LABELS: [&str; 2] = ["instance", "job"];
+
+    /// Every PromQL expression of the dashboard (panel targets and template
+    /// variable queries).
+    fn expressions(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    match (k.as_str(), v) {
+                        ("expr" | "query" | "definition", serde_json::Value::String(s))
+                            if s.contains("xvs_") =>
+                        {
+                            out.push(s.clone())
+                        }
+                        _ => expressions(v, out),
+                    }
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| expressions(v, out)),
+            _ => {}
+        }
+    }
+
+    /// The Grafana dashboard (`packaging/grafana/xvs.json`) asks only for
+    /// what xvs exports: every metric name in every query is a sample of
+    /// `/metrics` (every family rendered, read back by the official parser),
+    /// every label a query matches or groups by is one of that metric's (or a
+    /// target label Prometheus adds), and every literal label value it
+    /// matches is one xvs writes.
+    #[test]
+    fn the_grafana_dashboard_asks_only_for_what_xvs_exports() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/grafana/xvs.json");
+        let dashboard: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        if !xvs_vm_tests::prom::available() {
+            return;
+        }
+        let text = render(example(), &Histograms::default());
+        let mut exported: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+        for family in xvs_vm_tests::prom::parse(&text).unwrap().into_values() {
+            for s in family.samples {
+                let labels = exported.entry(s.name).or_default();
+                for (k, v) in s.labels {
+                    labels.entry(k).or_default().insert(v);
+                }
+            }
+        }
+        let mut exprs = Vec::new();
+        expressions(&dashboard, &mut exprs);
+        assert!(exprs.len() >= 12, "{exprs:?}");
+        // The panels the dashboard promises.
+        for wanted in [
+            "xvs_rx_frames_total",
+            "xvs_drops_total",
+            "xvs_new_flows_total",
+            "xvs_conntrack_entries",
+            "xvs_conntrack_capacity",
+            "snat_exhausted",
+            "xvs_service_packets_total",
+            "xvs_update_latency_seconds_bucket",
+            "xvs_kube_event_to_dataplane_seconds_bucket",
+        ] {
+            assert!(
+                exprs.iter().any(|e| e.contains(wanted)),
+                "no query uses {wanted}"
+            );
+        }
+        let name = regex::Regex::new(r"\bxvs_[a-z0-9_]+").unwrap();
+        let selector = regex::Regex::new(r"(xvs_[a-z0-9_]+)\{([^}]*)\}").unwrap();
+        let matcher = regex::Regex::new(r#"([a-z_]+)\s*(=~|!~|!=|=)\s*"([^"]*)""#).unwrap();
+        let by = regex::Regex::new(r"\bby\s*\(([^)]*)\)").unwrap();
+        for e in &exprs {
+            let names: Vec<&str> = name.find_iter(e).map(|m| m.as_str()).collect();
+            for n in &names {
+                assert!(exported.contains_key(*n), "{n} (in {e}) is not exported");
+            }
+            for c in selector.captures_iter(e) {
+                let labels = &exported[&c[1]];
+                for m in matcher.captures_iter(&c[2]) {
+                    let key = &m[1];
+                    if TARGET_LABELS.contains(&key) {
+                        continue;
+                    }
+                    let values = labels
+                        .get(key)
+                        .unwrap_or_else(|| panic!("{} has no label {key} (in {e})", &c[1]));
+                    if &m[2] == "=" {
+                        assert!(
+                            values.contains(&m[3]),
+                            "{}{{{key}=\"{}\"}}: no such value",
+                            &c[1],
+                            &m[3]
+                        );
+                    }
+                }
+            }
+            for c in by.captures_iter(e) {
+                for key in c[1].split(',').map(str::trim).filter(|k| !k.is_empty()) {
+                    let has = names
+                        .iter()
+                        .any(|n| exported[*n].contains_key(key) || TARGET_LABELS.contains(&key));
+                    assert!(has, "no metric of {e} has label {key}");
+                }
+            }
+        }
     }
 }
