@@ -142,6 +142,21 @@ impl<A: xvs_config::Address> FlowTable<A> {
                 self.states
             ));
         }
+
+        // SNAT tallies.
+        let mut snat = crate::table::SnatTally {
+            addrs: self.snat.addrs.clone(),
+            live: vec![0; self.snat.addrs.len()],
+        };
+        for &i in &live {
+            snat.add(&entries[i as usize], 1);
+        }
+        if snat.live != self.snat.live {
+            return Err(format!(
+                "SNAT tallies {:?}, counted {:?}",
+                self.snat.live, snat.live
+            ));
+        }
         Ok(())
     }
 }

@@ -334,6 +334,7 @@ impl<A: Address> FlowTable<A> {
             self.slab.live += 1;
             let state = e.state();
             self.states[state.index()] += 1;
+            self.snat.add(&e, 1);
             if e.flags & FLAG_TEMPLATE != 0 {
                 out.templates += 1;
             } else {

@@ -224,6 +224,30 @@ pub struct FlowTable<A: Address = Ipv4Addr> {
     /// Entries read back from a state file wait for `adopt` (with the
     /// number of insane slots already reset).
     pub(crate) pending: Option<u32>,
+    /// Live flows per SNAT address, for the addresses given to
+    /// [`FlowTable::count_snat`] (kept at every insert and removal).
+    pub(crate) snat: SnatTally<A>,
+}
+
+/// Live flows (not templates) whose SNAT end is each of a few addresses.
+#[derive(Debug, Clone)]
+pub(crate) struct SnatTally<A> {
+    pub(crate) addrs: Vec<A>,
+    pub(crate) live: Vec<u32>,
+}
+
+impl<A: Address> SnatTally<A> {
+    /// Counts `e` (a flow entering, `+1`, or leaving, `-1`).
+    #[inline]
+    pub(crate) fn add(&mut self, e: &crate::slab::Entry<A>, d: i32) {
+        if e.is_template() {
+            return;
+        }
+        let addr = e.snat().addr;
+        if let Some(i) = self.addrs.iter().position(|a| *a == addr) {
+            self.live[i] = self.live[i].wrapping_add_signed(d);
+        }
+    }
 }
 
 impl<A: Address> FlowTable<A> {
@@ -247,7 +271,36 @@ impl<A: Address> FlowTable<A> {
             stats: Stats::default(),
             states: [0; FlowState::COUNT],
             pending: None,
+            snat: SnatTally {
+                addrs: Vec::new(),
+                live: Vec::new(),
+            },
         }
+    }
+
+    /// Counts live flows per SNAT address for `addrs` from now on (the
+    /// live ones counted at once; entries waiting for adoption are counted
+    /// when adopted): [`FlowTable::snat_flows`].
+    pub fn count_snat(&mut self, addrs: &[A]) {
+        self.snat = SnatTally {
+            addrs: addrs.to_vec(),
+            live: vec![0; addrs.len()],
+        };
+        if self.pending.is_some() {
+            return;
+        }
+        for i in 0..self.slab.capacity() {
+            let e = self.slab.entries[i as usize];
+            if e.is_live() {
+                self.snat.add(&e, 1);
+            }
+        }
+    }
+
+    /// Live flows per SNAT address, in the order given to
+    /// [`FlowTable::count_snat`].
+    pub fn snat_flows(&self) -> &[u32] {
+        &self.snat.live
     }
 
     /// Empties everything derived from the entries (index, lists,
@@ -588,6 +641,8 @@ impl<A: Address> FlowTable<A> {
             self.index_insert(h_reply, slot | DIR_BIT);
         }
         self.states[state.index()] += 1;
+        let e = self.slab.entries[slot as usize];
+        self.snat.add(&e, 1);
         self.stats.insert += 1;
         if state.is_active() {
             obs.conn_counts(new.service, new.backend_id, 1, 0);
@@ -731,6 +786,7 @@ impl<A: Address> FlowTable<A> {
             self.unfile(slot);
         }
         self.states[state.index()] -= 1;
+        self.snat.add(&e, -1);
         self.slab.release(slot);
     }
 

@@ -728,7 +728,7 @@ async fn set_state_timeouts(
 }
 
 async fn prometheus(State(st): State<Arc<Shared>>) -> Result<Response, ApiError> {
-    let (size, samples, counters, overflow) = st
+    let (size, samples, counters, overflow, snat_addresses) = st
         .engine
         .call(|e| {
             let overflow: Vec<u64> = e
@@ -742,6 +742,7 @@ async fn prometheus(State(st): State<Arc<Shared>>) -> Result<Response, ApiError>
                 sample(e),
                 e.dataplane().counters(),
                 overflow,
+                crate::status::snat_addresses(e.config()),
             )
         })
         .await
@@ -762,6 +763,7 @@ async fn prometheus(State(st): State<Arc<Shared>>) -> Result<Response, ApiError>
         kube: st.kube.as_deref().map(metrics::KubeReading::of),
         sync,
         admin_refused: (st.refused_unix.get(), st.refused_tcp.get()),
+        snat_addresses,
     };
     let text = metrics::render(scrape, &st.histograms);
     Ok((

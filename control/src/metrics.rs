@@ -125,6 +125,9 @@ pub struct Scrape {
     pub sync: Option<SyncState>,
     /// Admin connections refused at the limit: (unix, tcp).
     pub admin_refused: (u64, u64),
+    /// The SNAT addresses, in the workers' order (see
+    /// [`crate::status::snat_addresses`]).
+    pub snat_addresses: Vec<std::net::IpAddr>,
 }
 
 /// Renders a scrape and the histograms as the text format.
@@ -387,6 +390,16 @@ impl Collector for Scrape {
             };
             f.sample(&worker(w), Value::Float(ratio))?;
         }
+        let mut f = family(
+            enc,
+            "xvs_snat_flows",
+            "Live flows through each SNAT address, all workers (its ports are taken per backend).",
+            MetricType::Gauge,
+        )?;
+        let through = crate::status::per_address(&self.workers, self.snat_addresses.len());
+        for (a, n) in self.snat_addresses.iter().zip(through) {
+            f.sample(&vec![("address", a.to_string())], Value::Int(n))?;
+        }
         if let Some(k) = &self.kube {
             kube(enc, k)?;
         }
@@ -571,6 +584,7 @@ mod tests {
         r.pipeline.drops[DropReason::NoService.index()] = 4;
         r.worker.busy = 1;
         r.worker.idle = 3;
+        r.snat_flows[0] = 6;
         Scrape {
             listing: l,
             workers: vec![r],
@@ -583,6 +597,7 @@ mod tests {
             }),
             sync: None,
             admin_refused: (0, 5),
+            snat_addresses: vec![Ipv4Addr::new(198, 18, 1, 2).into()],
         }
     }
 
@@ -610,6 +625,7 @@ mod tests {
             "xvs_flow_events_overflow_total{worker=\"0\"} 7",
             "xvs_kube_watch_errors_total 2",
             "xvs_kube_invalid_values 1",
+            "xvs_snat_flows{address=\"198.18.1.2\"} 6",
             "xvs_kube_last_sync_age_seconds +Inf",
             "xvs_admin_connections_refused_total{listener=\"tcp\"} 5",
         ] {

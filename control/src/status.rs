@@ -93,6 +93,9 @@ pub struct WorkerView {
 pub struct SnatView {
     /// The addresses.
     pub addresses: Vec<IpAddr>,
+    /// Live flows through each address (all workers), in the same order.
+    #[serde(default)]
+    pub flows: Vec<u64>,
     /// The port range.
     pub ports: String,
     /// Ports per worker (each worker's slice of the range).
@@ -281,8 +284,8 @@ pub fn overview(i: Inputs<'_>, history: &History) -> Overview {
     drops.truncate(5);
     let exhausted = since(&|c| c.pipeline.drops[DropReason::SnatExhausted.index()]);
     let reclaimed = since(&|c| c.conntrack.reclaim);
-    let mut addresses: Vec<IpAddr> = cfg.snat.addresses.iter().map(|a| (*a).into()).collect();
-    addresses.extend(cfg.snat.addresses6.iter().map(|a| IpAddr::from(*a)));
+    let addresses = snat_addresses(cfg);
+    let flows_through = per_address(&i.now, addresses.len());
     let mut services = ServicesView {
         services: i.listing.services.len(),
         from_kubernetes: i.kube_services,
@@ -309,6 +312,7 @@ pub fn overview(i: Inputs<'_>, history: &History) -> Overview {
         capacity: cfg.conntrack.capacity,
         snat: SnatView {
             addresses,
+            flows: flows_through,
             ports: cfg.snat.ports.to_string(),
             ports_per_worker: cfg
                 .snat
@@ -326,6 +330,21 @@ pub fn overview(i: Inputs<'_>, history: &History) -> Overview {
         window_seconds: window,
         drops_total,
     }
+}
+
+/// The SNAT addresses in the order the workers count them: IPv4, then
+/// IPv6, as in the config.
+pub fn snat_addresses(cfg: &xvs_config::Config) -> Vec<IpAddr> {
+    let v4 = cfg.snat.addresses.iter().map(|a| IpAddr::from(*a));
+    v4.chain(cfg.snat.addresses6.iter().map(|a| IpAddr::from(*a)))
+        .collect()
+}
+
+/// Live flows through each of the first `n` SNAT addresses, all workers.
+pub fn per_address(workers: &[CountersReading], n: usize) -> Vec<u64> {
+    (0..n.min(xvs_dataplane::counters::SNAT_SLOTS))
+        .map(|k| workers.iter().map(|w| w.snat_flows[k]).sum())
+        .collect()
 }
 
 /// A count with thousands separators.
@@ -487,7 +506,16 @@ pub fn render(o: &Overview) -> String {
         count(u64::from(o.capacity))
     );
     row(&mut out, "Flows", &flows);
-    let addrs: Vec<String> = o.snat.addresses.iter().map(ToString::to_string).collect();
+    let addrs: Vec<String> = o
+        .snat
+        .addresses
+        .iter()
+        .enumerate()
+        .map(|(k, a)| match o.snat.flows.get(k) {
+            Some(n) => format!("{a} ({} flows)", count(*n)),
+            None => a.to_string(),
+        })
+        .collect();
     let per_worker: Vec<String> = o
         .snat
         .ports_per_worker

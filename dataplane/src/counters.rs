@@ -99,6 +99,10 @@ xvs_conntrack::counter_table! {
     }
 }
 
+/// How many SNAT addresses (IPv4 then IPv6) have their live flows
+/// published ([`CountersReading::snat_flows`]).
+pub const SNAT_SLOTS: usize = 16;
+
 /// The published counters of one worker.
 #[derive(Debug, Default)]
 pub struct LiveCounters {
@@ -113,6 +117,7 @@ struct Block {
     worker: [AtomicU64; WorkerTallies::LEN],
     conntrack: [AtomicU64; Stats::LEN],
     flows: AtomicU64,
+    snat_flows: [AtomicU64; SNAT_SLOTS],
     /// Control messages applied so far (Release after each one).
     applied: AtomicU64,
 }
@@ -126,6 +131,7 @@ impl Default for Block {
             worker: std::array::from_fn(|_| z()),
             conntrack: std::array::from_fn(|_| z()),
             flows: z(),
+            snat_flows: std::array::from_fn(|_| z()),
             applied: z(),
         }
     }
@@ -155,6 +161,9 @@ pub struct CountersReading {
     pub rings: RingStats,
     /// Live flows.
     pub flows: u64,
+    /// Live flows per SNAT address (the config's IPv4 addresses, then its
+    /// IPv6 ones; the first [`SNAT_SLOTS`]).
+    pub snat_flows: [u64; SNAT_SLOTS],
 }
 
 impl CountersReading {
@@ -166,6 +175,9 @@ impl CountersReading {
         self.conntrack.add(&o.conntrack);
         self.rings.add(&o.rings);
         self.flows += o.flows;
+        for (a, b) in self.snat_flows.iter_mut().zip(o.snat_flows) {
+            *a += b;
+        }
     }
 }
 
@@ -188,6 +200,7 @@ impl LiveCounters {
         store(&b.worker, r.worker.values());
         store(&b.conntrack, r.conntrack.values());
         b.flows.store(r.flows, Relaxed);
+        store(&b.snat_flows, r.snat_flows);
     }
 
     /// Reads the last published values.
@@ -202,6 +215,7 @@ impl LiveCounters {
             conntrack: Stats::from_array(load(&b.conntrack)),
             rings: RingStats::default(),
             flows: b.flows.load(Relaxed),
+            snat_flows: load(&b.snat_flows),
         }
     }
 }
@@ -225,6 +239,7 @@ mod tests {
         r.conntrack.found = 8;
         r.worker.tx = 7;
         r.flows = 2;
+        r.snat_flows[1] = 11;
         live.publish(&r);
         assert_eq!(live.read(), r);
         assert!(std::mem::align_of::<LiveCounters>() >= 64);

@@ -329,12 +329,13 @@ pub struct Pipeline {
 
 impl<A: Family> Half<A> {
     fn new(
-        table: FlowTable<A>,
+        mut table: FlowTable<A>,
         snat: Vec<A>,
         ports: PortRange,
         mac: EthernetAddress,
         tunnel: (Option<A>, Option<(A, A)>),
     ) -> Half<A> {
+        table.count_snat(&snat);
         let mut owned = HashSet::new();
         owned.extend(snat.iter().copied());
         let first = snat.first().copied().unwrap_or(A::UNSPECIFIED);
@@ -1246,6 +1247,21 @@ impl Pipeline {
     /// Live flows of both families.
     pub fn flows(&self) -> u32 {
         self.v4.table.len() + self.v6.table.len()
+    }
+
+    /// Live flows per SNAT address into `out`: the IPv4 addresses, then
+    /// the IPv6 ones, in the config's order (those beyond `out` are not
+    /// reported).
+    pub fn snat_flows(&self, out: &mut [u64]) {
+        let both = self
+            .v4
+            .table
+            .snat_flows()
+            .iter()
+            .chain(self.v6.table.snat_flows());
+        for (o, n) in out.iter_mut().zip(both) {
+            *o = u64::from(*n);
+        }
     }
 
     /// Conntrack counters of both families.

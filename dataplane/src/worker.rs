@@ -333,12 +333,15 @@ impl<P: PacketIo> Worker<P> {
 
     /// Publishes the counters for readers on other threads.
     fn publish(&self) {
+        let mut snat_flows = [0; crate::counters::SNAT_SLOTS];
+        self.pipeline.snat_flows(&mut snat_flows);
         self.live.publish(&CountersReading {
             pipeline: *self.pipeline.counters(),
             worker: self.tallies,
             conntrack: self.pipeline.conntrack_stats(),
             rings: RingStats::default(),
             flows: u64::from(self.pipeline.flows()),
+            snat_flows,
         });
     }
 

@@ -906,6 +906,9 @@ fn xvs_status_shows_the_gateway_as_it_is() {
     assert!(drops[0][1].as_u64().unwrap() >= 1, "{json}");
     assert!(json["uptime_seconds"].as_f64().unwrap() > 2.0);
     assert_eq!(json["snat"]["addresses"][0], "198.18.1.2");
+    // Every flow is full NAT through the one SNAT address.
+    assert!(json["flows"].as_u64().unwrap() > 0, "{json}");
+    assert_eq!(json["snat"]["flows"][0], json["flows"], "{json}");
 
     let screen = status(&[]);
     eprintln!("{screen}");
@@ -920,7 +923,10 @@ fn xvs_status_shows_the_gateway_as_it_is() {
         "Services:          1 (0 from Kubernetes), 3 backends: 2 healthy, 0 down, 1 quiesced"
             .to_owned(),
         "Kubernetes:        off".to_owned(),
-        "SNAT:              198.18.1.2 ports 1024-65535".to_owned(),
+        format!(
+            "SNAT:              198.18.1.2 ({} flows) ports 1024-65535",
+            json["flows"]
+        ),
         "no_service ".to_owned(),
     ] {
         assert!(screen.contains(&line), "{line:?} not in\n{screen}");
