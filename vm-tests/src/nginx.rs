@@ -43,6 +43,16 @@ impl Nginx {
         Nginx::start_on(ns, &[SocketAddr::from((addr, port))], name)
     }
 
+    /// Starts nginx on every backend of `t`, port 8080, backend `i`
+    /// answering `b{i}`.
+    pub fn on_backends(t: &crate::topology::Topology) -> std::io::Result<Vec<Nginx>> {
+        t.backends
+            .iter()
+            .enumerate()
+            .map(|(i, b)| Nginx::start(&b.ns, b.addr, 8080, &format!("b{i}")))
+            .collect()
+    }
+
     /// Starts nginx in `ns` listening on every address of `on` (the first
     /// is the one its status is read on), answering `name`.
     pub fn start_on(ns: &Netns, on: &[SocketAddr], name: &str) -> std::io::Result<Nginx> {

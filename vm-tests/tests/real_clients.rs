@@ -59,11 +59,10 @@ fn lab_arms(arms: Arms, extra: &str) -> Lab {
         queues: 1,
     })
     .unwrap();
-    let nginx = t
-        .backends
-        .iter()
-        .enumerate()
-        .map(|(i, b)| Some(Nginx::start(&b.ns, b.addr, 8080, &format!("b{i}")).unwrap()))
+    let nginx = Nginx::on_backends(&t)
+        .unwrap()
+        .into_iter()
+        .map(Some)
         .collect();
     let mut text = config(&t, extra);
     if let Some(b) = &t.gateway_backend_if {
@@ -570,12 +569,7 @@ fn the_nodes_own_address_as_snat_leaves_the_nodes_traffic_alone() {
         return;
     }
     let t = Topology::build(Spec::one_arm(3)).unwrap();
-    let _nginx: Vec<Nginx> = t
-        .backends
-        .iter()
-        .enumerate()
-        .map(|(i, b)| Nginx::start(&b.ns, b.addr, 8080, &format!("b{i}")).unwrap())
-        .collect();
+    let _nginx = Nginx::on_backends(&t).unwrap();
     // The node's own TCP service, on the address xvs will share.
     let mut serve = t.gateway.command(TESTNET);
     serve.args(["serve", "--name", "node", "--tcp", "198.18.1.1:2222"]);

@@ -71,12 +71,7 @@ fn the_web_view_shows_services_and_flow_events_in_a_real_browser() {
         return;
     }
     let t = Topology::build(Spec::one_arm(3)).unwrap();
-    let _nginx: Vec<Nginx> = t
-        .backends
-        .iter()
-        .enumerate()
-        .map(|(i, b)| Nginx::start(&b.ns, b.addr, 8080, &format!("b{i}")).unwrap())
-        .collect();
+    let _nginx = Nginx::on_backends(&t).unwrap();
     let dir = dir_of(&t, "web");
     std::fs::create_dir_all(&dir).unwrap();
     let token = "web-view-test-token-5c1e";
