@@ -896,8 +896,18 @@ fn xvs_status_shows_the_gateway_as_it_is() {
     );
     assert_eq!(json["kubernetes"], serde_json::Value::Null);
     let drops = json["drops_last_minute"].as_array().unwrap();
-    assert_eq!(drops[0][0], "no_service", "{json}");
-    assert!(drops[0][1].as_u64().unwrap() >= 1, "{json}");
+    // The SYNs to port 81 are among them (another reason may count more:
+    // a late segment of wrk's, say), most first, five at most.
+    let no_service = drops.iter().find(|d| d[0] == "no_service");
+    assert!(
+        no_service.is_some_and(|d| d[1].as_u64() >= Some(1)),
+        "{json}"
+    );
+    let counts: Vec<u64> = drops.iter().map(|d| d[1].as_u64().unwrap()).collect();
+    assert!(
+        counts.len() <= 5 && counts.is_sorted_by(|a, b| a >= b),
+        "{json}"
+    );
     assert!(json["uptime_seconds"].as_f64().unwrap() > 2.0);
     assert_eq!(json["snat"]["addresses"][0], "198.18.1.2");
     // Every flow is full NAT through the one SNAT address.
