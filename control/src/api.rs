@@ -20,6 +20,7 @@ use xvs_config::{Backend, Family, Protocol, Service, ServiceKey, UnknownName};
 use xvs_conntrack::{Filter, FlowState, L4Proto};
 
 use crate::engine::{Applied, Edit, EngineHandle, Refused};
+use crate::kube::source::KubeStatus;
 use prometheus_client::metrics::histogram::Histogram;
 
 use crate::metrics::{self, Histograms};
@@ -429,11 +430,7 @@ pub struct SteeredView {
 async fn overview(
     State(st): State<Arc<Shared>>,
 ) -> Result<Json<crate::status::Overview>, ApiError> {
-    let kubernetes = st.kube.as_ref().map(|k| crate::status::KubeView {
-        synced: k.synced(),
-        last_event_age: k.last_sync_age(),
-        errors: k.errors.load(std::sync::atomic::Ordering::Relaxed),
-    });
+    let kubernetes = st.kube.as_deref().map(KubeStatus::reading);
     let uptime = st.started.elapsed().as_secs_f64();
     let (cfg, file, layout, now, kube_services, restart, size, samples) = st
         .engine
@@ -760,7 +757,7 @@ async fn prometheus(State(st): State<Arc<Shared>>) -> Result<Response, ApiError>
         listing,
         workers: counters,
         overflow,
-        kube: st.kube.as_deref().map(metrics::KubeReading::of),
+        kube: st.kube.as_deref().map(KubeStatus::reading),
         sync,
         admin_refused: (st.refused_unix.get(), st.refused_tcp.get()),
         snat_addresses,

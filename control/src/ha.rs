@@ -107,7 +107,8 @@ pub(crate) fn encode(
     enc: &mut prometheus_client::encoding::DescriptorEncoder,
     s: &SyncState,
 ) -> std::fmt::Result {
-    let mut f = crate::metrics::SyncFamilies::new(enc);
+    use crate::metrics::{family, single, Value};
+    use prometheus_client::metrics::MetricType::{Counter, Gauge};
     let c = &s.counters;
     let rows: [(&str, &str, u64); 8] = [
         (
@@ -152,25 +153,24 @@ pub(crate) fn encode(
         ),
     ];
     for (name, help, v) in rows {
-        f.counter(name, help, v)?;
+        single(enc, name, help, Counter, Value::Int(v))?;
     }
-    f.counters(
-        "xvs_sync_dropped_datagrams_total",
-        "Received sync datagrams dropped, by reason.",
-        "reason",
-        c.dropped.iter().map(|(r, v)| (r.to_string(), *v)),
-    )?;
-    f.gauges(
-        "xvs_sync_peer_silent_seconds",
-        "Seconds since a peer was last heard.",
-        "node",
-        s.heard
-            .iter()
-            .map(|p| (p.node.to_string(), p.silent_ms as f64 / 1000.0)),
-    )?;
-    f.gauge(
+    let help = "Received sync datagrams dropped, by reason.";
+    let mut f = family(enc, "xvs_sync_dropped_datagrams_total", help, Counter)?;
+    for (reason, v) in &c.dropped {
+        f.sample(&vec![("reason", reason.clone())], Value::Int(*v))?;
+    }
+    let help = "Seconds since a peer was last heard.";
+    let mut f = family(enc, "xvs_sync_peer_silent_seconds", help, Gauge)?;
+    for p in &s.heard {
+        let silent = Value::Float(p.silent_ms as f64 / 1000.0);
+        f.sample(&vec![("node", p.node.to_string())], silent)?;
+    }
+    single(
+        enc,
         "xvs_sync_standby",
         "Whether this gateway is a backup that has not taken over.",
-        f64::from(u8::from(s.role == "backup")),
+        Gauge,
+        Value::Int(u64::from(s.role == "backup")),
     )
 }

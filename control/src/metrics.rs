@@ -25,6 +25,7 @@ use xvs_dataplane::wire::DropReason;
 use xvs_dataplane::worker::Snapshot;
 use xvs_dataplane::xsk::RingStats;
 
+use crate::kube::source::KubeReading;
 use crate::view::{BackendView, Listing, ServiceView};
 
 /// Bucket upper bounds (seconds) of both histograms.
@@ -85,31 +86,6 @@ impl WorkerConntrack {
     }
 }
 
-/// The Kubernetes source's state at a scrape.
-#[derive(Debug, Clone, Copy)]
-pub struct KubeReading {
-    /// The copy is in sync with the API server.
-    pub synced: bool,
-    /// Seconds since the last event (none yet: infinite).
-    pub last_sync_age: Option<f64>,
-    /// Watch errors.
-    pub errors: u64,
-    /// Invalid values (annotations) in the latest set, defaults used.
-    pub invalid_values: u64,
-}
-
-impl KubeReading {
-    /// Of the source's status.
-    pub fn of(k: &crate::kube::source::KubeStatus) -> KubeReading {
-        KubeReading {
-            synced: k.synced(),
-            last_sync_age: k.last_sync_age(),
-            errors: k.errors.load(std::sync::atomic::Ordering::Relaxed),
-            invalid_values: k.warnings.load(std::sync::atomic::Ordering::Relaxed),
-        }
-    }
-}
-
 /// One scrape's snapshot of everything the data plane counts.
 #[derive(Debug, Clone)]
 pub struct Scrape {
@@ -153,17 +129,17 @@ pub fn render(scrape: Scrape, h: &Histograms) -> String {
 }
 
 /// Labels of one sample.
-type Labels = Vec<(&'static str, String)>;
+pub(crate) type Labels = Vec<(&'static str, String)>;
 
 /// A family being written: its descriptor, then its samples.
-struct Family<'e> {
+pub(crate) struct Family<'e> {
     metric: MetricEncoder<'e>,
     kind: MetricType,
 }
 
 /// Starts family `name` (a counter's name ends in `_total`: the library
 /// adds the suffix itself).
-fn family<'e>(
+pub(crate) fn family<'e>(
     enc: &'e mut DescriptorEncoder,
     name: &'e str,
     help: &str,
@@ -179,13 +155,14 @@ fn family<'e>(
 
 /// A sample value: counters are integers, gauges integers or ratios.
 #[derive(Clone, Copy)]
-enum Value {
+pub(crate) enum Value {
     Int(u64),
     Float(f64),
 }
 
 impl Family<'_> {
-    fn sample(&mut self, labels: &Labels, v: Value) -> fmt::Result {
+    /// Writes one sample.
+    pub(crate) fn sample(&mut self, labels: &Labels, v: Value) -> fmt::Result {
         if labels.is_empty() {
             return put(&mut self.metric, self.kind, v);
         }
@@ -226,7 +203,7 @@ fn worker(w: usize) -> Labels {
 }
 
 /// One family of one sample without labels.
-fn single(
+pub(crate) fn single(
     enc: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -432,7 +409,7 @@ fn kube(enc: &mut DescriptorEncoder, k: &KubeReading) -> fmt::Result {
         "xvs_kube_last_sync_age_seconds",
         "Seconds since the last event from the API server.",
         MetricType::Gauge,
-        Value::Float(k.last_sync_age.unwrap_or(f64::INFINITY)),
+        Value::Float(k.last_event_age.unwrap_or(f64::INFINITY)),
     )?;
     single(
         enc,
@@ -448,56 +425,6 @@ fn kube(enc: &mut DescriptorEncoder, k: &KubeReading) -> fmt::Result {
         MetricType::Gauge,
         Value::Int(k.invalid_values),
     )
-}
-
-/// The families of the flow sync (see [`crate::ha`]), written by it.
-pub(crate) struct SyncFamilies<'a, 'e>(&'a mut DescriptorEncoder<'e>);
-
-impl<'a, 'e> SyncFamilies<'a, 'e> {
-    /// Writes into `enc`.
-    pub(crate) fn new(enc: &'a mut DescriptorEncoder<'e>) -> Self {
-        SyncFamilies(enc)
-    }
-
-    /// A counter family without labels.
-    pub(crate) fn counter(&mut self, name: &str, help: &str, v: u64) -> fmt::Result {
-        single(self.0, name, help, MetricType::Counter, Value::Int(v))
-    }
-
-    /// A gauge family without labels.
-    pub(crate) fn gauge(&mut self, name: &str, help: &str, v: f64) -> fmt::Result {
-        single(self.0, name, help, MetricType::Gauge, Value::Float(v))
-    }
-
-    /// A counter family with one label (`key`) per row.
-    pub(crate) fn counters(
-        &mut self,
-        name: &str,
-        help: &str,
-        key: &'static str,
-        rows: impl IntoIterator<Item = (String, u64)>,
-    ) -> fmt::Result {
-        let mut f = family(self.0, name, help, MetricType::Counter)?;
-        for (label, v) in rows {
-            f.sample(&vec![(key, label)], Value::Int(v))?;
-        }
-        Ok(())
-    }
-
-    /// A gauge family with one label (`key`) per row.
-    pub(crate) fn gauges(
-        &mut self,
-        name: &str,
-        help: &str,
-        key: &'static str,
-        rows: impl IntoIterator<Item = (String, f64)>,
-    ) -> fmt::Result {
-        let mut f = family(self.0, name, help, MetricType::Gauge)?;
-        for (label, v) in rows {
-            f.sample(&vec![(key, label)], Value::Float(v))?;
-        }
-        Ok(())
-    }
 }
 
 /// The connection, packet and byte families of services or backends
@@ -591,7 +518,7 @@ mod tests {
             overflow: vec![7],
             kube: Some(KubeReading {
                 synced: true,
-                last_sync_age: None,
+                last_event_age: None,
                 errors: 2,
                 invalid_values: 1,
             }),

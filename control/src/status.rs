@@ -20,6 +20,7 @@ use xvs_dataplane::runtime::Layout;
 use xvs_dataplane::wire::DropReason;
 
 use crate::api::RestartView;
+use crate::kube::source::KubeReading;
 use crate::view::Listing;
 
 /// How far back [`History`] keeps readings (seconds).
@@ -123,17 +124,6 @@ pub struct ServicesView {
     pub quiesced: usize,
 }
 
-/// The Kubernetes source.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct KubeView {
-    /// In sync with the API server.
-    pub synced: bool,
-    /// Seconds since its last event.
-    pub last_event_age: Option<f64>,
-    /// Watch errors since start.
-    pub errors: u64,
-}
-
 /// `/v1/overview`: what `xvs status` shows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Overview {
@@ -162,7 +152,7 @@ pub struct Overview {
     /// Services and backends.
     pub services: ServicesView,
     /// The Kubernetes source (none: off).
-    pub kubernetes: Option<KubeView>,
+    pub kubernetes: Option<KubeReading>,
     /// What the start took over from the instance before it.
     pub restart: RestartView,
     /// The most frequent drop reasons of the last minute (at most five,
@@ -194,7 +184,7 @@ pub struct Inputs<'a> {
     /// Services from Kubernetes.
     pub kube_services: usize,
     /// The Kubernetes source.
-    pub kubernetes: Option<KubeView>,
+    pub kubernetes: Option<KubeReading>,
     /// The restart information.
     pub restart: RestartView,
 }

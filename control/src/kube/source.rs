@@ -41,7 +41,31 @@ pub struct KubeStatus {
     pub warnings: AtomicU64,
 }
 
+/// The source's state at one moment (`/metrics`, `xvs status`).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct KubeReading {
+    /// The copy is in sync with the API server ([`KubeStatus::synced`]).
+    pub synced: bool,
+    /// Seconds since the last event (none yet: `None`).
+    pub last_event_age: Option<f64>,
+    /// Watch errors since start.
+    pub errors: u64,
+    /// Invalid values in the latest set (defaults used).
+    #[serde(default)]
+    pub invalid_values: u64,
+}
+
 impl KubeStatus {
+    /// Its state now.
+    pub fn reading(&self) -> KubeReading {
+        KubeReading {
+            synced: self.synced(),
+            last_event_age: self.last_sync_age(),
+            errors: self.errors.load(Ordering::Relaxed),
+            invalid_values: self.warnings.load(Ordering::Relaxed),
+        }
+    }
+
     /// Both kinds were listed, and the API server answered after the last
     /// error (a resumed watch sends nothing until something changes, so
     /// an error stays visible until then).
@@ -228,9 +252,6 @@ pub async fn run(
         // remove the other half's services.
         if changed && status.listed() {
             let (set, warnings) = desired(&copy, &proxy_name);
-            status
-                .warnings
-                .store(warnings.len() as u64, Ordering::Relaxed);
             status
                 .warnings
                 .store(warnings.len() as u64, Ordering::Relaxed);
