@@ -108,11 +108,17 @@ impl Attached {
     }
 
     fn mode_name(&self) -> (&'static str, &'static str) {
-        match self.mode {
-            XDP_FLAGS_DRV_MODE => ("native", "xdpdrv"),
-            XDP_FLAGS_SKB_MODE => ("generic", "xdpgeneric"),
-            _ => ("offloaded", "xdpoffload"),
-        }
+        mode_name(self.mode)
+    }
+}
+
+/// An attach mode flag's name, and the `ip link` keyword that detaches
+/// a program attached in it.
+fn mode_name(flags: u32) -> (&'static str, &'static str) {
+    match flags {
+        XDP_FLAGS_DRV_MODE => ("native", "xdpdrv"),
+        XDP_FLAGS_SKB_MODE => ("generic", "xdpgeneric"),
+        _ => ("offloaded", "xdpoffload"),
     }
 }
 
@@ -404,9 +410,7 @@ impl Steering {
     pub fn mode(&self) -> &'static str {
         match self.flags {
             0 => "detached",
-            XDP_FLAGS_DRV_MODE => "native",
-            XDP_FLAGS_SKB_MODE => "generic",
-            _ => "offloaded",
+            f => mode_name(f).0,
         }
     }
 

@@ -279,7 +279,7 @@ pub fn clap_exit(e: clap::Error, out: &mut dyn Write, err: &mut dyn Write) -> u8
 /// [`super::ipvs_opts`] (ipvsadm's popt table, which this is made from)
 /// and the subcommands by their own parsers.
 pub fn command() -> clap::Command {
-    use super::ipvs_opts::{options, Takes};
+    use super::ipvs_opts::{options, Arg as Takes};
     use clap::{Arg, ArgAction};
     let mut cmd = clap::Command::new("xvsadm")
         .version(env!("CARGO_PKG_VERSION"))
@@ -300,9 +300,9 @@ pub fn command() -> clap::Command {
             arg = arg.short(first).short_aliases(more.iter().copied());
         }
         arg = match o.takes {
-            Takes::Nothing => arg.action(ArgAction::SetTrue),
-            Takes::Value => arg.num_args(1).value_name(value_name(o.long)),
-            Takes::OptionalValue => arg.num_args(0..=1).value_name(value_name(o.long)),
+            Takes::None => arg.action(ArgAction::SetTrue),
+            Takes::Required => arg.num_args(1).value_name(value_name(o.long)),
+            Takes::Optional => arg.num_args(0..=1).value_name(value_name(o.long)),
         };
         cmd = cmd.arg(arg);
     }

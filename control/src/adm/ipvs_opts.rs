@@ -391,10 +391,14 @@ pub const DEFAULT_PERSISTENT_TIMEOUT: u32 = 360;
 /// ipvsadm's MAX_TIMEOUT: 31 days.
 pub const MAX_TIMEOUT: u32 = 86400 * 31;
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Arg {
+/// What an option takes after it (popt's `argInfo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arg {
+    /// Nothing.
     None,
+    /// A value.
     Required,
+    /// A value, when the next word does not start with `-` (`-p`).
     Optional,
 }
 
@@ -524,17 +528,6 @@ const TABLE: &[(&str, char, Arg, Tag, &str)] = &[
     ("set-timeout", '\0', Arg::None, Tag::Cmd(Cmd::SetTimeout), "xvs: set one state's timeout by its [conntrack.timeouts] name: state seconds"),
 ];
 
-/// What an option takes after it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Takes {
-    /// Nothing.
-    Nothing,
-    /// A value.
-    Value,
-    /// A value, when the next word does not start with `-` (`-p`).
-    OptionalValue,
-}
-
 /// One option of the table, for the man page and the shell completions
 /// (made from the parser's own table, so they cannot name an option it
 /// does not read).
@@ -545,7 +538,7 @@ pub struct OptionDoc {
     /// Short names (`--list` has two).
     pub short: Vec<char>,
     /// Its value.
-    pub takes: Takes,
+    pub takes: Arg,
     /// One line of help.
     pub help: &'static str,
 }
@@ -562,11 +555,7 @@ pub fn options() -> Vec<OptionDoc> {
         out.push(OptionDoc {
             long,
             short: short.into_iter().collect(),
-            takes: match arg {
-                Arg::None => Takes::Nothing,
-                Arg::Required => Takes::Value,
-                Arg::Optional => Takes::OptionalValue,
-            },
+            takes: arg,
             help,
         });
     }
