@@ -842,7 +842,6 @@ async fn readyz(State(st): State<Arc<Shared>>) -> Response {
 pub fn router(shared: Arc<Shared>) -> Router {
     let svc = "/v1/services/{proto}/{vip}/{port}";
     Router::new()
-        .merge(crate::web::routes())
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(prometheus))
@@ -887,16 +886,11 @@ pub fn with_token(router: Router, token: String) -> Router {
         move |headers: HeaderMap, req: axum::extract::Request, next: axum::middleware::Next| {
             let token = token.clone();
             async move {
-                // The web view's assets hold no data (its API calls carry
-                // the token).
-                let asset = req.method() == axum::http::Method::GET
-                    && crate::web::is_asset(req.uri().path());
-                let ok = asset
-                    || headers
-                        .get(header::AUTHORIZATION)
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.strip_prefix("Bearer "))
-                        .is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes()));
+                let ok = headers
+                    .get(header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.strip_prefix("Bearer "))
+                    .is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes()));
                 if ok {
                     next.run(req).await
                 } else {

@@ -290,11 +290,14 @@ pub fn run(config: &Path) -> u8 {
             .map(|ms| tokio::spawn(crate::ha::watch_peers(engine.clone(), ms)));
         let unix = bind_unix(&cfg.admin.socket)?;
         let app = router(shared.clone());
+        // The web view's assets hold no data: served beside the API, outside
+        // its token (the page's own API calls carry it).
+        let web = crate::web::routes();
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let mut servers = Vec::new();
         servers.push(tokio::spawn(crate::listener::serve(
             crate::listener::Listener::Unix(unix),
-            app.clone(),
+            app.clone().merge(web.clone()),
             crate::listener::UNIX_CONNECTIONS,
             shared.refused_unix.clone(),
             stop_rx.clone(),
@@ -308,7 +311,7 @@ pub fn run(config: &Path) -> u8 {
                 })?;
             servers.push(tokio::spawn(crate::listener::serve(
                 crate::listener::Listener::Tcp(tcp),
-                with_token(app, token),
+                with_token(app, token).merge(web),
                 crate::listener::TCP_CONNECTIONS,
                 shared.refused_tcp.clone(),
                 stop_rx.clone(),

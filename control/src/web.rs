@@ -18,13 +18,8 @@ const INDEX: &str = include_str!("web/index.html");
 const APP_JS: &str = include_str!("web/app.js");
 const APP_CSS: &str = include_str!("web/app.css");
 
-/// The paths the web view serves (open on the TCP listener: see the
-/// module's invariant).
-pub fn is_asset(path: &str) -> bool {
-    matches!(path, "/ui" | "/ui/" | "/ui/app.js" | "/ui/app.css")
-}
-
-/// The web view's routes.
+/// The web view's routes (merged beside the API after its token layer:
+/// see the module's invariant).
 pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
     let page = || async { asset("text/html; charset=utf-8", INDEX) };
     Router::new()

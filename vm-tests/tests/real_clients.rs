@@ -935,6 +935,8 @@ fn xvs_status_shows_the_gateway_as_it_is() {
     ] {
         assert!(screen.contains(&line), "{line:?} not in\n{screen}");
     }
+    // The web view is on the unix socket too.
+    assert!(lab.gw.get("/ui").contains("<title>xvs</title>"));
     let watched = status(&["--watch", "0.2", "--count", "2"]);
     assert_eq!(watched.matches("Interfaces:").count(), 2, "{watched}");
     assert_eq!(watched.matches("\x1b[2J").count(), 2);

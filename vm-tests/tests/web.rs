@@ -118,6 +118,31 @@ fn the_web_view_shows_services_and_flow_events_in_a_real_browser() {
     assert_eq!(code("/v1/services"), "401");
     assert_eq!(code("/v1/overview"), "401");
 
+    // `xvs status` over the same listener, as from another host: with the
+    // token it answers, with a wrong one it says why and exits 1.
+    let status = |token_file: &std::path::Path| {
+        t.gateway
+            .command(&bins(TESTNET).join("xvs").display().to_string())
+            .args(["status", "--json", "--server", LISTEN, "--token-file"])
+            .arg(token_file)
+            .output()
+            .unwrap()
+    };
+    let out = status(&token_file);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["services"]["backends"], 3, "{json}");
+    let wrong = dir.join("wrong-token");
+    std::fs::write(&wrong, "not-the-token").unwrap();
+    let out = status(&wrong);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bearer token"), "{err}");
+
     let profile = dir.join("chromium");
     let url = format!("http://{LISTEN}/ui#token={token}");
     let dom = chromium(
