@@ -426,52 +426,50 @@ pub struct SteeredView {
     pub shared: bool,
 }
 
-/// `/v1/overview`: what `xvs status` shows.
+/// What the start took over, with the hold window in force.
+fn restart_view(e: &crate::engine::Engine) -> RestartView {
+    RestartView {
+        hold_ms: e.config().restart.hold_ms,
+        ..e.dataplane().restart()
+    }
+}
+
+/// `/v1/overview`: what `xvs status` shows, built on the engine's thread
+/// from its config and counters (nothing copied out first).
 async fn overview(
     State(st): State<Arc<Shared>>,
 ) -> Result<Json<crate::status::Overview>, ApiError> {
-    let kubernetes = st.kube.as_deref().map(KubeStatus::reading);
-    let uptime = st.started.elapsed().as_secs_f64();
-    let (cfg, file, layout, now, kube_services, restart, size, samples) = st
+    let shared = st.clone();
+    let o = st
         .engine
-        .call(|e| {
-            (
-                e.config().clone(),
-                (
+        .call(move |e| {
+            let samples = sample(e);
+            let listing = {
+                let est = shared.estimator.lock().map_err(|e| e.to_string())?;
+                listing(e.config().conntrack.capacity, &samples, &est)
+            };
+            let history = shared.history.lock().map_err(|e| e.to_string())?;
+            let inputs = crate::status::Inputs {
+                config: e.config(),
+                file: (
                     e.path().display().to_string(),
                     e.reloads(),
                     e.last_error().map(str::to_owned),
                 ),
-                e.dataplane().layout(),
-                e.dataplane().counters(),
-                e.kube_services().len(),
-                crate::api::RestartView {
-                    hold_ms: e.config().restart.hold_ms,
-                    ..e.dataplane().restart()
-                },
-                e.config().conntrack.capacity,
-                sample(e),
-            )
+                layout: e.dataplane().layout(),
+                now: e.dataplane().counters(),
+                uptime: shared.started.elapsed().as_secs_f64(),
+                listing: &listing,
+                kube_services: e.kube_services().len(),
+                kubernetes: shared.kube.as_deref().map(KubeStatus::reading),
+                restart: restart_view(e),
+            };
+            Ok::<_, String>(crate::status::overview(inputs, &history))
         })
         .await
+        .map_err(internal)?
         .map_err(internal)?;
-    let listing = {
-        let est = st.estimator.lock().map_err(|e| internal(e.to_string()))?;
-        listing(size, &samples, &est)
-    };
-    let history = st.history.lock().map_err(|e| internal(e.to_string()))?;
-    let inputs = crate::status::Inputs {
-        config: &cfg,
-        file,
-        layout,
-        now,
-        uptime,
-        listing: &listing,
-        kube_services,
-        kubernetes,
-        restart,
-    };
-    Ok(Json(crate::status::overview(inputs, &history)))
+    Ok(Json(o))
 }
 
 async fn status(State(st): State<Arc<Shared>>) -> Result<Json<Status>, ApiError> {
@@ -493,10 +491,7 @@ async fn status(State(st): State<Arc<Shared>>) -> Result<Json<Status>, ApiError>
                 .into_iter()
                 .map(|(address, shared)| SteeredView { address, shared })
                 .collect(),
-            restart: crate::api::RestartView {
-                hold_ms: e.config().restart.hold_ms,
-                ..e.dataplane().restart()
-            },
+            restart: restart_view(e),
         })
         .await
         .map_err(internal)?;

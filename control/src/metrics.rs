@@ -373,7 +373,10 @@ impl Collector for Scrape {
             "Live flows through each SNAT address, all workers (its ports are taken per backend).",
             MetricType::Gauge,
         )?;
-        let through = crate::status::per_address(&self.workers, self.snat_addresses.len());
+        let through = crate::status::per_address(
+            &crate::status::total(&self.workers),
+            self.snat_addresses.len(),
+        );
         for (a, n) in self.snat_addresses.iter().zip(through) {
             f.sample(&vec![("address", a.to_string())], Value::Int(n))?;
         }

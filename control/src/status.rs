@@ -189,8 +189,13 @@ pub struct Inputs<'a> {
     pub restart: RestartView,
 }
 
-fn sum(r: &[CountersReading], f: impl Fn(&CountersReading) -> u64) -> u64 {
-    r.iter().map(f).sum()
+/// Every worker's counters added up ([`CountersReading::add`]).
+pub fn total(workers: &[CountersReading]) -> CountersReading {
+    let mut t = CountersReading::default();
+    for w in workers {
+        t.add(w);
+    }
+    t
 }
 
 /// Builds the overview from what the daemon knows and its history.
@@ -241,7 +246,9 @@ pub fn overview(i: Inputs<'_>, history: &History) -> Overview {
             WorkerView {
                 worker: w,
                 queue: place.queue,
-                core: place.core,
+                // Pinned to its queue's core (the config's, position for
+                // position).
+                core: cfg.interfaces.cores.get(w).copied().unwrap_or_default(),
                 zero_copy: place.zero_copy,
                 rx_pps,
                 tx_pps,
@@ -250,32 +257,36 @@ pub fn overview(i: Inputs<'_>, history: &History) -> Overview {
             }
         })
         .collect();
+    let now_total = total(&i.now);
     let (window, start) = match history.oldest() {
-        Some((t, r)) => (now - t, r.clone()),
-        None => (0.0, Vec::new()),
+        Some((t, r)) => (now - t, total(r)),
+        None => (0.0, CountersReading::default()),
     };
-    let since = |f: &dyn Fn(&CountersReading) -> u64| sum(&i.now, f).saturating_sub(sum(&start, f));
+    let (nd, sd) = (&now_total.pipeline.drops, &start.pipeline.drops);
+    let drops_total: Vec<(String, u64)> = DropReason::ALL
+        .iter()
+        .map(|r| (r.name().to_owned(), nd[r.index()]))
+        .collect();
     let mut drops: Vec<(String, u64)> = DropReason::ALL
         .iter()
         .map(|r| {
-            let k = r.index();
-            (r.name().to_owned(), since(&|c| c.pipeline.drops[k]))
+            (
+                r.name().to_owned(),
+                nd[r.index()].saturating_sub(sd[r.index()]),
+            )
         })
         .filter(|(_, n)| *n > 0)
         .collect();
-    let drops_total = DropReason::ALL
-        .iter()
-        .map(|r| {
-            let k = r.index();
-            (r.name().to_owned(), sum(&i.now, |c| c.pipeline.drops[k]))
-        })
-        .collect();
     drops.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     drops.truncate(5);
-    let exhausted = since(&|c| c.pipeline.drops[DropReason::SnatExhausted.index()]);
-    let reclaimed = since(&|c| c.conntrack.reclaim);
+    let k = DropReason::SnatExhausted.index();
+    let exhausted = nd[k].saturating_sub(sd[k]);
+    let reclaimed = now_total
+        .conntrack
+        .reclaim
+        .saturating_sub(start.conntrack.reclaim);
     let addresses = snat_addresses(cfg);
-    let flows_through = per_address(&i.now, addresses.len());
+    let flows_through = per_address(&now_total, addresses.len());
     let mut services = ServicesView {
         services: i.listing.services.len(),
         from_kubernetes: i.kube_services,
@@ -298,7 +309,7 @@ pub fn overview(i: Inputs<'_>, history: &History) -> Overview {
         last_error: i.file.2,
         interfaces,
         workers,
-        flows: sum(&i.now, |c| c.flows),
+        flows: now_total.flows,
         capacity: cfg.conntrack.capacity,
         snat: SnatView {
             addresses,
@@ -330,11 +341,10 @@ pub fn snat_addresses(cfg: &xvs_config::Config) -> Vec<IpAddr> {
         .collect()
 }
 
-/// Live flows through each of the first `n` SNAT addresses, all workers.
-pub fn per_address(workers: &[CountersReading], n: usize) -> Vec<u64> {
-    (0..n.min(xvs_dataplane::counters::SNAT_SLOTS))
-        .map(|k| workers.iter().map(|w| w.snat_flows[k]).sum())
-        .collect()
+/// Live flows through each of the first `n` SNAT addresses, from the
+/// workers' [`total`].
+pub fn per_address(total: &CountersReading, n: usize) -> Vec<u64> {
+    total.snat_flows[..n.min(total.snat_flows.len())].to_vec()
 }
 
 /// A count with thousands separators.

@@ -97,14 +97,13 @@ struct WorkerHandle {
     fds: Vec<i32>,
     /// The RX queue it serves.
     queue: u32,
-    /// The core it is pinned to.
-    core: usize,
     /// Whether its AF_XDP sockets got zero-copy mode.
     zero_copy: bool,
 }
 
-/// Where the data plane runs: each interface's XDP mode, each worker's
-/// queue, core and socket mode (`xvs status`).
+/// Where the data plane runs, as the kernel gave it: each interface's XDP
+/// mode, each worker's queue and socket mode (`xvs status`; the cores are
+/// the config's).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Layout {
     /// Each interface and the XDP mode its program is attached in.
@@ -118,8 +117,6 @@ pub struct Layout {
 pub struct WorkerPlace {
     /// The RX queue it serves.
     pub queue: u32,
-    /// The core it is pinned to.
-    pub core: usize,
     /// Whether its AF_XDP sockets are in zero-copy mode (else copy).
     pub zero_copy: bool,
 }
@@ -396,7 +393,7 @@ fn interface_mtu(ifname: &str) -> Result<u16, StartError> {
 
 impl Dataplane {
     /// Where it runs: interfaces with their XDP mode, workers with their
-    /// queue, core and socket mode.
+    /// queue and socket mode.
     pub fn layout(&self) -> Layout {
         Layout {
             interfaces: self
@@ -410,7 +407,6 @@ impl Dataplane {
                 .iter()
                 .map(|w| WorkerPlace {
                     queue: w.queue,
-                    core: w.core,
                     zero_copy: w.zero_copy,
                 })
                 .collect(),
@@ -682,7 +678,6 @@ impl Dataplane {
                 sent: AtomicU64::new(0),
                 fds,
                 queue,
-                core,
                 zero_copy,
             });
         }
