@@ -641,8 +641,7 @@ impl<A: Address> FlowTable<A> {
             self.index_insert(h_reply, slot | DIR_BIT);
         }
         self.states[state.index()] += 1;
-        let e = self.slab.entries[slot as usize];
-        self.snat.add(&e, 1);
+        self.snat.add(&self.slab.entries[slot as usize], 1);
         self.stats.insert += 1;
         if state.is_active() {
             obs.conn_counts(new.service, new.backend_id, 1, 0);
