@@ -102,6 +102,15 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i]
 }
 
+/// Waits (up to 10 s, polling) until `done` holds; the assertion after
+/// it says what was wanted.
+fn until(mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// A test's scratch folder, removed when the test ends (also when it
 /// fails).
 struct Scratch(PathBuf);
@@ -245,10 +254,7 @@ fn the_packaged_rbac_role_and_kubeconfig_example_are_all_xvs_needs() {
         start_with_kube_as(&t, "\"198.18.1.2\"", "", Some(packaged_role(token)), fill);
     fake.apply(Kind::Service, service());
     fake.apply(Kind::EndpointSlice, slice(&[0, 1]));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while backends(&to).map(|b| b.len()) != Some(2) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    until(|| backends(&to).map(|b| b.len()) == Some(2));
     assert_eq!(load(&t, 20), "ok=20 failed=0 by=b0:10,b1:10");
     assert_eq!(fake.refused(), Vec::<String>::new());
     // The event-to-dataplane delay was observed; an invalid annotation is
@@ -264,10 +270,7 @@ fn the_packaged_rbac_role_and_kubeconfig_example_are_all_xvs_needs() {
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while metric("xvs_kube_invalid_values") != Some(1.0) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    until(|| metric("xvs_kube_invalid_values") == Some(1.0));
     assert_eq!(metric("xvs_kube_invalid_values"), Some(1.0));
     let delays = metric("xvs_kube_event_to_dataplane_seconds_count").unwrap();
     assert!(delays >= 1.0, "{delays}");
@@ -303,10 +306,7 @@ fn services_from_the_api_server_serve_scale_and_go() {
     // Created: the VIP serves.
     fake.apply(Kind::Service, service());
     fake.apply(Kind::EndpointSlice, slice(&[0, 1]));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while backends(&to).map(|b| b.len()) != Some(2) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    until(|| backends(&to).map(|b| b.len()) == Some(2));
     assert_eq!(load(&t, 40), "ok=40 failed=0 by=b0:20,b1:20");
     // Its external IP is steered to xvs beside the file's VIP.
     assert_eq!(steered(&to), ["198.18.1.2", "198.19.0.1", "198.19.0.9"]);
@@ -349,10 +349,7 @@ fn services_from_the_api_server_serve_scale_and_go() {
         took.push(start.elapsed().as_secs_f64());
     }
     fake.apply(Kind::EndpointSlice, slice(&[0, 1, 2]));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while backends(&to).map(|b| b.len()) != Some(3) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    until(|| backends(&to).map(|b| b.len()) == Some(3));
     assert_eq!(load(&t, 30), "ok=30 failed=0 by=b0:10,b1:10,b2:10");
     took.sort_by(f64::total_cmp);
     eprintln!(
@@ -413,10 +410,7 @@ fn services_from_the_api_server_serve_scale_and_go() {
 
     // Deleted: the VIP stops serving.
     fake.delete(Kind::Service, "web", "shop");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while backends(&to).is_some() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    until(|| backends(&to).is_none());
     assert_eq!(backends(&to), None);
     let after = load(&t, 3);
     assert_eq!(after, "ok=0 failed=3 by=");
@@ -434,10 +428,7 @@ fn services_from_the_api_server_serve_scale_and_go() {
     // sends nothing new).
     fake.apply(Kind::Service, service());
     fake.apply(Kind::EndpointSlice, slice(&[0, 1]));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while backends(&to).map(|b| b.len()) != Some(2) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    until(|| backends(&to).map(|b| b.len()) == Some(2));
     let conflicts = |to: &Endpoint| -> String {
         let body = request(to, Method::GET, "/v1/status", None)
             .unwrap()
@@ -535,10 +526,7 @@ fn a_dual_stack_service_serves_each_family_from_its_own_endpoints() {
             .find(|s| s.vip.to_string() == vip && s.port == 80)
             .map_or(0, |s| s.backends.len())
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while (count("198.19.0.1"), count(vip6)) != (2, 2) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    until(|| (count("198.19.0.1"), count(vip6)) == (2, 2));
     let v4 = t.tcp_load(net, "198.19.0.1:80", 20, 2000);
     let v6 = t.tcp_load(net, &format!("[{vip6}]:80"), 20, 2000);
     assert_eq!(v4, "ok=20 failed=0 by=b0:10,b1:10");
@@ -551,10 +539,7 @@ fn a_dual_stack_service_serves_each_family_from_its_own_endpoints() {
 
     // The IPv6 slice goes: the IPv6 VIP has no backend, IPv4 serves on.
     fake.delete(Kind::EndpointSlice, "web", "shop-v6");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while count(vip6) != 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    until(|| count(vip6) == 0);
     assert_eq!(count(vip6), 0);
     let v6 = t.tcp_load(net, &format!("[{vip6}]:80"), 3, 2000);
     assert_eq!(v6, "ok=0 failed=3 by=");
