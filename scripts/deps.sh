@@ -16,11 +16,13 @@ set -euo pipefail
 # and lintian (the Debian package's test renders its man pages and lints it);
 # python3-prometheus-client (the official client's parser reads /metrics);
 # chromium and a font (the web view's test opens it in a real, headless
-# browser and takes a screenshot).
+# browser and takes a screenshot); qemu-system-x86, qemu-utils, debootstrap
+# and e2fsprogs (`make vm-test` builds a Debian image and boots two VMs).
 packages=(
   clang llvm libelf-dev zlib1g-dev libpcap-dev libbpf-dev m4 pkg-config
   linux-libc-dev libc6-dev gcc g++ make iproute2 iputils-ping arping ethtool iptables nftables systemd curl
   nginx-light wrk hping3 tcpdump man-db lintian python3-prometheus-client chromium fonts-dejavu-core
+  qemu-system-x86 qemu-utils debootstrap e2fsprogs
 )
 
 missing=()
