@@ -591,7 +591,8 @@ impl Batch {
         }
         p.lookup_prepared(&self.preps, &mut self.looked[..n]);
         let items = self.bufs.iter_mut().zip(&self.preps).zip(&self.looked);
-        for ((buf, prep), look) in items {
+        for (j, ((buf, prep), look)) in items.enumerate() {
+            p.prefetch_ahead(&self.preps, &self.looked[..n], j);
             black_box(p.process_prepared(Side::Client, buf, now, prep, *look));
         }
         start.elapsed()

@@ -394,6 +394,19 @@ impl<A: Address> FlowTable<A> {
         self.hasher.hash_one(key)
     }
 
+    /// The index hash of `key`, for [`FlowTable::prefetch_hash`].
+    #[inline]
+    pub fn key_hash(&self, key: &FlowKey<A>) -> u64 {
+        self.hash(key)
+    }
+
+    /// Brings in the index bucket where a key with `hash` is looked up or
+    /// inserted, ahead of that (nothing is read).
+    #[inline]
+    pub fn prefetch_hash(&self, hash: u64) {
+        self.index.prefetch(hash);
+    }
+
     /// The flow a packet with `key` belongs to, and its direction.
     #[inline(always)]
     pub fn lookup(&mut self, key: &FlowKey<A>) -> Option<(FlowId, Direction)> {

@@ -60,7 +60,7 @@ use crate::forward::{NextHop, Plan, Rewrite, Route};
 use crate::neighbours::Neighbours;
 use crate::sched::{pick_persistent, Request};
 pub use crate::services::AnyService;
-use crate::services::{CompiledService, ServiceCounts, ServiceTable};
+use crate::services::{CompiledService, ServiceCounts, ServiceSlot, ServiceTable};
 use crate::snat::SnatEndpoints;
 use crate::sync::{refresh_due, Op, SyncQueue, SyncRecord};
 use crate::traffic::DestState;
@@ -127,11 +127,24 @@ pub enum Lookup {
     Miss {
         /// The destination was owned at the lookup.
         owned: bool,
+        /// The id of the service the destination names, [`NO_SERVICE`]
+        /// if none: a new flow's, whose reply key is guessed and fetched
+        /// a few frames ahead ([`Pipeline::prefetch_ahead`]).
+        service: u32,
     },
     /// This flow, in this direction (used only if the entry still holds
     /// the key: a frame of the same batch may have replaced it).
     Hit(FlowId, Direction),
 }
+
+/// [`Lookup::Miss`]'s service when the destination names none.
+pub const NO_SERVICE: u32 = u32::MAX;
+
+/// How many frames ahead of the one processed
+/// [`Pipeline::prefetch_ahead`] fetches a new flow's reply-key bucket: far
+/// enough for the line to arrive (a DRAM miss is a few frames' work), near
+/// enough that the guess it rests on still holds.
+pub const PREFETCH_AHEAD: usize = 4;
 
 /// The verdict on a frame rewritten for `side` (or why it could not be).
 fn sent<I: IpPacket>(rewritten: Result<(), DropReason>, ip: &I, side: Side) -> Verdict {
@@ -546,6 +559,7 @@ impl<A: Family> Half<A> {
                     }
                     None => Lookup::Miss {
                         owned: self.owned.contains(&keys[j].dst),
+                        service: NO_SERVICE,
                     },
                 };
             }
@@ -565,12 +579,19 @@ impl<A: Family> Half<A> {
             let mut found = [None; xvs_conntrack::BATCH];
             let misses = keys[..n]
                 .iter()
+                .zip(&at[..n])
                 .zip(&hits[..n])
                 .filter(|(_, h)| h.is_none());
-            for ((key, _), found) in misses.zip(found.iter_mut()) {
+            for (((key, &i), _), found) in misses.zip(found.iter_mut()) {
                 *found = self.services.find(key.dst, key.proto, key.dst_port);
                 if let Some(slot) = found {
                     xvs_conntrack::prefetch_lines(Arc::as_ptr(&slot.svc));
+                    // The slot's scheduler state, which the fetch ahead
+                    // reads, may lie on the slot's next line.
+                    xvs_conntrack::prefetch_lines(*slot as *const ServiceSlot<A>);
+                    if let Lookup::Miss { service, .. } = &mut out[i] {
+                        *service = slot.id;
+                    }
                 }
             }
             for slot in found.iter().flatten() {
@@ -586,6 +607,60 @@ impl<A: Family> Half<A> {
                 }
             }
         }
+    }
+
+    /// Fetches the index bucket of the reply key that `key`'s new flow
+    /// (a miss of service `service`) is expected to take: the backend the
+    /// scheduler would pick `same` new flows of that service from now,
+    /// the SNAT endpoint `snat_ahead` places past the cursor. A guess: a
+    /// frame in between that fails, or a taken endpoint, makes it a
+    /// wasted fetch, never a wrong result.
+    fn prefetch_reply(
+        &self,
+        key: &FlowKey<A>,
+        worker: usize,
+        service: u32,
+        same: usize,
+        snat_ahead: u32,
+    ) {
+        let Some(slot) = self.services.find(key.dst, key.proto, key.dst_port) else {
+            return;
+        };
+        if slot.id != service {
+            return;
+        }
+        let svc = &slot.svc;
+        if svc.persist.is_some() {
+            return;
+        }
+        let req = Request {
+            client: key.source(),
+            vip: key.destination(),
+        };
+        let Some(i) = slot.sched.borrow().peek(&svc.backends, &req, same) else {
+            return;
+        };
+        let b = &svc.backends[i];
+        // The lines the insert writes next: the backend's connection
+        // count and traffic counter.
+        xvs_conntrack::prefetch(svc.counts.cell_addr(worker, b.id));
+        xvs_conntrack::prefetch(svc.stats.cell_addr(worker, b.id));
+        if !b.plan.takes_snat() {
+            return;
+        }
+        let Some(snat) = self.snat.peek(snat_ahead) else {
+            return;
+        };
+        let backend = Endpoint {
+            addr: b.endpoint.addr,
+            port: if b.endpoint.port == 0 {
+                key.dst_port
+            } else {
+                b.endpoint.port
+            },
+        };
+        let reply = FlowKey::between(backend, snat, key.proto);
+        self.table.prefetch_hash(self.table.key_hash(&reply));
     }
 
     /// The verdict on an IP packet of this family.
@@ -628,7 +703,7 @@ impl<A: Family> Half<A> {
         // Whether the destination is owned, as the batch's lookup found
         // or else asked now (only a packet without a flow needs it).
         let known = match looked {
-            Lookup::Miss { owned } => Some(owned),
+            Lookup::Miss { owned, .. } => Some(owned),
             _ => None,
         };
         let owned = |this: &Self| known.unwrap_or_else(|| this.owned.contains(&ip.dst()));
@@ -1418,6 +1493,59 @@ impl Pipeline {
         self.v4.lookup_batch(prepared, out, worker);
         if !self.v6.table.is_empty() {
             self.v6.lookup_batch(prepared, out, worker);
+        }
+    }
+
+    /// Before frame `j` of a batch is processed: if the frame
+    /// [`PREFETCH_AHEAD`] places later is a miss to a service (likely a
+    /// new flow), guesses its reply key (the frames in between that are
+    /// misses are taken to become new flows first, each with a SNAT
+    /// endpoint) and fetches that key's index bucket, so that its SNAT
+    /// probe and insert find it in cache.
+    /// (The first frame also starts the fetches of the ones up to there.)
+    #[inline]
+    pub fn prefetch_ahead(&self, prepared: &[Prepared], looked: &[Lookup], j: usize) {
+        if j == 0 {
+            for t in 1..PREFETCH_AHEAD {
+                self.prefetch_reply(prepared, looked, 0, t);
+            }
+        }
+        self.prefetch_reply(prepared, looked, j, j + PREFETCH_AHEAD);
+    }
+
+    /// [`Pipeline::prefetch_ahead`]'s fetch for frame `t`, with frames
+    /// `j..t` still to be processed before it.
+    #[inline]
+    fn prefetch_reply(&self, prepared: &[Prepared], looked: &[Lookup], j: usize, t: usize) {
+        let (Some(prep), Some(&Lookup::Miss { service, .. })) = (prepared.get(t), looked.get(t))
+        else {
+            return;
+        };
+        if service == NO_SERVICE {
+            return;
+        }
+        let (mut same, mut ahead) = (0, 0);
+        for l in &looked[j..t] {
+            if let Lookup::Miss { service: s, .. } = *l {
+                if s != NO_SERVICE {
+                    ahead += 1;
+                    same += usize::from(s == service);
+                }
+            }
+        }
+        let worker = self.core.cfg.worker;
+        match prep.frame {
+            Ok(Frame::Ipv4(ref ip)) => {
+                if let Some(k) = ip.key() {
+                    self.v4.prefetch_reply(&k, worker, service, same, ahead);
+                }
+            }
+            Ok(Frame::Ipv6(ref ip)) => {
+                if let Some(k) = ip.key() {
+                    self.v6.prefetch_reply(&k, worker, service, same, ahead);
+                }
+            }
+            _ => {}
         }
     }
 

@@ -399,6 +399,9 @@ impl AnyService {
 pub struct ServiceSlot<A: Address = Ipv4Addr> {
     /// The shared compiled service.
     pub svc: Arc<CompiledService<A>>,
+    /// `svc.id`, beside the pointer: a lookup that only needs the id
+    /// does not wait for the compiled service's line.
+    pub id: u32,
     /// This worker's scheduler state. In a cell: a pick mutates it while
     /// the table is read (persistence reports evictions to every
     /// service's counts), and only this worker's thread touches it.
@@ -475,7 +478,8 @@ impl<A: Address> ServiceTable<A> {
             sched.carry(&old.sched.borrow(), &old.svc.backends, &svc.backends);
         }
         let sched = RefCell::new(sched);
-        self.by_key.insert(k, ServiceSlot { svc, sched });
+        let id = svc.id;
+        self.by_key.insert(k, ServiceSlot { svc, id, sched });
     }
 
     /// Removes a service.

@@ -63,6 +63,22 @@ impl<A: Address> SnatEndpoints<A> {
         Some((snat, at))
     }
 
+    /// The endpoint `ahead` places after the cursor (0: the one
+    /// [`SnatEndpoints::advance`] returns next), the cursor unmoved.
+    #[inline]
+    pub fn peek(&self, ahead: u32) -> Option<Endpoint<A>> {
+        let total = self.total();
+        if total == 0 {
+            return None;
+        }
+        let at = ((u64::from(self.next) + u64::from(ahead)) % u64::from(total)) as u32;
+        let size = self.ports.size();
+        Some(Endpoint {
+            addr: *self.addrs.get((at / size) as usize)?,
+            port: (u32::from(self.ports.first) + at % size) as u16,
+        })
+    }
+
     /// The walk goes on after position `at`.
     pub fn resume_after(&mut self, at: u32) {
         self.next = if at + 1 >= self.total() { 0 } else { at + 1 };
@@ -102,6 +118,21 @@ mod tests {
             ]
         );
         s.resume_after(1);
+        // peek names what advance returns, without moving the cursor.
+        assert_eq!(
+            s.peek(0),
+            Some(Endpoint {
+                addr: b,
+                port: 1024
+            })
+        );
+        assert_eq!(
+            s.peek(3),
+            Some(Endpoint {
+                addr: a,
+                port: 1025
+            })
+        );
         assert_eq!(s.advance().unwrap().1, 2);
         assert!(
             SnatEndpoints::<Ipv4Addr>::new(vec![], PortRange { first: 1, last: 2 })

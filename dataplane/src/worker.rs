@@ -576,6 +576,7 @@ impl<P: PacketIo> Worker<P> {
         self.looked.resize(self.preps.len(), Lookup::NotYet);
         self.pipeline.lookup_prepared(&self.preps, &mut self.looked);
         for j in 0..self.keep.len() {
+            self.pipeline.prefetch_ahead(&self.preps, &self.looked, j);
             let desc = &mut descs[self.keep[j]];
             let (prep, looked) = (self.preps[j], self.looked[j]);
             let pipeline = &mut self.pipeline;

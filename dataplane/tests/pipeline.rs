@@ -298,19 +298,29 @@ fn a_held_frame_given_up_is_counted_as_unresolved() {
 /// itself creates (SYN, then its reply) is found when its turn comes.
 #[test]
 fn a_batch_looked_up_together_sees_flows_it_creates() {
-    use xvs_dataplane::pipeline::{Lookup, Prepared};
+    use xvs_dataplane::pipeline::{Lookup, Prepared, NO_SERVICE};
     let mut p = pipeline();
     run(&mut p, ARP_REPLY_FROM_BACKEND, 0);
     let frames = [TCP_SYN, TCP_REPLY];
     let prepared: Vec<Prepared> = frames.iter().map(|f| Prepared::of(f)).collect();
     let mut looked = vec![Lookup::NotYet; 2];
     p.lookup_prepared(&prepared, &mut looked);
-    // The VIP and the SNAT address are both owned.
-    assert_eq!(
-        looked,
-        [Lookup::Miss { owned: true }, Lookup::Miss { owned: true }],
-        "both miss before processing"
+    // The VIP and the SNAT address are both owned; the SYN names its
+    // service, the reply none.
+    assert!(
+        matches!(
+            looked[..],
+            [
+                Lookup::Miss { owned: true, service },
+                Lookup::Miss { owned: true, service: NO_SERVICE }
+            ] if service != NO_SERVICE
+        ),
+        "both miss before processing: {looked:?}"
     );
+    // Fetching ahead changes nothing.
+    for j in 0..prepared.len() {
+        p.prefetch_ahead(&prepared, &looked, j);
+    }
     let want = [TCP_SYN_FORWARDED, TCP_REPLY_FORWARDED];
     for ((f, prep), (look, want)) in frames.iter().zip(&prepared).zip(looked.iter().zip(want)) {
         let mut buf = vec![0u8; 2048];
@@ -332,7 +342,7 @@ fn a_batch_looked_up_together_sees_flows_it_creates() {
     let syn = syn_from(50_001);
     let prepared = [Prepared::of(&syn)];
     p.lookup_prepared(&prepared, &mut looked);
-    assert_eq!(looked, [Lookup::Miss { owned: false }]);
+    assert!(matches!(looked, [Lookup::Miss { owned: false, .. }]));
     let mut buf = syn.clone();
     let v = p.process_prepared(Side::Client, &mut buf, 1, &prepared[0], looked[0]);
     assert_eq!(v, Verdict::Drop(DropReason::NotOwned));

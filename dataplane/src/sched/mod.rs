@@ -162,6 +162,38 @@ impl Scheduler {
         .ok_or(NoBackend)
     }
 
+    /// The backend [`Scheduler::pick`] would choose for the `offset`-th
+    /// new flow from now (0: the next), if no other pick or count change
+    /// came between, without changing anything; `None` where that cannot
+    /// be told cheaply (schedulers that read every backend's connection
+    /// counts, random ones). Only a guess for prefetching: a wrong one
+    /// costs a wasted fetch.
+    #[inline]
+    pub fn peek<A: Address>(
+        &self,
+        backends: &[SchedBackend<A>],
+        req: &Request<A>,
+        offset: usize,
+    ) -> Option<usize> {
+        /// Round-robin states are stepped on a copy, at most this far.
+        const MAX_STEPS: usize = 8;
+        match self {
+            Scheduler::Rr(s) if offset < MAX_STEPS => {
+                let mut s = s.clone();
+                (0..offset).try_for_each(|_| s.pick(backends).map(drop))?;
+                s.pick(backends)
+            }
+            Scheduler::Wrr(s) if offset < MAX_STEPS => {
+                let mut s = s.clone();
+                (0..offset).try_for_each(|_| s.pick(backends).map(drop))?;
+                s.pick(backends)
+            }
+            Scheduler::Hash(s) => s.pick(backends, req),
+            Scheduler::Maglev(s) => s.pick(backends, req),
+            _ => None,
+        }
+    }
+
     /// Heap bytes this scheduler holds (its part of the service's
     /// footprint; the Maglev table dominates).
     pub fn memory_bytes(&self) -> usize {
@@ -265,4 +297,48 @@ pub(crate) fn test_backends(weights: &[u32]) -> Vec<SchedBackend> {
             plan: Default::default(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `peek(k)` names the pick k new flows from now (for the schedulers
+    /// it answers for) and changes nothing; the others answer `None`.
+    #[test]
+    fn peek_names_the_picks_to_come_without_changing_anything() {
+        let b = test_backends(&[4, 3, 0, 2]);
+        let counts = ConnCounts::new(b.len(), 1);
+        let maglev = MaglevParams {
+            size: 251,
+            seed: DEFAULT_SEED,
+        };
+        let req = |port: u16| Request {
+            client: Endpoint {
+                addr: Ipv4Addr::new(198, 18, 0, 2),
+                port,
+            },
+            vip: Endpoint {
+                addr: Ipv4Addr::new(198, 19, 0, 1),
+                port: 80,
+            },
+        };
+        for kind in [Kind::Rr, Kind::Wrr, Kind::Sh, Kind::Dh, Kind::Mh] {
+            let mut s = Scheduler::new(kind, SchedulerFlags::default(), &b, maglev, 7);
+            for round in 0..20u16 {
+                let guesses: Vec<_> = (0..8).map(|k| s.peek(&b, &req(round), k)).collect();
+                let mut ahead = s.clone();
+                let picks: Vec<_> = (0..8)
+                    .map(|_| ahead.pick(&b, &req(round), &counts, 0).ok())
+                    .collect();
+                assert_eq!(guesses, picks, "{kind:?} round {round}");
+                assert_eq!(s.peek(&b, &req(round), 0), guesses[0], "{kind:?}");
+                let _ = s.pick(&b, &req(round), &counts, 0);
+            }
+        }
+        for kind in [Kind::Lc, Kind::Wlc, Kind::Random] {
+            let s = Scheduler::new(kind, SchedulerFlags::default(), &b, maglev, 7);
+            assert_eq!(s.peek(&b, &req(1), 0), None, "{kind:?}");
+        }
+    }
 }
