@@ -595,12 +595,15 @@ impl<A: Family> Half<A> {
                 }
             }
             for slot in found.iter().flatten() {
+                xvs_conntrack::prefetch(slot.svc.backends.as_ptr().cast());
+                self.services.prefetch_handles(slot.id);
+            }
+            // A pass later, once the backend lists arrived: the flow's
+            // count cell, whichever backend it gets (eight backends'
+            // counts share a line, so the first and the last backend's
+            // lines cover a small service).
+            for slot in found.iter().flatten() {
                 let svc = &slot.svc;
-                xvs_conntrack::prefetch(svc.backends.as_ptr().cast());
-                self.services.prefetch_handles(svc.id);
-                // The flow's count cell, whichever backend it gets: eight
-                // backends' counts share a line, so the first and the
-                // last backend's lines cover a small service.
                 if let (Some(first), Some(last)) = (svc.backends.first(), svc.backends.last()) {
                     xvs_conntrack::prefetch(svc.counts.cell_addr(worker, first.id));
                     xvs_conntrack::prefetch(svc.counts.cell_addr(worker, last.id));

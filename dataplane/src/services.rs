@@ -522,7 +522,8 @@ impl<A: Address> ServiceTable<A> {
     #[inline]
     pub fn prefetch_handles(&self, id: u32) {
         if let Some(t) = self.hot.get(id as usize) {
-            xvs_conntrack::prefetch((t as *const Option<Hot>).cast());
+            // Every line: an entry may straddle two.
+            xvs_conntrack::prefetch_lines(t as *const Option<Hot>);
         }
     }
 
