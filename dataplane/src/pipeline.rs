@@ -144,7 +144,7 @@ pub const NO_SERVICE: u32 = u32::MAX;
 /// [`Pipeline::prefetch_ahead`] fetches a new flow's reply-key bucket: far
 /// enough for the line to arrive (a DRAM miss is a few frames' work), near
 /// enough that the guess it rests on still holds.
-pub const PREFETCH_AHEAD: usize = 4;
+pub const PREFETCH_AHEAD: usize = 8;
 
 /// The verdict on a frame rewritten for `side` (or why it could not be).
 fn sent<I: IpPacket>(rewritten: Result<(), DropReason>, ip: &I, side: Side) -> Verdict {
