@@ -654,15 +654,7 @@ impl<A: Family> Half<A> {
         let Some(snat) = self.snat.peek(snat_ahead) else {
             return;
         };
-        let backend = Endpoint {
-            addr: b.endpoint.addr,
-            port: if b.endpoint.port == 0 {
-                key.dst_port
-            } else {
-                b.endpoint.port
-            },
-        };
-        let reply = FlowKey::between(backend, snat, key.proto);
+        let reply = FlowKey::between(b.endpoint_for(key.dst_port), snat, key.proto);
         self.table.prefetch_hash(self.table.key_hash(&reply));
     }
 
@@ -1047,15 +1039,7 @@ impl<A: Family> Half<A> {
             return Err(self.reject(core, buf, ip, key.proto));
         };
         let b = svc.backends[i];
-        // A port-0 service keeps the port the client asked for.
-        let backend = Endpoint {
-            addr: b.endpoint.addr,
-            port: if b.endpoint.port == 0 {
-                key.dst_port
-            } else {
-                b.endpoint.port
-            },
-        };
+        let backend = b.endpoint_for(key.dst_port);
         // What the flow touches once inserted is fetched while the SNAT
         // port is found and the flow inserted: the backend's connection
         // count and traffic counter lines (the latter caches its next

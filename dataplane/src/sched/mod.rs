@@ -50,6 +50,21 @@ impl<A: Address> SchedBackend<A> {
     fn available(&self) -> bool {
         self.weight > 0
     }
+
+    /// Where a new flow asking for port `asked` goes: this backend's
+    /// endpoint, except that a port-0 backend (of a port-0 service) keeps
+    /// the port the client asked for.
+    #[inline]
+    pub fn endpoint_for(&self, asked: u16) -> Endpoint<A> {
+        Endpoint {
+            addr: self.endpoint.addr,
+            port: if self.endpoint.port == 0 {
+                asked
+            } else {
+                self.endpoint.port
+            },
+        }
+    }
 }
 
 /// What a new flow asks for.
