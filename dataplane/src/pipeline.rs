@@ -613,25 +613,15 @@ impl<A: Family> Half<A> {
     }
 
     /// Fetches the index bucket of the reply key that `key`'s new flow
-    /// (a miss of service `service`) is expected to take: the backend the
+    /// (a miss to a service) is expected to take: the backend the
     /// scheduler would pick `same` new flows of that service from now,
     /// the SNAT endpoint `snat_ahead` places past the cursor. A guess: a
     /// frame in between that fails, or a taken endpoint, makes it a
     /// wasted fetch, never a wrong result.
-    fn prefetch_reply(
-        &self,
-        key: &FlowKey<A>,
-        worker: usize,
-        service: u32,
-        same: usize,
-        snat_ahead: u32,
-    ) {
+    fn prefetch_reply(&self, key: &FlowKey<A>, worker: usize, same: usize, snat_ahead: u32) {
         let Some(slot) = self.services.find(key.dst, key.proto, key.dst_port) else {
             return;
         };
-        if slot.id != service {
-            return;
-        }
         let svc = &slot.svc;
         if svc.persist.is_some() {
             return;
@@ -1494,16 +1484,16 @@ impl Pipeline {
     pub fn prefetch_ahead(&self, prepared: &[Prepared], looked: &[Lookup], j: usize) {
         if j == 0 {
             for t in 1..PREFETCH_AHEAD {
-                self.prefetch_reply(prepared, looked, 0, t);
+                self.prefetch_frame(prepared, looked, 0, t);
             }
         }
-        self.prefetch_reply(prepared, looked, j, j + PREFETCH_AHEAD);
+        self.prefetch_frame(prepared, looked, j, j + PREFETCH_AHEAD);
     }
 
     /// [`Pipeline::prefetch_ahead`]'s fetch for frame `t`, with frames
     /// `j..t` still to be processed before it.
     #[inline]
-    fn prefetch_reply(&self, prepared: &[Prepared], looked: &[Lookup], j: usize, t: usize) {
+    fn prefetch_frame(&self, prepared: &[Prepared], looked: &[Lookup], j: usize, t: usize) {
         let (Some(prep), Some(&Lookup::Miss { service, .. })) = (prepared.get(t), looked.get(t))
         else {
             return;
@@ -1524,12 +1514,12 @@ impl Pipeline {
         match prep.frame {
             Ok(Frame::Ipv4(ref ip)) => {
                 if let Some(k) = ip.key() {
-                    self.v4.prefetch_reply(&k, worker, service, same, ahead);
+                    self.v4.prefetch_reply(&k, worker, same, ahead);
                 }
             }
             Ok(Frame::Ipv6(ref ip)) => {
                 if let Some(k) = ip.key() {
-                    self.v6.prefetch_reply(&k, worker, service, same, ahead);
+                    self.v6.prefetch_reply(&k, worker, same, ahead);
                 }
             }
             _ => {}

@@ -55,12 +55,18 @@ impl<A: Address> SnatEndpoints<A> {
         }
         let at = self.next % total;
         self.resume_after(at);
+        Some((self.endpoint_at(at)?, at))
+    }
+
+    /// The endpoint at position `at` (`< total()`): port-major within an
+    /// address.
+    #[inline]
+    fn endpoint_at(&self, at: u32) -> Option<Endpoint<A>> {
         let size = self.ports.size();
-        let snat = Endpoint {
+        Some(Endpoint {
             addr: *self.addrs.get((at / size) as usize)?,
             port: (u32::from(self.ports.first) + at % size) as u16,
-        };
-        Some((snat, at))
+        })
     }
 
     /// The endpoint `ahead` places after the cursor (0: the one
@@ -71,12 +77,7 @@ impl<A: Address> SnatEndpoints<A> {
         if total == 0 {
             return None;
         }
-        let at = ((u64::from(self.next) + u64::from(ahead)) % u64::from(total)) as u32;
-        let size = self.ports.size();
-        Some(Endpoint {
-            addr: *self.addrs.get((at / size) as usize)?,
-            port: (u32::from(self.ports.first) + at % size) as u16,
-        })
+        self.endpoint_at(((u64::from(self.next) + u64::from(ahead)) % u64::from(total)) as u32)
     }
 
     /// The walk goes on after position `at`.

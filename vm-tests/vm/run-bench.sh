@@ -102,7 +102,6 @@ tap gb brb; tap lb brb
 # The binaries and the role script, shared read-only and read-write.
 mkdir -p "$work/bin"
 for b in xvs xvs-pktgen xvs-testnet; do cp "$bins/$b" "$work/bin/"; done
-ln -sf xvs "$work/bin/xvsadm" 2>/dev/null || true
 cp "$here/role.sh" "$res/role.sh"
 
 vhost=off; [ -e /dev/vhost-net ] && vhost=on
