@@ -40,6 +40,11 @@ unaccounted=$(grep '^worker' "$res/gw.xvs.out" | grep -vc 'frames_accounted=true
 [ "$unaccounted" = 0 ] || no "$unaccounted workers' frames not accounted for"
 handed=0
 while read -r line; do
+  # The identity itself, not only xvs's word for it.
+  rx=$(echo "$line" | field rx)
+  out=0
+  for k in forwarded answered consumed dropped; do out=$((out + $(echo "$line" | field $k))); done
+  [ "${rx:-x}" = "$out" ] || no "rx $rx != forwarded + answered + consumed + dropped ($out): $line"
   n=$(echo "$line" | field handed_off)
   handed=$((handed + ${n:-0}))
 done < <(grep '^worker' "$res/gw.xvs.out")
