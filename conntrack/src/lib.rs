@@ -15,6 +15,7 @@ mod dump;
 mod huge;
 mod index;
 mod key;
+mod keyed;
 mod persist;
 mod region;
 mod slab;
@@ -25,6 +26,7 @@ mod table;
 pub use batch::{prefetch, prefetch_lines, BATCH};
 pub use dump::{Filter, FlowInfo};
 pub use key::{Endpoint, FlowKey, L4Proto};
+pub use keyed::Keyed;
 pub use persist::{
     digest, layout_signature, Adopted, FlatAddress, Opened, StateIdentity, IDENTITY_SCHEME,
     LAYOUT_VERSION,

@@ -45,12 +45,11 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
-use hashbrown::HashSet;
 use smoltcp::wire::{EthernetAddress, EthernetFrame};
 use xvs_config::{Address, ConnRules, Encap, PortRange, ServiceKey, UnknownPort};
 use xvs_conntrack::{
     tcp_flags, Direction, Endpoint, Filter, FlowId, FlowInfo, FlowKey, FlowState, FlowTable,
-    InsertError, L4Proto, NewFlow, Packet, Removal, Timeouts,
+    InsertError, Keyed, L4Proto, NewFlow, Packet, Removal, Timeouts,
 };
 
 pub use crate::counters::Counters;
@@ -60,7 +59,7 @@ use crate::forward::{NextHop, Plan, Rewrite, Route};
 use crate::neighbours::Neighbours;
 use crate::sched::{pick_persistent, Request};
 pub use crate::services::AnyService;
-use crate::services::{CompiledService, ServiceCounts, ServiceSlot, ServiceTable};
+use crate::services::{CompiledService, ServiceCounts, ServiceTable};
 use crate::snat::SnatEndpoints;
 use crate::sync::{refresh_due, Op, SyncQueue, SyncRecord};
 use crate::traffic::DestState;
@@ -127,9 +126,11 @@ pub enum Lookup {
     Miss {
         /// The destination was owned at the lookup.
         owned: bool,
-        /// The id of the service the destination names, [`NO_SERVICE`]
-        /// if none: a new flow's, whose reply key is guessed and fetched
-        /// a few frames ahead ([`Pipeline::prefetch_ahead`]).
+        /// The position of the service the destination names in its
+        /// table ([`ServiceTable::at`]), [`NO_SERVICE`] if none: a new
+        /// flow's, whose reply key is guessed and fetched a few frames
+        /// ahead ([`Pipeline::prefetch_ahead`]), and whose service is
+        /// not looked up again.
         service: u32,
     },
     /// This flow, in this direction (used only if the entry still holds
@@ -317,7 +318,7 @@ pub struct Half<A: Family> {
     /// Services.
     pub services: ServiceTable<A>,
     /// Addresses answered for (VIPs and SNAT addresses).
-    owned: HashSet<A>,
+    owned: Keyed<A, ()>,
     /// Next hops and the requests to send.
     neighbours: Neighbours<A>,
     /// SNAT endpoints: the search for a free one resumes where the last
@@ -349,7 +350,7 @@ impl<A: Family> Half<A> {
         tunnel: (Option<A>, Option<(A, A)>),
     ) -> Half<A> {
         table.count_snat(&snat);
-        let mut owned = HashSet::new();
+        let mut owned = Keyed::new();
         owned.extend(snat.iter().copied());
         let first = snat.first().copied().unwrap_or(A::UNSPECIFIED);
         Half {
@@ -529,6 +530,7 @@ impl<A: Family> Half<A> {
         let mut keys = [FlowKey::between(zero, zero, L4Proto::Tcp); xvs_conntrack::BATCH];
         let mut at = [0usize; xvs_conntrack::BATCH];
         let mut hits = [None; xvs_conntrack::BATCH];
+        let mut miss = [(0usize, 0u64, 0u64); xvs_conntrack::BATCH];
         for (prep, out) in prepared
             .chunks(xvs_conntrack::BATCH)
             .zip(out.chunks_mut(xvs_conntrack::BATCH))
@@ -550,18 +552,30 @@ impl<A: Family> Half<A> {
             // of the one that reads it: the service's counter handle,
             // then the backend's counter line (the packet updates it and
             // reads the backend's state and next hop from it).
+            // A miss may be a new flow: its ownership and service are
+            // looked up in stages too, every miss's at once (hash and
+            // fetch the buckets; probe them and fetch the service slot;
+            // fetch the compiled service and its counter handles; its
+            // backends; the flow's count cell), so the packet's own
+            // lookup finds them in cache.
+            let mut misses = 0;
             for (j, hit) in hits[..n].iter().enumerate() {
-                out[at[j]] = match *hit {
+                match *hit {
                     Some((id, dir)) => {
                         self.services
                             .prefetch_handles(self.table.flow(id).service());
-                        Lookup::Hit(id, dir)
+                        out[at[j]] = Lookup::Hit(id, dir);
                     }
-                    None => Lookup::Miss {
-                        owned: self.owned.contains(&keys[j].dst),
-                        service: NO_SERVICE,
-                    },
-                };
+                    None => {
+                        let k = &keys[j];
+                        let sh = self.services.key_hash(k.dst, k.proto, k.dst_port);
+                        let oh = self.owned.hash(&k.dst);
+                        self.services.prefetch_hash(sh);
+                        self.owned.prefetch(oh);
+                        miss[misses] = (j, sh, oh);
+                        misses += 1;
+                    }
+                }
             }
             for &(id, _) in hits[..n].iter().flatten() {
                 let f = self.table.flow(id);
@@ -569,40 +583,33 @@ impl<A: Family> Half<A> {
                     xvs_conntrack::prefetch(t.cell_addr(worker, f.backend_id()));
                 }
             }
-            // A miss may be a new flow: its service is looked up now,
-            // every miss's at once (the probes overlap), and what the
-            // scheduler reads next is prefetched (the compiled service,
-            // its backends, its counter handles); the packet's own lookup
-            // then finds them in cache.
-            // Two passes: the compiled services' lines first, then (once
-            // they arrived) what their fields point at.
-            let mut found = [None; xvs_conntrack::BATCH];
-            let misses = keys[..n]
-                .iter()
-                .zip(&at[..n])
-                .zip(&hits[..n])
-                .filter(|(_, h)| h.is_none());
-            for (((key, &i), _), found) in misses.zip(found.iter_mut()) {
-                *found = self.services.find(key.dst, key.proto, key.dst_port);
-                if let Some(slot) = found {
-                    xvs_conntrack::prefetch_lines(Arc::as_ptr(&slot.svc));
-                    // The slot's scheduler state, which the fetch ahead
-                    // reads, may lie on the slot's next line.
-                    xvs_conntrack::prefetch_lines(*slot as *const ServiceSlot<A>);
-                    if let Lookup::Miss { service, .. } = &mut out[i] {
-                        *service = slot.id;
-                    }
+            let mut found = [NO_SERVICE; xvs_conntrack::BATCH];
+            for (&(j, sh, oh), found) in miss[..misses].iter().zip(found.iter_mut()) {
+                let k = &keys[j];
+                let pos = self.services.find_hashed(sh, k.dst, k.proto, k.dst_port);
+                if let Some(pos) = pos {
+                    self.services.prefetch_at(pos);
+                    *found = pos;
                 }
+                out[at[j]] = Lookup::Miss {
+                    owned: self.owned.find_hashed(oh, &k.dst).is_some(),
+                    service: pos.unwrap_or(NO_SERVICE),
+                };
             }
-            for slot in found.iter().flatten() {
-                xvs_conntrack::prefetch(slot.svc.backends.as_ptr().cast());
+            let found = &found[..misses];
+            let slots = || found.iter().filter_map(|&pos| self.services.at(pos));
+            for slot in slots() {
+                xvs_conntrack::prefetch_lines(Arc::as_ptr(&slot.svc));
                 self.services.prefetch_handles(slot.id);
+            }
+            for slot in slots() {
+                xvs_conntrack::prefetch(slot.svc.backends.as_ptr().cast());
             }
             // A pass later, once the backend lists arrived: the flow's
             // count cell, whichever backend it gets (eight backends'
             // counts share a line, so the first and the last backend's
             // lines cover a small service).
-            for slot in found.iter().flatten() {
+            for slot in slots() {
                 let svc = &slot.svc;
                 if let (Some(first), Some(last)) = (svc.backends.first(), svc.backends.last()) {
                     xvs_conntrack::prefetch(svc.counts.cell_addr(worker, first.id));
@@ -613,13 +620,15 @@ impl<A: Family> Half<A> {
     }
 
     /// Fetches the index bucket of the reply key that `key`'s new flow
-    /// (a miss to a service) is expected to take: the backend the
-    /// scheduler would pick `same` new flows of that service from now,
-    /// the SNAT endpoint `snat_ahead` places past the cursor. A guess: a
+    /// (a miss to the service at `pos`) is expected to take: the backend
+    /// the scheduler would pick `same` new flows of that service from
+    /// now, the SNAT endpoint `snat_ahead` places past the cursor
+    /// (`ahead` is both). A guess: a
     /// frame in between that fails, or a taken endpoint, makes it a
     /// wasted fetch, never a wrong result.
-    fn prefetch_reply(&self, key: &FlowKey<A>, worker: usize, same: usize, snat_ahead: u32) {
-        let Some(slot) = self.services.find(key.dst, key.proto, key.dst_port) else {
+    fn prefetch_reply(&self, key: &FlowKey<A>, pos: u32, ahead: (usize, u32), worker: usize) {
+        let (same, snat_ahead) = ahead;
+        let Some(slot) = self.services.at(pos) else {
             return;
         };
         let svc = &slot.svc;
@@ -758,7 +767,7 @@ impl<A: Family> Half<A> {
             None if !owned(self) => return Verdict::Drop(DropReason::NotOwned),
             None if self.is_snat(ip.dst()) => return Verdict::Drop(DropReason::ReplyNoFlow),
             // A new flow is inserted with its first packet accounted.
-            None => match self.new_flow(core, buf, ip, key, src_mac, pkt, now) {
+            None => match self.new_flow(core, buf, ip, key, src_mac, pkt, now, looked) {
                 Ok(id) => (id, Direction::Original),
                 Err(v) => return v,
             },
@@ -967,9 +976,20 @@ impl<A: Family> Half<A> {
         src_mac: [u8; 6],
         first: Packet,
         now: u32,
+        looked: Lookup,
     ) -> Result<FlowId, Verdict> {
         let worker = core.cfg.worker;
-        let Some(slot) = self.services.find(ip.dst(), key.proto, key.dst_port) else {
+        // The batch's lookup found the service's position already (it is
+        // checked all the same; else, or without a lookup ahead, found).
+        let slot = match looked {
+            Lookup::Miss { service, .. } => {
+                self.services
+                    .at_for(service, key.dst, key.proto, key.dst_port)
+            }
+            _ => None,
+        }
+        .or_else(|| self.services.find(key.dst, key.proto, key.dst_port));
+        let Some(slot) = slot else {
             return Err(match core.cfg.unknown_port {
                 UnknownPort::Reject => self.reject(core, buf, ip, key.proto),
                 UnknownPort::Drop => Verdict::Drop(DropReason::NoService),
@@ -1373,10 +1393,10 @@ impl Pipeline {
     pub fn own(&mut self, addr: impl Into<IpAddr>) {
         match addr.into() {
             IpAddr::V4(a) => {
-                self.v4.owned.insert(a);
+                self.v4.owned.add(a);
             }
             IpAddr::V6(a) => {
-                self.v6.owned.insert(a);
+                self.v6.owned.add(a);
             }
         }
     }
@@ -1514,12 +1534,12 @@ impl Pipeline {
         match prep.frame {
             Ok(Frame::Ipv4(ref ip)) => {
                 if let Some(k) = ip.key() {
-                    self.v4.prefetch_reply(&k, worker, same, ahead);
+                    self.v4.prefetch_reply(&k, service, (same, ahead), worker);
                 }
             }
             Ok(Frame::Ipv6(ref ip)) => {
                 if let Some(k) = ip.key() {
-                    self.v6.prefetch_reply(&k, worker, same, ahead);
+                    self.v6.prefetch_reply(&k, service, (same, ahead), worker);
                 }
             }
             _ => {}

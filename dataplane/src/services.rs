@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use hashbrown::HashMap;
 use xvs_config::{Address, Protocol, Service, ServiceKey};
-use xvs_conntrack::{Endpoint, L4Proto, Observer};
+use xvs_conntrack::{Endpoint, Keyed, L4Proto, Observer};
 
 use crate::forward::Plan;
 use crate::sched::{ConnCounts, MaglevParams, Persist, SchedBackend, Scheduler, DEFAULT_SEED};
@@ -408,11 +408,23 @@ pub struct ServiceSlot<A: Address = Ipv4Addr> {
     pub sched: RefCell<Scheduler>,
 }
 
+/// A service's key in a worker's table: VIP, protocol, port (0: every
+/// port of the VIP).
+type SlotKey<A> = (A, L4Proto, u16);
+
 /// A worker's service table.
+///
+/// Services are found by key in a [`Keyed`] map, whose buckets a batch
+/// fetches ahead ([`ServiceTable::key_hash`], [`ServiceTable::prefetch_hash`],
+/// [`ServiceTable::find_hashed`]), and then by their position there
+/// ([`ServiceTable::at`]), which stays the service's own while it lives.
 #[derive(Debug)]
 pub struct ServiceTable<A: Address = Ipv4Addr> {
-    by_key: HashMap<(A, L4Proto, u16), ServiceSlot<A>>,
-    by_id: HashMap<u32, (A, L4Proto, u16)>,
+    by_key: Keyed<SlotKey<A>, ServiceSlot<A>>,
+    /// Service id → position in `by_key`.
+    by_id: HashMap<u32, u32>,
+    /// Services on port 0 (only then does a miss look a second key up).
+    port0: usize,
     /// What a flow's packets touch, by service id (dense: one array read
     /// per packet, the handles inline, no hash lookup).
     hot: Vec<Option<Hot>>,
@@ -429,15 +441,16 @@ struct Hot {
     counts: ConnCounts,
 }
 
-fn key_of<A: Address>(k: &ServiceKey<A>) -> (A, L4Proto, u16) {
+fn key_of<A: Address>(k: &ServiceKey<A>) -> SlotKey<A> {
     (k.vip, l4(k.protocol), k.port)
 }
 
 impl<A: Address> Default for ServiceTable<A> {
     fn default() -> Self {
         ServiceTable {
-            by_key: HashMap::new(),
+            by_key: Keyed::new(),
             by_id: HashMap::new(),
+            port0: 0,
             hot: Vec::new(),
         }
     }
@@ -462,7 +475,6 @@ impl<A: Address> ServiceTable<A> {
             }
         }
         svc.stats.set_states(worker, &svc.backends);
-        self.by_id.insert(svc.id, k);
         if svc.id < MAX_STATS_ID {
             let i = svc.id as usize;
             if self.hot.len() <= i {
@@ -479,12 +491,23 @@ impl<A: Address> ServiceTable<A> {
         }
         let sched = RefCell::new(sched);
         let id = svc.id;
-        self.by_key.insert(k, ServiceSlot { svc, id, sched });
+        if self
+            .by_key
+            .insert(k, ServiceSlot { svc, id, sched })
+            .is_none()
+            && k.2 == 0
+        {
+            self.port0 += 1;
+        }
+        if let Some(pos) = self.by_key.position(&k) {
+            self.by_id.insert(id, pos);
+        }
     }
 
     /// Removes a service.
     pub fn remove(&mut self, key: &ServiceKey<A>) {
         if let Some(old) = self.by_key.remove(&key_of(key)) {
+            self.port0 -= usize::from(key.port == 0);
             self.by_id.remove(&old.svc.id);
             if let Some(t) = self.hot.get_mut(old.svc.id as usize) {
                 *t = None;
@@ -538,14 +561,61 @@ impl<A: Address> ServiceTable<A> {
     /// The service for (vip, proto, port), else the port-0 one of the VIP.
     #[inline]
     pub fn find(&self, vip: A, proto: L4Proto, port: u16) -> Option<&ServiceSlot<A>> {
+        let h = self.key_hash(vip, proto, port);
+        self.at(self.find_hashed(h, vip, proto, port)?)
+    }
+
+    /// The hash [`ServiceTable::find_hashed`] takes for (vip, proto, port).
+    #[inline(always)]
+    pub fn key_hash(&self, vip: A, proto: L4Proto, port: u16) -> u64 {
+        self.by_key.hash(&(vip, proto, port))
+    }
+
+    /// Starts fetching the bucket of a key's hash (a port-0 fallback,
+    /// probed only when some service listens on port 0 and the key itself
+    /// is not there, pays its own miss).
+    #[inline(always)]
+    pub fn prefetch_hash(&self, hash: u64) {
+        self.by_key.prefetch(hash);
+    }
+
+    /// The position of the service for (vip, proto, port), whose hash is
+    /// `hash`, else of the port-0 one of the VIP.
+    #[inline(always)]
+    pub fn find_hashed(&self, hash: u64, vip: A, proto: L4Proto, port: u16) -> Option<u32> {
         self.by_key
-            .get(&(vip, proto, port))
-            .or_else(|| self.by_key.get(&(vip, proto, 0)))
+            .find_hashed(hash, &(vip, proto, port))
+            .or_else(|| {
+                (self.port0 > 0 && port != 0)
+                    .then(|| self.by_key.position(&(vip, proto, 0)))
+                    .flatten()
+            })
+    }
+
+    /// The service at position `pos` (as [`ServiceTable::find_hashed`]
+    /// gave it).
+    #[inline(always)]
+    pub fn at(&self, pos: u32) -> Option<&ServiceSlot<A>> {
+        self.by_key.at(pos).map(|(_, s)| s)
+    }
+
+    /// The service at `pos` if it is the one for (vip, proto, port): a
+    /// position found earlier in the same batch, checked.
+    #[inline(always)]
+    pub fn at_for(&self, pos: u32, vip: A, proto: L4Proto, port: u16) -> Option<&ServiceSlot<A>> {
+        let (&(v, p, o), s) = self.by_key.at(pos)?;
+        (v == vip && p == proto && (o == port || o == 0)).then_some(s)
+    }
+
+    /// Starts fetching the service slot at `pos`.
+    #[inline(always)]
+    pub fn prefetch_at(&self, pos: u32) {
+        self.by_key.prefetch_at(pos);
     }
 
     /// The service with id `id`.
     pub fn by_id(&self, id: u32) -> Option<&ServiceSlot<A>> {
-        self.by_key.get(self.by_id.get(&id)?)
+        self.at(*self.by_id.get(&id)?)
     }
 
     /// Number of services.
@@ -694,5 +764,65 @@ mod tests {
         t.upsert(big, 0);
         assert!(t.traffic(MAX_STATS_ID + 5).is_none());
         assert_eq!(t.dest_state(MAX_STATS_ID + 5, 0, 0), DestState::Available);
+    }
+
+    /// A key finds its own service, else its VIP's port-0 one, the same
+    /// by `find` and by the batch's hash-then-probe; a position stays its
+    /// service's through a new version, and `at_for` accepts it only for
+    /// a key that service serves.
+    #[test]
+    fn a_key_finds_its_service_or_the_vips_port_0_one() {
+        let vip = Ipv4Addr::new(198, 19, 0, 1);
+        let on = |id: u32, port: u16| {
+            let mut s = svc(&[10]);
+            s.key.port = port;
+            Arc::new(CompiledService::new(id, &s, 1, None))
+        };
+        let mut t = ServiceTable::default();
+        let both = |t: &ServiceTable, port: u16| {
+            let by_find = t.find(vip, L4Proto::Tcp, port).map(|s| s.id);
+            let h = t.key_hash(vip, L4Proto::Tcp, port);
+            let pos = t.find_hashed(h, vip, L4Proto::Tcp, port);
+            assert_eq!(
+                pos.and_then(|p| t.at(p)).map(|s| s.id),
+                by_find,
+                "port {port}"
+            );
+            by_find
+        };
+        t.upsert(on(1, 80), 0);
+        assert_eq!((both(&t, 80), both(&t, 81)), (Some(1), None));
+        t.upsert(on(2, 0), 0);
+        assert_eq!(
+            (both(&t, 80), both(&t, 81), both(&t, 0)),
+            (Some(1), Some(2), Some(2))
+        );
+        let pos = t.find_hashed(t.key_hash(vip, L4Proto::Tcp, 81), vip, L4Proto::Tcp, 81);
+        let pos = pos.unwrap();
+        assert!(t.at_for(pos, vip, L4Proto::Tcp, 81).is_some());
+        assert!(t.at_for(pos, vip, L4Proto::Udp, 81).is_none());
+        assert!(t
+            .at_for(pos, Ipv4Addr::new(198, 19, 0, 2), L4Proto::Tcp, 81)
+            .is_none());
+        // A new version keeps the position; the id finds it.
+        t.upsert(on(2, 0), 0);
+        assert_eq!(t.at(pos).map(|s| s.id), Some(2));
+        assert_eq!(t.by_id(2).map(|s| s.svc.key.port), Some(0));
+        let port0 = on(2, 0).key;
+        t.remove(&port0);
+        assert_eq!((both(&t, 80), both(&t, 81)), (Some(1), None));
+        assert!(t.at(pos).is_none() && t.by_id(2).is_none());
+        // Many services: the index grows and finds every one.
+        for i in 0..5000u32 {
+            let mut s = svc(&[10]);
+            s.key.vip = Ipv4Addr::from(0xc613_0000 + i + 10);
+            t.upsert(Arc::new(CompiledService::new(10 + i, &s, 1, None)), 0);
+        }
+        assert_eq!(t.len(), 5001);
+        for i in 0..5000u32 {
+            let a = Ipv4Addr::from(0xc613_0000 + i + 10);
+            assert_eq!(t.find(a, L4Proto::Tcp, 80).map(|s| s.id), Some(10 + i));
+            assert!(t.find(a, L4Proto::Tcp, 81).is_none());
+        }
     }
 }
