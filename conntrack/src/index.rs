@@ -156,6 +156,16 @@ impl Index {
         None
     }
 
+    /// The first value in `hash`'s home bucket with its tag, if any: a
+    /// candidate a batch can fetch before it checks it (without reading
+    /// what the value names, as [`Index::find`] must).
+    #[inline(always)]
+    pub(crate) fn first(&self, hash: u64) -> Option<u32> {
+        let bucket = &self.buckets[self.home(hash)];
+        let m = bucket.matching(tag(hash));
+        (m != 0).then(|| bucket.vals[m.trailing_zeros() as usize])
+    }
+
     /// Adds `value` under `hash` (the caller makes sure it is not there
     /// yet). False only when every slot is taken.
     pub(crate) fn insert(&mut self, hash: u64, value: u32) -> bool {

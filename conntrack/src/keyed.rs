@@ -2,8 +2,10 @@
 //! owned address) to values, on the flow index's one-line buckets
 //! ([`crate::index`]), so that a batch can hash its keys and fetch their
 //! buckets first ([`Keyed::hash`], [`Keyed::prefetch`]), then probe them
-//! once the lines arrived ([`Keyed::find_hashed`]), then fetch the entries
-//! it found ([`Keyed::prefetch_at`]) a stage before reading them.
+//! once the lines arrived ([`Keyed::candidate`]: the bucket only), fetch
+//! the entries they point at ([`Keyed::prefetch_at`]) and check them a
+//! stage later ([`Keyed::confirm`]), so no stage waits on a line it asked
+//! for in the same pass.
 //!
 //! Entries live in a dense vector, each at a position that stays its own
 //! while it lives (a replaced value keeps it; a removed entry's position
@@ -81,6 +83,25 @@ impl<K: Hash + Eq + Copy, V> Keyed<K, V> {
             hash,
             |v| matches!(&self.entries[v as usize], Some((k, _)) if k == key),
         )
+    }
+
+    /// A batch's probe that reads only the bucket: the position `key`
+    /// (whose hash is `hash`) most likely has, to fetch
+    /// ([`Keyed::prefetch_at`]) and then check with [`Keyed::confirm`].
+    #[inline(always)]
+    pub fn candidate(&self, hash: u64) -> Option<u32> {
+        self.index.first(hash)
+    }
+
+    /// The position of `key` (whose hash is `hash`), given the
+    /// [`Keyed::candidate`] found for it: the candidate if it holds the
+    /// key, else a whole lookup.
+    #[inline(always)]
+    pub fn confirm(&self, hash: u64, key: &K, candidate: Option<u32>) -> Option<u32> {
+        match candidate {
+            Some(p) if matches!(self.at(p), Some((k, _)) if k == key) => Some(p),
+            _ => self.find_hashed(hash, key),
+        }
     }
 
     /// The position of `key`.
@@ -246,6 +267,8 @@ mod tests {
                 prop_assert_eq!(m.get(&k), model.get(&k));
                 let h = m.hash(&k);
                 prop_assert_eq!(m.find_hashed(h, &k), m.position(&k));
+                prop_assert_eq!(m.confirm(h, &k, m.candidate(h)), m.position(&k));
+                prop_assert_eq!(m.confirm(h, &k, Some(0)), m.position(&k));
                 if let Some(p) = m.position(&k) {
                     prop_assert_eq!(m.at(p), Some((&k, &model[&k])));
                 }

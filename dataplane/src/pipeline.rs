@@ -530,7 +530,9 @@ impl<A: Family> Half<A> {
         let mut keys = [FlowKey::between(zero, zero, L4Proto::Tcp); xvs_conntrack::BATCH];
         let mut at = [0usize; xvs_conntrack::BATCH];
         let mut hits = [None; xvs_conntrack::BATCH];
-        let mut miss = [(0usize, 0u64, 0u64); xvs_conntrack::BATCH];
+        // A miss: its index in `keys`, the hashes of its service key and
+        // of its destination, and their candidates.
+        let mut miss = [(0usize, 0u64, 0u64, None, None); xvs_conntrack::BATCH];
         for (prep, out) in prepared
             .chunks(xvs_conntrack::BATCH)
             .zip(out.chunks_mut(xvs_conntrack::BATCH))
@@ -572,7 +574,7 @@ impl<A: Family> Half<A> {
                         let oh = self.owned.hash(&k.dst);
                         self.services.prefetch_hash(sh);
                         self.owned.prefetch(oh);
-                        miss[misses] = (j, sh, oh);
+                        miss[misses] = (j, sh, oh, None, None);
                         misses += 1;
                     }
                 }
@@ -583,21 +585,31 @@ impl<A: Family> Half<A> {
                     xvs_conntrack::prefetch(t.cell_addr(worker, f.backend_id()));
                 }
             }
-            let mut found = [NO_SERVICE; xvs_conntrack::BATCH];
-            for (&(j, sh, oh), found) in miss[..misses].iter().zip(found.iter_mut()) {
-                let k = &keys[j];
-                let pos = self.services.find_hashed(sh, k.dst, k.proto, k.dst_port);
-                if let Some(pos) = pos {
-                    self.services.prefetch_at(pos);
-                    *found = pos;
+            // The buckets arrived: their candidates' entries are fetched,
+            // then checked a pass later.
+            for m in &mut miss[..misses] {
+                m.3 = self.services.candidate(m.1);
+                m.4 = self.owned.candidate(m.2);
+                if let Some(p) = m.3 {
+                    self.services.prefetch_at(p);
                 }
+                if let Some(p) = m.4 {
+                    self.owned.prefetch_at(p);
+                }
+            }
+            let mut found = [NO_SERVICE; xvs_conntrack::BATCH];
+            for (&(j, sh, oh, sc, oc), found) in miss[..misses].iter().zip(found.iter_mut()) {
+                let k = &keys[j];
+                let pos = self.services.confirm(sh, (k.dst, k.proto, k.dst_port), sc);
+                *found = pos.unwrap_or(NO_SERVICE);
                 out[at[j]] = Lookup::Miss {
-                    owned: self.owned.find_hashed(oh, &k.dst).is_some(),
-                    service: pos.unwrap_or(NO_SERVICE),
+                    owned: self.owned.confirm(oh, &k.dst, oc).is_some(),
+                    service: *found,
                 };
             }
             let found = &found[..misses];
             let slots = || found.iter().filter_map(|&pos| self.services.at(pos));
+            // The slots are in cache (the check read them).
             for slot in slots() {
                 xvs_conntrack::prefetch_lines(Arc::as_ptr(&slot.svc));
                 self.services.prefetch_handles(slot.id);

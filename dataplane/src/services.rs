@@ -583,13 +583,34 @@ impl<A: Address> ServiceTable<A> {
     /// `hash`, else of the port-0 one of the VIP.
     #[inline(always)]
     pub fn find_hashed(&self, hash: u64, vip: A, proto: L4Proto, port: u16) -> Option<u32> {
-        self.by_key
-            .find_hashed(hash, &(vip, proto, port))
-            .or_else(|| {
-                (self.port0 > 0 && port != 0)
-                    .then(|| self.by_key.position(&(vip, proto, 0)))
-                    .flatten()
-            })
+        let found = self.by_key.find_hashed(hash, &(vip, proto, port));
+        found.or_else(|| self.port0_of(vip, proto, port))
+    }
+
+    /// A batch's probe that reads only the bucket of `hash`: the likely
+    /// position of its service, to fetch ([`ServiceTable::prefetch_at`])
+    /// and then check with [`ServiceTable::confirm`].
+    #[inline(always)]
+    pub fn candidate(&self, hash: u64) -> Option<u32> {
+        self.by_key.candidate(hash)
+    }
+
+    /// [`ServiceTable::find_hashed`]'s answer for `key` (vip, proto,
+    /// port), given the [`ServiceTable::candidate`] found for it.
+    #[inline(always)]
+    pub fn confirm(&self, hash: u64, key: SlotKey<A>, candidate: Option<u32>) -> Option<u32> {
+        let found = self.by_key.confirm(hash, &key, candidate);
+        found.or_else(|| self.port0_of(key.0, key.1, key.2))
+    }
+
+    /// The port-0 service of a VIP, for a key without a service.
+    #[inline(always)]
+    fn port0_of(&self, vip: A, proto: L4Proto, port: u16) -> Option<u32> {
+        if self.port0 > 0 && port != 0 {
+            self.by_key.position(&(vip, proto, 0))
+        } else {
+            None
+        }
     }
 
     /// The service at position `pos` (as [`ServiceTable::find_hashed`]
@@ -788,6 +809,8 @@ mod tests {
                 by_find,
                 "port {port}"
             );
+            let key = (vip, L4Proto::Tcp, port);
+            assert_eq!(t.confirm(h, key, t.candidate(h)), pos, "port {port}");
             by_find
         };
         t.upsert(on(1, 80), 0);
