@@ -74,7 +74,63 @@ pub struct Report {
     pub targets: Vec<Target>,
 }
 
-/// Fills `of_ceiling` and `of_iptables_legacy` from the rows themselves.
+/// The rounds of the same rows (same modes, counts and workloads in the
+/// same order) as one: pps the median of the rounds', and each row's
+/// ratio to the ceiling the median of its rounds' ratios, each against
+/// the raw forwarder of its own round (a window's drift moves both);
+/// the note keeps the first round's counters and adds every round's
+/// ratio. `None` when the rounds' rows do not line up.
+pub fn merge_rounds(mut rounds: Vec<Vec<Row>>) -> Option<Vec<Row>> {
+    let first = rounds.first()?;
+    let lined_up = rounds.iter().all(|r| {
+        r.len() == first.len()
+            && r.iter().zip(first).all(|(a, b)| {
+                (&a.mode, a.services, &a.workload) == (&b.mode, b.services, &b.workload)
+            })
+    });
+    if !lined_up {
+        return None;
+    }
+    for r in &mut rounds {
+        fill_ratios(r);
+    }
+    let median = |mut v: Vec<f64>| -> Option<f64> {
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        match n {
+            0 => None,
+            _ if n % 2 == 1 => Some(v[n / 2]),
+            _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+        }
+    };
+    let n = rounds.len();
+    let merged = (0..rounds[0].len())
+        .map(|i| {
+            let of = |f: &dyn Fn(&Row) -> Option<f64>| -> Vec<f64> {
+                rounds.iter().filter_map(|r| f(&r[i])).collect()
+            };
+            let mut row = rounds[0][i].clone();
+            row.pps = median(of(&|r| r.pps));
+            row.sent_pps = median(of(&|r| Some(r.sent_pps))).unwrap_or(0.0);
+            let ratios = of(&|r| r.of_ceiling);
+            row.of_ceiling = median(ratios.clone());
+            if n > 1 && row.mode != "raw" {
+                let each: Vec<String> = ratios.iter().map(|c| format!("{c:.2}")).collect();
+                let note = format!("of ceiling by round: {}", each.join(" "));
+                row.note = Some(match row.note.take() {
+                    Some(s) => format!("{s} {note}"),
+                    None => note,
+                });
+            }
+            row.error = row.pps.is_none().then(|| row.error.take()).flatten();
+            row
+        })
+        .collect();
+    Some(merged)
+}
+
+/// Fills `of_ceiling` (where a round merge has not already) and
+/// `of_iptables_legacy` from the rows themselves.
 pub fn fill_ratios(rows: &mut [Row]) {
     let find = |rows: &[Row], mode: &str, services: Option<usize>, workload: &str| {
         rows.iter()
@@ -87,7 +143,9 @@ pub fn fill_ratios(rows: &mut [Row]) {
     for r in rows.iter_mut() {
         let Some(pps) = r.pps else { continue };
         let ratio = |base: Option<f64>| base.filter(|b| *b > 0.0).map(|b| pps / b);
-        r.of_ceiling = ratio(find(&snapshot, "raw", None, &r.workload));
+        if r.of_ceiling.is_none() {
+            r.of_ceiling = ratio(find(&snapshot, "raw", None, &r.workload));
+        }
         // IPv6 rows against ip6tables-legacy, IPv4 ones against
         // iptables-legacy.
         let legacy = if r.mode.ends_with("-ipv6") || r.mode.starts_with("ip6") {
@@ -335,6 +393,42 @@ mod tests {
         let t = table(&r);
         assert!(t.contains("did not load"), "{t}");
         assert!(t.lines().nth(2).unwrap().contains("0.90"), "{t}");
+    }
+
+    /// Three rounds: each xvs row's share is the median of its rounds'
+    /// shares against their own round's ceiling (not the ratio of the
+    /// medians), pps the median; rounds that do not line up are refused.
+    #[test]
+    fn rounds_merge_into_medians_of_same_round_ratios() {
+        let round = |raw: f64, xvs: f64| {
+            vec![
+                row("raw", 0, "new", Some(raw)),
+                row("xvs", 1, "new", Some(xvs)),
+            ]
+        };
+        let merged = merge_rounds(vec![
+            round(100.0, 90.0),
+            round(200.0, 100.0),
+            round(150.0, 140.0),
+        ])
+        .unwrap();
+        assert_eq!(merged[0].pps, Some(150.0));
+        assert_eq!(merged[1].pps, Some(100.0));
+        // Shares 0.9, 0.5, 0.933: the median is 0.9 (100 / 150 would be 0.67).
+        assert_eq!(merged[1].of_ceiling, Some(0.9));
+        let note = merged[1].note.as_deref().unwrap();
+        assert!(note.contains("0.90 0.50 0.93"), "{note}");
+        // fill_ratios keeps a merged share.
+        let mut again = merged.clone();
+        fill_ratios(&mut again);
+        assert_eq!(again[1].of_ceiling, Some(0.9));
+        let mut odd = round(100.0, 90.0);
+        odd[1].services = 100;
+        assert!(merge_rounds(vec![round(100.0, 90.0), odd]).is_none());
+        // One round is the round itself.
+        let one = merge_rounds(vec![round(100.0, 90.0)]).unwrap();
+        assert_eq!((one[1].pps, one[1].of_ceiling), (Some(90.0), Some(0.9)));
+        assert!(one[1].note.is_none());
     }
 
     #[test]

@@ -30,7 +30,7 @@ use xvs_benches::e2e::{
 };
 use xvs_benches::frames::ep_any;
 use xvs_benches::report::{
-    fill_ratios, table, write_chart, write_json, Change, Report, Row, Target,
+    fill_ratios, merge_rounds, table, write_chart, write_json, Change, Report, Row, Target,
 };
 use xvs_benches::rulesets::{
     iptables, iptables_change, nftables, nftables_change, services, xvs_services, xvs_services_via,
@@ -80,6 +80,12 @@ struct Cli {
     /// over IPv6); `0` for none.
     #[arg(long, value_delimiter = ',', default_value = "1,10000")]
     ipv6: Vec<usize>,
+    /// Rounds of the ceiling and xvs's IPv4 rows, alternated (raw, xvs,
+    /// raw, xvs, ...): each row's pps is the median of its rounds', and
+    /// each xvs row's share of the ceiling the median of its rounds'
+    /// shares, each against the raw forwarder of the same round.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
 }
 
 /// Which family a run of rows is over.
@@ -706,6 +712,9 @@ fn bench(cli: Cli) -> Result<(), String> {
             cli.seconds
         ));
     }
+    if !(1..=20).contains(&cli.rounds) {
+        return Err(format!("--rounds {}: expected 1..=20", cli.rounds));
+    }
     if cli.services.iter().any(|&n| n == 0 || n > 200_000) {
         return Err("--services: each count must be 1..=200000".into());
     }
@@ -713,19 +722,32 @@ fn bench(cli: Cli) -> Result<(), String> {
     let mut bed = Bed::build(cli.seconds, &dsr_vips(&cli))?;
     let (mut rows, mut changes) = (Vec::new(), Vec::new());
 
-    // 1. The ceiling: the raw forwarder, aimed at an endpoint directly.
-    eprintln!("raw AF_XDP forwarder");
-    let spec = bed.raw_spec(Ipv4Addr::new(198, 18, 1, 10))?;
-    let dst = ep_any(target_endpoints()[0].addr, PORT_OF_TARGET);
-    let (raw, _) = with_raw_forwarder(&mut bed, spec, |bed| {
-        WORKLOADS.map(|w| (w, bed.measure(dst, w)))
-    })?;
-    for (w, m) in raw {
-        rows.push(row("raw", 0, w, m, None));
+    // 1. The ceiling: the raw forwarder, aimed at an endpoint directly,
+    // then xvs over IPv4; in `--rounds` rounds.
+    let mut rounds = Vec::new();
+    for round in 0..cli.rounds {
+        if cli.rounds > 1 {
+            eprintln!("round {} of {}", round + 1, cli.rounds);
+        }
+        let mut these = Vec::new();
+        eprintln!("raw AF_XDP forwarder");
+        let spec = bed.raw_spec(Ipv4Addr::new(198, 18, 1, 10))?;
+        let dst = ep_any(target_endpoints()[0].addr, PORT_OF_TARGET);
+        let (raw, _) = with_raw_forwarder(&mut bed, spec, |bed| {
+            WORKLOADS.map(|w| (w, bed.measure(dst, w)))
+        })?;
+        for (w, m) in raw {
+            these.push(row("raw", 0, w, m, None));
+        }
+        // The endpoint change is timed in the first round only.
+        let mut later = Vec::new();
+        let changes = if round == 0 { &mut changes } else { &mut later };
+        run_xvs(&cli, Fam::V4, &mut bed, &mut these, changes)?;
+        rounds.push(these);
     }
+    rows.extend(merge_rounds(rounds).ok_or("the rounds measured different rows")?);
 
-    // 2. xvs, over IPv4 then IPv6.
-    run_xvs(&cli, Fam::V4, &mut bed, &mut rows, &mut changes)?;
+    // 2. xvs's other forwarding methods, and IPv6.
     run_xvs_dsr(&cli, &mut bed, &mut rows)?;
     run_xvs(&cli, Fam::V6, &mut bed, &mut rows, &mut changes)?;
 
