@@ -22,7 +22,8 @@
 //! ARP requests in [`crate::neighbours`], SNAT endpoints in
 //! [`crate::snat`], flow events in [`crate::events`], counters in
 //! [`crate::counters`], forwarding in [`crate::forward`]; the pipeline
-//! keeps the owned-address set (a hash set of VIPs and SNAT addresses).
+//! keeps the owned-address set (VIPs and SNAT addresses, in a
+//! [`Keyed`] map a batch probes in stages, as it does the services).
 //!
 //! The rules on a hit, as IPVS applies `net.ipv4.vs.*` (kube-proxy sets
 //! each to 1): a SYN on a flow in TIME_WAIT or CLOSE ends that flow and is
