@@ -40,6 +40,8 @@ use crate::Timeouts;
 /// Wheel slots: one per second; a power of two above the longest default
 /// timeout (900 s), so most entries are swept once.
 pub(crate) const WHEEL_SLOTS: usize = 1024;
+/// Expired entries removed together ([`FlowTable::advance`]).
+const EXPIRE_RUN: usize = 16;
 pub(crate) const DIR_BIT: u32 = 1 << 31;
 /// Largest capacity (slot numbers and the direction bit share a u32).
 pub const MAX_CAPACITY: u32 = (1 << 31) - 1;
@@ -802,13 +804,48 @@ impl<A: Address> FlowTable<A> {
         self.slab.release(slot);
     }
 
+    /// Starts fetching what removing the entry in `slot` (in cache: just
+    /// unlinked) touches: its keys' index buckets and its age-list
+    /// neighbours.
+    #[inline]
+    fn prefetch_removal(&self, slot: u32) {
+        let e = &self.slab.entries[slot as usize];
+        self.index.prefetch(self.hash(&e.key(Direction::Original)));
+        if !e.has_one_key() {
+            self.index.prefetch(self.hash(&e.key(Direction::Reply)));
+        }
+        if e.flags & FLAG_AGED != 0 {
+            for n in e.links[AGE] {
+                if n != NIL {
+                    crate::batch::prefetch(
+                        self.slab.entries.as_ptr().wrapping_add(n as usize).cast(),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Removes a run of expired entries, unlinked from the wheel.
+    fn remove_expired(&mut self, run: &[u32], obs: &mut impl Observer<A>) {
+        for &slot in run {
+            self.remove_slot(slot, Removal::Expired, obs);
+        }
+    }
+
     /// Advances the wheel to `now`, examining at most `budget` entries and
     /// seconds; expired entries leave the table (counted in `expire`).
     pub fn advance(&mut self, now: u32, budget: u32, obs: &mut impl Observer<A>) -> Advance {
         let mut work = 0u32;
         let mut expired = 0u32;
+        // Expired entries are removed a run at a time: the sweep unlinks
+        // up to EXPIRE_RUN of them and fetches the lines their removal
+        // touches (index buckets, age-list neighbours), then removes them,
+        // so those misses overlap instead of adding up.
+        let mut run = [0u32; EXPIRE_RUN];
+        let mut n = 0;
         loop {
             if work >= budget {
+                self.remove_expired(&run[..n], obs);
                 return Advance {
                     expired,
                     done: false,
@@ -827,12 +864,20 @@ impl<A: Address> FlowTable<A> {
                 if self.slab.entries[slot as usize].deadline() <= self.cursor {
                     self.stats.expire += 1;
                     expired += 1;
-                    self.remove_slot(slot, Removal::Expired, obs);
+                    self.prefetch_removal(slot);
+                    run[n] = slot;
+                    n += 1;
+                    if n == EXPIRE_RUN {
+                        self.remove_expired(&run, obs);
+                        n = 0;
+                    }
                 } else {
                     self.file(slot);
                 }
                 continue;
             }
+            self.remove_expired(&run[..n], obs);
+            n = 0;
             if self.cursor >= now {
                 return Advance {
                     expired,
