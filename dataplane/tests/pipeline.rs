@@ -349,6 +349,96 @@ fn a_batch_looked_up_together_sees_flows_it_creates() {
     assert_counters_add_up(&p);
 }
 
+/// ipvsadm's all-ports service (`-A -t VIP:0 -p`) beside a port-80 one on
+/// the same VIP: port 80 stays the port-80 service's, any other port goes
+/// to the port-0 service's backend on the port the client asked for, the
+/// same through a batch's staged lookup and one frame at a time; once the
+/// port-0 service is gone, the other port has no service.
+#[test]
+fn a_port_0_service_takes_every_port_its_vip_does_not_serve_otherwise() {
+    use smoltcp::wire::{IpAddress, TcpPacket};
+    use xvs_config::{Persistence, ServiceKey};
+    use xvs_dataplane::pipeline::{Lookup, Prepared, NO_SERVICE};
+    const OTHER: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 2);
+    let mut p = pipeline();
+    for i in [1, 2] {
+        let mut arp = ARP_REPLY_FROM_BACKEND.to_vec();
+        arp[31] = i; // the sender's address: 198.18.1.i
+        p.process(&mut arp, ARP_REPLY_FROM_BACKEND.len(), 0);
+    }
+    let mut all = rr_service(VIP, Protocol::Tcp, 0, &[(OTHER, 0, 1)]);
+    all.persistence = Some(Persistence {
+        timeout_secs: 300,
+        netmask: Ipv4Addr::BROADCAST,
+    });
+    p.upsert_service(Arc::new(CompiledService::new(3, &all, 1, None)));
+    // A SYN from `src_port` to VIP:`dst_port`.
+    let syn = |src_port: u16, dst_port: u16| {
+        let mut f = syn_from(src_port);
+        let l4 = 14 + usize::from(f[14] & 0x0f) * 4;
+        f[l4 + 2..l4 + 4].copy_from_slice(&dst_port.to_be_bytes());
+        let mut t = TcpPacket::new_unchecked(&mut f[l4..]);
+        t.fill_checksum(&IpAddress::Ipv4(CLIENT), &IpAddress::Ipv4(VIP));
+        f
+    };
+    // The forwarded frame's destination.
+    let to = |f: &[u8]| {
+        let Ok(Frame::Ipv4(ip)) = classify(f) else {
+            panic!("not IPv4")
+        };
+        let L4::Tcp { dst_port, .. } = ip.l4 else {
+            panic!("{:?}", ip.l4)
+        };
+        (ip.dst, dst_port)
+    };
+    // Batched: both name a service, and each goes to its own.
+    let frames = [syn(40_001, 80), syn(40_002, 8443)];
+    let prepared: Vec<Prepared> = frames.iter().map(|f| Prepared::of(f)).collect();
+    let mut looked = vec![Lookup::NotYet; 2];
+    p.lookup_prepared(&prepared, &mut looked);
+    let named =
+        |l: &Lookup| matches!(l, Lookup::Miss { owned: true, service } if *service != NO_SERVICE);
+    assert!(looked.iter().all(named), "{looked:?}");
+    let want = [(BACKEND, 8080), (OTHER, 8443)];
+    for ((f, prep), (look, want)) in frames.iter().zip(&prepared).zip(looked.iter().zip(want)) {
+        let mut buf = vec![0u8; 2048];
+        buf[..f.len()].copy_from_slice(f);
+        let v = p.process_prepared(Side::Client, &mut buf, 1, prep, *look);
+        let Verdict::Forward { len, .. } = v else {
+            panic!("{v:?}")
+        };
+        assert_eq!(to(&buf[..len]), want);
+    }
+    // One at a time: the same answers.
+    for (dst_port, want) in [(80, (BACKEND, 8080)), (9000, (OTHER, 9000))] {
+        let mut buf = syn(41_000 + dst_port % 1000, dst_port);
+        let len = buf.len();
+        let Verdict::Forward { len, .. } = p.process(&mut buf, len, 1) else {
+            panic!("port {dst_port}")
+        };
+        assert_eq!(to(&buf[..len]), want);
+    }
+    // Without the port-0 service, only port 80 is served.
+    p.remove_service(&ServiceKey {
+        vip: VIP.into(),
+        protocol: Protocol::Tcp,
+        port: 0,
+    });
+    let mut buf = syn(42_000, 8443);
+    let len = buf.len();
+    assert_eq!(
+        p.process(&mut buf, len, 2),
+        Verdict::Drop(DropReason::NoService)
+    );
+    let mut buf = syn(42_001, 80);
+    let len = buf.len();
+    assert!(matches!(
+        p.process(&mut buf, len, 2),
+        Verdict::Forward { .. }
+    ));
+    assert_counters_add_up(&p);
+}
+
 /// TCP_SYN from another client port.
 fn syn_from(port: u16) -> Vec<u8> {
     syn_from_client(CLIENT, port)
