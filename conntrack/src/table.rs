@@ -815,12 +815,10 @@ impl<A: Address> FlowTable<A> {
             self.index.prefetch(self.hash(&e.key(Direction::Reply)));
         }
         if e.flags & FLAG_AGED != 0 {
-            for n in e.links[AGE] {
-                if n != NIL {
-                    crate::batch::prefetch(
-                        self.slab.entries.as_ptr().wrapping_add(n as usize).cast(),
-                    );
-                }
+            // The unlink writes their links, which may sit on either of
+            // an entry's lines: every line, as the batch lookup fetches.
+            for n in e.links[AGE].into_iter().filter(|&n| n != NIL) {
+                crate::batch::prefetch_lines(&self.slab.entries[n as usize] as *const Entry<A>);
             }
         }
     }

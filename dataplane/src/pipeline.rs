@@ -311,6 +311,18 @@ impl Core {
     }
 }
 
+/// A miss in the batch lookup's stages: its index in the batch's keys, the
+/// hashes of its service key and of its destination, and the candidate
+/// positions their buckets named.
+#[derive(Debug, Clone, Copy, Default)]
+struct StagedMiss {
+    key: usize,
+    service_hash: u64,
+    owned_hash: u64,
+    service_at: Option<u32>,
+    owned_at: Option<u32>,
+}
+
 /// One family's state in a worker: its flows, services, owned addresses,
 /// next hops and SNAT endpoints.
 pub struct Half<A: Family> {
@@ -531,9 +543,7 @@ impl<A: Family> Half<A> {
         let mut keys = [FlowKey::between(zero, zero, L4Proto::Tcp); xvs_conntrack::BATCH];
         let mut at = [0usize; xvs_conntrack::BATCH];
         let mut hits = [None; xvs_conntrack::BATCH];
-        // A miss: its index in `keys`, the hashes of its service key and
-        // of its destination, and their candidates.
-        let mut miss = [(0usize, 0u64, 0u64, None, None); xvs_conntrack::BATCH];
+        let mut miss = [StagedMiss::default(); xvs_conntrack::BATCH];
         for (prep, out) in prepared
             .chunks(xvs_conntrack::BATCH)
             .zip(out.chunks_mut(xvs_conntrack::BATCH))
@@ -575,7 +585,12 @@ impl<A: Family> Half<A> {
                         let oh = self.owned.hash(&k.dst);
                         self.services.prefetch_hash(sh);
                         self.owned.prefetch(oh);
-                        miss[misses] = (j, sh, oh, None, None);
+                        miss[misses] = StagedMiss {
+                            key: j,
+                            service_hash: sh,
+                            owned_hash: oh,
+                            ..StagedMiss::default()
+                        };
                         misses += 1;
                     }
                 }
@@ -589,22 +604,26 @@ impl<A: Family> Half<A> {
             // The buckets arrived: their candidates' entries are fetched,
             // then checked a pass later.
             for m in &mut miss[..misses] {
-                m.3 = self.services.candidate(m.1);
-                m.4 = self.owned.candidate(m.2);
-                if let Some(p) = m.3 {
+                m.service_at = self.services.candidate(m.service_hash);
+                m.owned_at = self.owned.candidate(m.owned_hash);
+                if let Some(p) = m.service_at {
                     self.services.prefetch_at(p);
                 }
-                if let Some(p) = m.4 {
+                if let Some(p) = m.owned_at {
                     self.owned.prefetch_at(p);
                 }
             }
             let mut found = [NO_SERVICE; xvs_conntrack::BATCH];
-            for (&(j, sh, oh, sc, oc), found) in miss[..misses].iter().zip(found.iter_mut()) {
-                let k = &keys[j];
-                let pos = self.services.confirm(sh, (k.dst, k.proto, k.dst_port), sc);
+            for (m, found) in miss[..misses].iter().zip(found.iter_mut()) {
+                let k = &keys[m.key];
+                let key = (k.dst, k.proto, k.dst_port);
+                let pos = self.services.confirm(m.service_hash, key, m.service_at);
                 *found = pos.unwrap_or(NO_SERVICE);
-                out[at[j]] = Lookup::Miss {
-                    owned: self.owned.confirm(oh, &k.dst, oc).is_some(),
+                out[at[m.key]] = Lookup::Miss {
+                    owned: self
+                        .owned
+                        .confirm(m.owned_hash, &k.dst, m.owned_at)
+                        .is_some(),
                     service: *found,
                 };
             }
