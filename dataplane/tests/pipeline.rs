@@ -321,16 +321,8 @@ fn a_batch_looked_up_together_sees_flows_it_creates() {
     for j in 0..prepared.len() {
         p.prefetch_ahead(&prepared, &looked, j);
     }
-    let want = [TCP_SYN_FORWARDED, TCP_REPLY_FORWARDED];
-    for ((f, prep), (look, want)) in frames.iter().zip(&prepared).zip(looked.iter().zip(want)) {
-        let mut buf = vec![0u8; 2048];
-        buf[..f.len()].copy_from_slice(f);
-        let v = p.process_prepared(Side::Client, &mut buf, 1, prep, *look);
-        let Verdict::Forward { len, .. } = v else {
-            panic!("{v:?}")
-        };
-        assert_eq!(&buf[..len], want);
-    }
+    let sent = forward_batch(&mut p, &frames, &prepared, &looked);
+    assert_eq!(sent, [TCP_SYN_FORWARDED, TCP_REPLY_FORWARDED]);
     // Looked up now, the reply hits.
     let prepared = [Prepared::of(TCP_REPLY)];
     let mut looked = [Lookup::NotYet];
@@ -399,16 +391,9 @@ fn a_port_0_service_takes_every_port_its_vip_does_not_serve_otherwise() {
     let named =
         |l: &Lookup| matches!(l, Lookup::Miss { owned: true, service } if *service != NO_SERVICE);
     assert!(looked.iter().all(named), "{looked:?}");
-    let want = [(BACKEND, 8080), (OTHER, 8443)];
-    for ((f, prep), (look, want)) in frames.iter().zip(&prepared).zip(looked.iter().zip(want)) {
-        let mut buf = vec![0u8; 2048];
-        buf[..f.len()].copy_from_slice(f);
-        let v = p.process_prepared(Side::Client, &mut buf, 1, prep, *look);
-        let Verdict::Forward { len, .. } = v else {
-            panic!("{v:?}")
-        };
-        assert_eq!(to(&buf[..len]), want);
-    }
+    let sent = forward_batch(&mut p, &frames, &prepared, &looked);
+    let sent: Vec<_> = sent.iter().map(|f| to(f)).collect();
+    assert_eq!(sent, [(BACKEND, 8080), (OTHER, 8443)]);
     // One at a time: the same answers.
     for (dst_port, want) in [(80, (BACKEND, 8080)), (9000, (OTHER, 9000))] {
         let mut buf = syn(41_000 + dst_port % 1000, dst_port);
@@ -437,6 +422,30 @@ fn a_port_0_service_takes_every_port_its_vip_does_not_serve_otherwise() {
         Verdict::Forward { .. }
     ));
     assert_counters_add_up(&p);
+}
+
+/// A batch's frames, looked up ahead (`looked`), processed in order at
+/// time 1: each one's forwarded bytes (any other verdict fails the test).
+fn forward_batch<F: AsRef<[u8]>>(
+    p: &mut Pipeline,
+    frames: &[F],
+    prepared: &[xvs_dataplane::pipeline::Prepared],
+    looked: &[xvs_dataplane::pipeline::Lookup],
+) -> Vec<Vec<u8>> {
+    let items = frames.iter().zip(prepared).zip(looked);
+    items
+        .map(|((f, prep), look)| {
+            let f = f.as_ref();
+            let mut buf = vec![0u8; 2048];
+            buf[..f.len()].copy_from_slice(f);
+            let v = p.process_prepared(Side::Client, &mut buf, 1, prep, *look);
+            let Verdict::Forward { len, .. } = v else {
+                panic!("{v:?}")
+            };
+            buf.truncate(len);
+            buf
+        })
+        .collect()
 }
 
 /// TCP_SYN from another client port.
