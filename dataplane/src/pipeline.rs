@@ -893,31 +893,36 @@ impl<A: Family> Half<A> {
     ) -> Verdict {
         let f = self.table.flow(id);
         let route = Plan::from_tag(f.plan()).route(&f, dir);
-        let (worker, service, backend_id) = (core.cfg.worker, f.service(), f.backend_id());
-        // A packet to the backend takes its next hop from the counter
-        // line it updates anyway (see `crate::traffic`), else from the
-        // neighbour table, and caches it there.
+        // The backend's counter line: the packet is counted there, and a
+        // packet to the backend takes its next hop from it, else from the
+        // neighbour table, and caches it there (see `crate::traffic`).
+        let line = self
+            .services
+            .traffic(f.service())
+            .and_then(|t| t.line(core.cfg.worker, f.backend_id()));
         let to_backend = matches!(route.next_hop, NextHop::Neighbour(a) if a == f.backend().addr);
-        let cached = to_backend
-            .then(|| self.cached_hop(worker, service, backend_id))
-            .flatten();
+        let generation = self.neighbours.generation();
+        let cached = line
+            .filter(|_| to_backend)
+            .and_then(|l| l.next_hop(generation));
         let (ours, next) = match cached {
             Some(mac) => (core.mac(route.side), EthernetAddress(mac)),
-            None => match self.link(core, &route, true) {
-                Ok(macs) => macs,
+            None => match link(&mut self.neighbours, core, &route, true) {
+                Ok(macs) => {
+                    if let Some(l) = line.filter(|_| to_backend) {
+                        l.set_next_hop(generation, macs.1 .0);
+                    }
+                    macs
+                }
                 Err(v) => return v,
             },
         };
-        if let Some(t) = self.services.traffic(service) {
-            if to_backend && cached.is_none() {
-                let generation = self.neighbours.generation();
-                t.set_next_hop(worker, backend_id, generation, next.0);
-            }
+        if let Some(l) = line {
             let d = match dir {
                 Direction::Original => 0,
                 Direction::Reply => 1,
             };
-            t.packet(worker, backend_id, d, u64::from(ip.total_len()));
+            l.packet(d, u64::from(ip.total_len()));
         }
         match route.rewrite {
             Rewrite::Nat(nat) => sent(ip.forward(buf, &nat, ours, next), ip, route.side),
@@ -972,29 +977,6 @@ impl<A: Family> Half<A> {
             },
             Err(r) => Verdict::Drop(r),
         }
-    }
-
-    /// The Ethernet addresses of `route`: ours on its side, and its next
-    /// hop's (a request for it queued when unknown, if `resolve`).
-    fn link(
-        &mut self,
-        core: &Core,
-        route: &Route<A>,
-        resolve: bool,
-    ) -> Result<(EthernetAddress, EthernetAddress), Verdict> {
-        let ours = core.mac(route.side);
-        let next = match route.next_hop {
-            NextHop::Mac(mac) => mac,
-            NextHop::Neighbour(addr) => match self.neighbours.get(addr) {
-                Some(mac) => mac,
-                None if resolve => {
-                    self.neighbours.resolve(addr);
-                    return Err(Verdict::Unresolved);
-                }
-                None => return Err(Verdict::Drop(DropReason::NextHopUnresolved)),
-            },
-        };
-        Ok((ours, EthernetAddress(next)))
     }
 
     /// A packet to a VIP that no flow knows: schedule and track it.
@@ -1199,7 +1181,7 @@ impl<A: Family> Half<A> {
         // The error goes where the flow's packets in `dir` go (the flow's
         // plan says where); the packet it quotes went the other way.
         let route = Plan::from_tag(f.plan()).route(&f, dir);
-        let (ours, next) = match self.link(core, &route, false) {
+        let (ours, next) = match link(&mut self.neighbours, core, &route, false) {
             Ok(macs) => macs,
             Err(v) => return v,
         };
@@ -1543,16 +1525,29 @@ impl Pipeline {
     }
 
     /// [`Pipeline::prefetch_ahead`]'s fetch for frame `t`, with frames
-    /// `j..t` still to be processed before it.
-    #[inline]
+    /// `j..t` still to be processed before it: only a miss to a service
+    /// has one (checked here, inline: most frames are hits).
+    #[inline(always)]
     fn prefetch_frame(&self, prepared: &[Prepared], looked: &[Lookup], j: usize, t: usize) {
-        let (Some(prep), Some(&Lookup::Miss { service, .. })) = (prepared.get(t), looked.get(t))
-        else {
-            return;
-        };
-        if service == NO_SERVICE {
-            return;
+        if let (Some(prep), Some(&Lookup::Miss { service, .. })) = (prepared.get(t), looked.get(t))
+        {
+            if service != NO_SERVICE {
+                self.prefetch_reply_of(prep, looked, service, j, t);
+            }
         }
+    }
+
+    /// [`Pipeline::prefetch_frame`]'s fetch for frame `t` (`prep`), a miss
+    /// to the service at `service`.
+    #[inline(never)]
+    fn prefetch_reply_of(
+        &self,
+        prep: &Prepared,
+        looked: &[Lookup],
+        service: u32,
+        j: usize,
+        t: usize,
+    ) {
         let (mut same, mut ahead) = (0, 0);
         for l in &looked[j..t] {
             if let Lookup::Miss { service: s, .. } = *l {
@@ -1758,6 +1753,30 @@ impl Pipeline {
             done: a.done && b.done,
         }
     }
+}
+
+/// The Ethernet addresses of `route`: ours on its side, and its next
+/// hop's from `neighbours` (a request for it queued when unknown, if
+/// `resolve`).
+fn link<A: Family>(
+    neighbours: &mut Neighbours<A>,
+    core: &Core,
+    route: &Route<A>,
+    resolve: bool,
+) -> Result<(EthernetAddress, EthernetAddress), Verdict> {
+    let ours = core.mac(route.side);
+    let next = match route.next_hop {
+        NextHop::Mac(mac) => mac,
+        NextHop::Neighbour(addr) => match neighbours.get(addr) {
+            Some(mac) => mac,
+            None if resolve => {
+                neighbours.resolve(addr);
+                return Err(Verdict::Unresolved);
+            }
+            None => return Err(Verdict::Drop(DropReason::NextHopUnresolved)),
+        },
+    };
+    Ok((ours, EthernetAddress(next)))
 }
 
 fn answer(r: Answer) -> Verdict {

@@ -152,11 +152,8 @@ impl TrafficStats {
     /// `worker`'s view of backend `id` (removed when unknown).
     #[inline]
     pub fn state(&self, worker: usize, id: u32) -> DestState {
-        match self.cell(worker, id).map(|c| c.state.load(Relaxed)) {
-            Some(2) => DestState::Available,
-            Some(1) => DestState::Quiesced,
-            _ => DestState::Removed,
-        }
+        self.line(worker, id)
+            .map_or(DestState::Removed, |l| l.state())
     }
 
     /// Backend `id`'s Ethernet address as `worker` cached it while its
@@ -164,23 +161,15 @@ impl TrafficStats {
     /// (or nothing was cached).
     #[inline]
     pub fn next_hop(&self, worker: usize, id: u32, generation: u64) -> Option<[u8; 6]> {
-        let c = self.cell(worker, id)?;
-        if c.hop_stamp.load(Relaxed) != generation.wrapping_add(1) {
-            return None;
-        }
-        let m = c.hop_mac.load(Relaxed).to_le_bytes();
-        Some([m[0], m[1], m[2], m[3], m[4], m[5]])
+        self.line(worker, id)?.next_hop(generation)
     }
 
     /// Caches backend `id`'s Ethernet address for `worker`, as its
     /// neighbour table gives it at `generation`.
     #[inline]
     pub fn set_next_hop(&self, worker: usize, id: u32, generation: u64, mac: [u8; 6]) {
-        if let Some(c) = self.cell(worker, id) {
-            let mut m = [0u8; 8];
-            m[..6].copy_from_slice(&mac);
-            c.hop_mac.store(u64::from_le_bytes(m), Relaxed);
-            c.hop_stamp.store(generation.wrapping_add(1), Relaxed);
+        if let Some(l) = self.line(worker, id) {
+            l.set_next_hop(generation, mac);
         }
     }
 
@@ -248,10 +237,16 @@ impl TrafficStats {
     /// A packet of `len` bytes; `dir` 0 = in (client → backend), 1 = out.
     #[inline]
     pub fn packet(&self, worker: usize, id: u32, dir: usize, len: u64) {
-        if let (Some(c), true) = (self.cell(worker, id), dir < 2) {
-            c.pkts[dir].store(c.pkts[dir].load(Relaxed) + 1, Relaxed);
-            c.bytes[dir].store(c.bytes[dir].load(Relaxed) + len, Relaxed);
+        if let Some(l) = self.line(worker, id) {
+            l.packet(dir, len);
         }
+    }
+
+    /// Backend `id`'s line as `worker` sees it: what a packet of one of
+    /// its flows reads and counts, found once for all of them.
+    #[inline]
+    pub fn line(&self, worker: usize, id: u32) -> Option<Line<'_>> {
+        self.cell(worker, id).map(Line)
     }
 
     /// Backend `id`'s totals over every worker.
@@ -267,6 +262,56 @@ impl TrafficStats {
             }
         }
         t
+    }
+}
+
+/// One backend's counter line on one worker ([`TrafficStats::line`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Line<'a>(&'a Cell);
+
+impl Line<'_> {
+    /// What the worker's service version says of the backend.
+    #[inline]
+    pub fn state(self) -> DestState {
+        match self.0.state.load(Relaxed) {
+            2 => DestState::Available,
+            1 => DestState::Quiesced,
+            _ => DestState::Removed,
+        }
+    }
+
+    /// The backend's Ethernet address as cached while the worker's
+    /// neighbour table was at `generation`; `None` once the table
+    /// changed (or nothing was cached).
+    #[inline]
+    pub fn next_hop(self, generation: u64) -> Option<[u8; 6]> {
+        let c = self.0;
+        if c.hop_stamp.load(Relaxed) != generation.wrapping_add(1) {
+            return None;
+        }
+        let m = c.hop_mac.load(Relaxed).to_le_bytes();
+        Some([m[0], m[1], m[2], m[3], m[4], m[5]])
+    }
+
+    /// Caches the backend's Ethernet address, as the worker's neighbour
+    /// table gives it at `generation`.
+    #[inline]
+    pub fn set_next_hop(self, generation: u64, mac: [u8; 6]) {
+        let mut m = [0u8; 8];
+        m[..6].copy_from_slice(&mac);
+        self.0.hop_mac.store(u64::from_le_bytes(m), Relaxed);
+        self.0.hop_stamp.store(generation.wrapping_add(1), Relaxed);
+    }
+
+    /// A packet of `len` bytes in direction `dir` (0 in, 1 out; another
+    /// value is ignored).
+    #[inline]
+    pub fn packet(self, dir: usize, len: u64) {
+        let c = self.0;
+        if let (Some(p), Some(b)) = (c.pkts.get(dir), c.bytes.get(dir)) {
+            p.store(p.load(Relaxed) + 1, Relaxed);
+            b.store(b.load(Relaxed) + len, Relaxed);
+        }
     }
 }
 

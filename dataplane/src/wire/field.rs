@@ -23,6 +23,16 @@ pub mod eth {
 pub mod ipv4 {
     /// Version and IHL.
     pub const VER_IHL: usize = 0;
+    /// Total length.
+    pub const LENGTH: usize = 2;
+    /// Identification.
+    pub const IDENT: usize = 4;
+    /// Flags (3 bits) and fragment offset (13 bits, in 8-byte units).
+    pub const FLAGS_OFFSET: usize = 6;
+    /// The fragment offset's bits in that word.
+    pub const OFFSET_MASK: u16 = 0x1fff;
+    /// The more-fragments flag's bit in that word.
+    pub const MORE_FRAGMENTS: u16 = 0x2000;
     /// TTL, then protocol: one 16-bit word of the header checksum.
     pub const TTL_PROTO: usize = 8;
     /// Header checksum.

@@ -205,6 +205,11 @@ pub(super) fn put_macs(frame: &mut [u8], src: EthernetAddress, dst: EthernetAddr
 /// Everything forwarding a TCP/UDP packet through full NAT does, in one
 /// pass with one update per checksum: TTL decrement, source and destination
 /// rewrite, MACs. On [`DropReason::TtlExceeded`] the frame is unchanged.
+///
+/// Every packet of a flow takes this path, so it works on fixed views:
+/// the Ethernet and IPv4 headers' fixed part, and the L4 header's ports
+/// and checksum, each checked once before anything is written; the fields
+/// are then at constant offsets, with no check per field.
 #[inline]
 pub fn forward(
     frame: &mut [u8],
@@ -213,14 +218,66 @@ pub fn forward(
     src_mac: EthernetAddress,
     dst_mac: EthernetAddress,
 ) -> Result<(), DropReason> {
+    const HEAD: usize = eth::HEADER_LEN + ipv4::MIN_HEADER_LEN;
     ensure(frame, ip)?;
-    let l4 = L4Sum::of(ip);
-    let (mut ipd, mut l4d) = (Delta::ZERO, Delta::ZERO);
-    ttl_delta(frame, &mut ipd)?;
-    rewrite_end(frame, l4, IP_SRC, 0, nat.src, &mut ipd, &mut l4d);
-    rewrite_end(frame, l4, IP_DST, 2, nat.dst, &mut ipd, &mut l4d);
-    apply_ip(frame, ipd);
-    l4.apply(frame, l4d);
-    put_macs(frame, src_mac, dst_mac);
+    let (head, l4) = frame
+        .split_at_mut_checked(ip.l4_offset())
+        .ok_or(DropReason::Ipv4Truncated)?;
+    let head = head
+        .first_chunk_mut::<HEAD>()
+        .ok_or(DropReason::Ipv4Truncated)?;
+    let l4 = match ip.l4 {
+        L4::Tcp { .. } => L4View::Tcp(
+            l4.first_chunk_mut::<{ tcp::MIN_HEADER_LEN }>()
+                .ok_or(DropReason::Ipv4Truncated)?,
+        ),
+        L4::Udp { .. } => L4View::Udp(
+            l4.first_chunk_mut::<{ udp::HEADER_LEN }>()
+                .ok_or(DropReason::Ipv4Truncated)?,
+        ),
+        _ => L4View::None,
+    };
+    let mut ipd = Delta::ZERO;
+    ttl_delta(head, &mut ipd)?;
+    let mut addrs = Delta::ZERO;
+    addrs.addr(get_addr(head, IP_SRC), nat.src.addr);
+    addrs.addr(get_addr(head, IP_DST), nat.dst.addr);
+    put_addr(head, IP_SRC, nat.src.addr);
+    put_addr(head, IP_DST, nat.dst.addr);
+    ipd.add(addrs);
+    apply_ip(head, ipd);
+    match l4 {
+        L4View::Tcp(seg) => nat_ports(seg, tcp::CHECKSUM, nat, addrs, Delta::apply),
+        L4View::Udp(dgram) => nat_ports(dgram, udp::CHECKSUM, nat, addrs, Delta::apply_udp),
+        L4View::None => {}
+    }
+    put_macs(head, src_mac, dst_mac);
     Ok(())
+}
+
+/// [`forward`]'s view of the L4 header: its fixed part.
+enum L4View<'a> {
+    Tcp(&'a mut [u8; tcp::MIN_HEADER_LEN]),
+    Udp(&'a mut [u8; udp::HEADER_LEN]),
+    None,
+}
+
+/// Rewrites the ports at the start of an L4 header (`l4`, its first `N`
+/// bytes) and updates its checksum at `sum_at` for them and for the
+/// pseudo-header's address change `addrs`, with `apply` (TCP's or UDP's
+/// rule).
+#[inline(always)]
+fn nat_ports<const N: usize>(
+    l4: &mut [u8; N],
+    sum_at: usize,
+    nat: &Nat,
+    mut d: Delta,
+    apply: fn(Delta, u16) -> u16,
+) {
+    d.word(get16(l4, 0), nat.src.port);
+    d.word(get16(l4, 2), nat.dst.port);
+    put16(l4, 0, nat.src.port);
+    put16(l4, 2, nat.dst.port);
+    let sum = apply(d, get16(l4, sum_at));
+    put16(l4, sum_at, sum);
 }
