@@ -99,8 +99,15 @@ impl FlowState {
         self as usize
     }
 
+    #[inline]
     pub(crate) fn from_index(i: u8) -> FlowState {
-        FlowState::ALL[usize::from(i) % Self::COUNT]
+        // A stored index is always in range; the modulo only keeps a
+        // damaged one (a state file's) from panicking, off the common
+        // path.
+        match FlowState::ALL.get(usize::from(i)) {
+            Some(&s) => s,
+            None => FlowState::ALL[usize::from(i) % Self::COUNT],
+        }
     }
 
     /// Whether a flow in this state may be ended to give its SNAT port to

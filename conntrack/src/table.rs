@@ -465,7 +465,7 @@ impl<A: Address> FlowTable<A> {
 
     /// Accounts a packet of a tracked flow: counters, last seen, and (TCP)
     /// the state transition. Returns the state after the packet.
-    #[inline]
+    #[inline(always)]
     pub fn on_packet(
         &mut self,
         id: FlowId,
@@ -488,7 +488,9 @@ impl<A: Address> FlowTable<A> {
     }
 
     /// Moves an entry to a new state: gauges, active/inactive counts, age
-    /// list, timeout, wheel.
+    /// list, timeout, wheel. Out of line: most packets change no state,
+    /// and [`FlowTable::on_packet`] stays small enough to inline.
+    #[inline(never)]
     fn change_state(
         &mut self,
         slot: u32,

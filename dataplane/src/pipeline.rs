@@ -828,7 +828,7 @@ impl<A: Family> Half<A> {
     /// Whether IPVS's rules end the flow `id` at this packet (see the
     /// module docs), and why. One read of the backend's state, from the
     /// traffic-counter line the packet updates anyway.
-    #[inline]
+    #[inline(always)]
     fn ends_flow(&self, core: &Core, id: FlowId, dir: Direction, flags: u8) -> Option<Removal> {
         let rules = core.cfg.rules;
         let f = self.table.flow(id);

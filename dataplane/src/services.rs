@@ -523,15 +523,21 @@ impl<A: Address> ServiceTable<A> {
     }
 
     /// The traffic counters and connection counts of service `id`,
-    /// alive: from the dense array, or beyond it the slower way, by id.
-    #[inline]
+    /// alive: from the dense array, or beyond it the slower way, by id
+    /// (out of line: the packet path inlines the array read alone).
+    #[inline(always)]
     fn handles(&self, id: u32) -> Option<(&TrafficStats, &ConnCounts)> {
         if id < MAX_STATS_ID {
             let h = self.hot.get(id as usize)?.as_ref()?;
             Some((&h.stats, &h.counts))
         } else {
-            self.by_id(id).map(|s| (&s.svc.stats, &s.svc.counts))
+            self.handles_by_id(id)
         }
+    }
+
+    #[inline(never)]
+    fn handles_by_id(&self, id: u32) -> Option<(&TrafficStats, &ConnCounts)> {
+        self.by_id(id).map(|s| (&s.svc.stats, &s.svc.counts))
     }
 
     /// The connection counts of service `id`, alive.
