@@ -275,6 +275,18 @@ fn setup<F: Fam>(in_file: bool, load: Load) -> Pipeline {
     p
 }
 
+/// `XVS_PIPELINE_COUNT=<batches>`: run only the first selected
+/// workload's established batch that many times and exit, for counting
+/// the instructions per packet, which the machine's noise does not
+/// change: `XVS_PIPELINE_COUNT=20000 valgrind --tool=callgrind
+/// --toggle-collect='pipeline::Batch::process' <bench> --bench
+/// pipeline_10_services_1k_flows` (with `GLIBC_TUNABLES` set as
+/// [`xvs_benches::exec_with_huge_page_heap`] sets it, so that valgrind
+/// follows no exec).
+fn count_only() -> Option<usize> {
+    std::env::var("XVS_PIPELINE_COUNT").ok()?.parse().ok()
+}
+
 /// The filter given on the command line (`cargo bench --bench pipeline --
 /// 10_services`), as criterion reads it: the first argument that is not
 /// an option or an option's value. A workload whose name does not
@@ -445,6 +457,18 @@ fn measure<F: Fam>(c: &mut Criterion, group: &str, mut p: Pipeline, load: Load) 
             F::frame(c, port, F::vip(i % load.services), 0x10)
         })
         .collect();
+    if let Some(batches) = count_only() {
+        // For an instruction count (callgrind): the established batch
+        // alone, `batches` times, then nothing else.
+        let (mut batch, mut k) = (Batch::new(), 0usize);
+        let spent: Duration = (0..batches)
+            .map(|_| batch.run(&mut p, &acks, &mut k, len))
+            .sum();
+        let packets = batches * 64;
+        let per = spent.as_nanos() as f64 / packets as f64;
+        println!("{group}: {packets} established packets in batches of 64, {per:.1} ns each");
+        std::process::exit(0);
+    }
     let mut g = c.benchmark_group(group);
     g.throughput(Throughput::Elements(1));
     g.sample_size(20);
