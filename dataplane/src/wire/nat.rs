@@ -237,15 +237,31 @@ pub fn forward(
         ),
         _ => L4View::None,
     };
+    // The sums run over the words as the machine reads them: a one's-
+    // complement sum is the same in either byte order, byte-swapped
+    // (RFC 1071, 2.(B)), so reading, summing and writing every word
+    // natively keeps each checksum right without swapping a byte.
+    let ttl = head[IP_TTL_PROTO];
+    if ttl <= 1 {
+        return Err(DropReason::TtlExceeded);
+    }
+    let proto = head[IP_TTL_PROTO + 1];
     let mut ipd = Delta::ZERO;
-    ttl_delta(head, &mut ipd)?;
+    ipd.word(
+        u16::from_ne_bytes([ttl, proto]),
+        u16::from_ne_bytes([ttl - 1, proto]),
+    );
+    head[IP_TTL_PROTO] = ttl - 1;
     let mut addrs = Delta::ZERO;
-    addrs.addr(get_addr(head, IP_SRC), nat.src.addr);
-    addrs.addr(get_addr(head, IP_DST), nat.dst.addr);
-    put_addr(head, IP_SRC, nat.src.addr);
-    put_addr(head, IP_DST, nat.dst.addr);
+    for (at, to) in [(IP_SRC, nat.src.addr), (IP_DST, nat.dst.addr)] {
+        let field = &mut head[at..at + 4];
+        let old = u32::from_ne_bytes([field[0], field[1], field[2], field[3]]);
+        addrs.dword(old, u32::from_ne_bytes(to.octets()));
+        field.copy_from_slice(&to.octets());
+    }
     ipd.add(addrs);
-    apply_ip(head, ipd);
+    let sum = ipd.apply(ne16(head, IP_CHECKSUM));
+    head[IP_CHECKSUM..IP_CHECKSUM + 2].copy_from_slice(&sum.to_ne_bytes());
     match l4 {
         L4View::Tcp(seg) => nat_ports(seg, tcp::CHECKSUM, nat, addrs, Delta::apply),
         L4View::Udp(dgram) => nat_ports(dgram, udp::CHECKSUM, nat, addrs, Delta::apply_udp),
@@ -253,6 +269,12 @@ pub fn forward(
     }
     put_macs(head, src_mac, dst_mac);
     Ok(())
+}
+
+/// The 16-bit word at `at`, as the machine reads it.
+#[inline(always)]
+fn ne16(buf: &[u8], at: usize) -> u16 {
+    u16::from_ne_bytes([buf[at], buf[at + 1]])
 }
 
 /// [`forward`]'s view of the L4 header: its fixed part.
@@ -265,7 +287,7 @@ enum L4View<'a> {
 /// Rewrites the ports at the start of an L4 header (`l4`, its first `N`
 /// bytes) and updates its checksum at `sum_at` for them and for the
 /// pseudo-header's address change `addrs`, with `apply` (TCP's or UDP's
-/// rule).
+/// rule). Native word order, as in [`forward`]: `addrs` is too.
 #[inline(always)]
 fn nat_ports<const N: usize>(
     l4: &mut [u8; N],
@@ -274,10 +296,11 @@ fn nat_ports<const N: usize>(
     mut d: Delta,
     apply: fn(Delta, u16) -> u16,
 ) {
-    d.word(get16(l4, 0), nat.src.port);
-    d.word(get16(l4, 2), nat.dst.port);
-    put16(l4, 0, nat.src.port);
-    put16(l4, 2, nat.dst.port);
-    let sum = apply(d, get16(l4, sum_at));
-    put16(l4, sum_at, sum);
+    for (at, port) in [(0, nat.src.port), (2, nat.dst.port)] {
+        let new = port.to_be_bytes();
+        d.word(ne16(l4, at), u16::from_ne_bytes(new));
+        l4[at..at + 2].copy_from_slice(&new);
+    }
+    let sum = apply(d, ne16(l4, sum_at));
+    l4[sum_at..sum_at + 2].copy_from_slice(&sum.to_ne_bytes());
 }
