@@ -744,7 +744,7 @@ mod tests {
     #[test]
     fn an_id_is_reused_only_when_settled_and_without_flows() {
         let v1 = CompiledService::new(1, &svc(&[10, 11, 12, 13]), 1, None);
-        v1.stats.packet(0, 1, 0, 1000);
+        v1.stats.line(0, 1).unwrap().packet(0, 1000);
         let before = v1.totals();
         let v2 = CompiledService::update(&v1, &svc(&[10, 12, 13]), true, None);
         // Not settled: a worker may still send flows to 11.

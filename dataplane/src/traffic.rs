@@ -16,7 +16,7 @@
 //!
 //! The cell also caches the backend's Ethernet address as this worker's
 //! neighbour table last gave it, stamped with that table's generation
-//! ([`TrafficStats::next_hop`]): a packet to the backend takes its next
+//! ([`Line::next_hop`]): a packet to the backend takes its next
 //! hop from the line it updates anyway instead of probing the neighbour
 //! table, and any change to the table (a new or changed address) makes
 //! every stamp stale at once. Applying a service version clears the
@@ -156,23 +156,6 @@ impl TrafficStats {
             .map_or(DestState::Removed, |l| l.state())
     }
 
-    /// Backend `id`'s Ethernet address as `worker` cached it while its
-    /// neighbour table was at `generation`; `None` once the table changed
-    /// (or nothing was cached).
-    #[inline]
-    pub fn next_hop(&self, worker: usize, id: u32, generation: u64) -> Option<[u8; 6]> {
-        self.line(worker, id)?.next_hop(generation)
-    }
-
-    /// Caches backend `id`'s Ethernet address for `worker`, as its
-    /// neighbour table gives it at `generation`.
-    #[inline]
-    pub fn set_next_hop(&self, worker: usize, id: u32, generation: u64, mac: [u8; 6]) {
-        if let Some(l) = self.line(worker, id) {
-            l.set_next_hop(generation, mac);
-        }
-    }
-
     /// Copies `worker`'s row of `from` (an earlier version's counters)
     /// into this array, when the two differ: the worker's thread only,
     /// when it applies the version that holds this array, so the copy is
@@ -234,12 +217,12 @@ impl TrafficStats {
         }
     }
 
-    /// A packet of `len` bytes; `dir` 0 = in (client → backend), 1 = out.
+    /// Backend `id`'s Ethernet address as `worker` cached it while its
+    /// neighbour table was at `generation`; `None` once the table changed
+    /// (or nothing was cached).
     #[inline]
-    pub fn packet(&self, worker: usize, id: u32, dir: usize, len: u64) {
-        if let Some(l) = self.line(worker, id) {
-            l.packet(dir, len);
-        }
+    pub fn next_hop(&self, worker: usize, id: u32, generation: u64) -> Option<[u8; 6]> {
+        self.line(worker, id)?.next_hop(generation)
     }
 
     /// Backend `id`'s line as `worker` sees it: what a packet of one of
@@ -324,12 +307,13 @@ mod tests {
         let s = TrafficStats::new(2, 3);
         s.conn(0, 1);
         s.conn(1, 1);
-        s.packet(0, 1, 0, 60);
-        s.packet(1, 1, 1, 1500);
-        s.packet(1, 1, 1, 40);
-        s.packet(5, 1, 0, 60); // no such worker
-        s.packet(0, 9, 0, 60); // no such backend
-        s.packet(0, 1, 2, 60); // no such direction
+        let line = |w, id| s.line(w, id).unwrap();
+        line(0, 1).packet(0, 60);
+        line(1, 1).packet(1, 1500);
+        line(1, 1).packet(1, 40);
+        assert!(s.line(5, 1).is_none(), "no such worker");
+        assert!(s.line(0, 9).is_none(), "no such backend");
+        line(0, 1).packet(2, 60); // no such direction: ignored
         assert_eq!(
             s.backend(1),
             TrafficTotals {
@@ -361,21 +345,24 @@ mod tests {
         assert!(std::mem::size_of::<Cell>() <= 64);
         let s = TrafficStats::new(2, 3);
         let mac = [2, 0, 0, 0, 0, 7];
-        assert_eq!(s.next_hop(0, 1, 0), None, "nothing cached");
-        s.set_next_hop(0, 1, 5, mac);
-        assert_eq!(s.next_hop(0, 1, 5), Some(mac));
-        assert_eq!(s.next_hop(1, 1, 5), None, "per worker");
-        assert_eq!(s.next_hop(0, 2, 5), None, "per backend");
-        assert_eq!(s.next_hop(0, 1, 6), None, "the table changed since");
-        s.set_next_hop(0, 9, 5, mac); // no such backend: ignored
-        assert_eq!(s.next_hop(0, 9, 5), None);
+        let line = |w, id| s.line(w, id).unwrap();
+        assert_eq!(line(0, 1).next_hop(0), None, "nothing cached");
+        line(0, 1).set_next_hop(5, mac);
+        assert_eq!(line(0, 1).next_hop(5), Some(mac));
+        assert_eq!(line(1, 1).next_hop(5), None, "per worker");
+        assert_eq!(line(0, 2).next_hop(5), None, "per backend");
+        assert_eq!(line(0, 1).next_hop(6), None, "the table changed since");
+        assert!(
+            s.line(0, 9).is_none(),
+            "no such backend: nothing to cache in"
+        );
         // A version applied clears the worker's row (an id may now
         // stand for another backend).
-        s.set_next_hop(0, 1, 5, mac);
-        s.set_next_hop(1, 1, 5, mac);
+        line(0, 1).set_next_hop(5, mac);
+        line(1, 1).set_next_hop(5, mac);
         s.set_states(0, &[backend(1, 1)]);
-        assert_eq!(s.next_hop(0, 1, 5), None);
-        assert_eq!(s.next_hop(1, 1, 5), Some(mac), "other rows untouched");
+        assert_eq!(line(0, 1).next_hop(5), None);
+        assert_eq!(line(1, 1).next_hop(5), Some(mac), "other rows untouched");
     }
 
     #[test]
@@ -405,7 +392,7 @@ mod tests {
     fn a_grown_array_adopts_each_row_and_take_zeroes() {
         let old = TrafficStats::new(2, 2);
         old.conn(0, 1);
-        old.packet(1, 1, 0, 100);
+        old.line(1, 1).unwrap().packet(0, 100);
         let new = TrafficStats::new(2, 8);
         new.adopt_row(&old, 0);
         assert_eq!(new.backend(1).conns, 1);
