@@ -572,11 +572,14 @@ impl<A: Family> Half<A> {
             // backends; the flow's count cell), so the packet's own
             // lookup finds them in cache.
             let mut misses = 0;
+            let fetch = !self.table.is_cache_resident();
             for (j, hit) in hits[..n].iter().enumerate() {
                 match *hit {
                     Some((id, dir)) => {
-                        self.services
-                            .prefetch_handles(self.table.flow(id).service());
+                        if fetch {
+                            self.services
+                                .prefetch_handles(self.table.flow(id).service());
+                        }
                         out[at[j]] = Lookup::Hit(id, dir);
                     }
                     None => {
@@ -595,7 +598,7 @@ impl<A: Family> Half<A> {
                     }
                 }
             }
-            for &(id, _) in hits[..n].iter().flatten() {
+            for &(id, _) in hits[..n].iter().flatten().filter(|_| fetch) {
                 let f = self.table.flow(id);
                 if let Some(t) = self.services.traffic(f.service()) {
                     xvs_conntrack::prefetch(t.cell_addr(worker, f.backend_id()));
