@@ -257,6 +257,7 @@ impl<A: FlatAddress> FlowTable<A> {
                     entries: region,
                     free: NIL,
                     live: 0,
+                    released: 0,
                 }
             }
             Opened::Fresh(_) => {

@@ -232,6 +232,9 @@ pub(crate) struct Slab<A: Address> {
     pub(crate) entries: Region<Entry<A>>,
     pub(crate) free: u32,
     pub(crate) live: u32,
+    /// Slots released so far (wrapping): while it is unchanged, no slot
+    /// has been freed, so every live entry is the one it was.
+    pub(crate) released: u32,
 }
 
 impl<A: Address> Slab<A> {
@@ -251,6 +254,7 @@ impl<A: Address> Slab<A> {
             entries,
             free: if capacity > 0 { 0 } else { NIL },
             live: 0,
+            released: 0,
         }
     }
 
@@ -299,6 +303,7 @@ impl<A: Address> Slab<A> {
         e.links[WHEEL][0] = free;
         self.free = slot;
         self.live -= 1;
+        self.released = self.released.wrapping_add(1);
     }
 
     /// Appends `slot` to the list `head` of kind `kind`.

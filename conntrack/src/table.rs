@@ -439,6 +439,16 @@ impl<A: Address> FlowTable<A> {
             .is_some_and(|e| e.is_live() && !e.is_template() && e.key(dir) == *key)
     }
 
+    /// The table's release epoch: it changes whenever an entry is freed
+    /// (removed, expired, retired), and only then. A lookup result taken
+    /// at the epoch still current holds without a second key compare:
+    /// its entry cannot have been freed and reused since, and a live
+    /// flow's keys never change.
+    #[inline]
+    pub fn epoch(&self) -> u32 {
+        self.slab.released
+    }
+
     /// Read access to a live entry.
     pub fn flow(&self, id: FlowId) -> FlowRef<'_, A> {
         FlowRef(&self.slab.entries[id.0 as usize])

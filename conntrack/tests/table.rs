@@ -93,6 +93,34 @@ fn both_directions_find_one_entry() {
     t.check_invariants().unwrap();
 }
 
+/// The release epoch moves when an entry is freed (removed or expired),
+/// and only then: packets and inserts leave it, so a lookup result taken
+/// at the current epoch still holds.
+#[test]
+fn the_epoch_moves_only_when_an_entry_is_freed() {
+    let mut t = FlowTable::new(16, Timeouts::default(), 0);
+    let e0 = t.epoch();
+    let tcp = t
+        .insert(&new_flow(1, L4Proto::Tcp), syn(), 0, &mut ())
+        .unwrap();
+    let udp = new_flow(2, L4Proto::Udp);
+    t.insert(&udp, Packet::default(), 0, &mut ()).unwrap();
+    t.on_packet(tcp, Direction::Reply, flags(SYN | ACK), 1, &mut ());
+    t.advance(1, u32::MAX, &mut ());
+    assert_eq!(
+        t.epoch(),
+        e0,
+        "inserts, packets and an advance that frees nothing"
+    );
+    t.remove(tcp, &mut ());
+    let e1 = t.epoch();
+    assert_ne!(e1, e0, "a removal");
+    t.advance(1000, u32::MAX, &mut ());
+    let key = FlowKey::between(udp.client, udp.vip, L4Proto::Udp);
+    assert_eq!(t.lookup(&key), None, "the UDP flow expired");
+    assert_ne!(t.epoch(), e1, "an expiry");
+}
+
 #[test]
 fn insert_new_tracks_a_flow_whose_keys_the_caller_checked() {
     let mut t = FlowTable::new(16, Timeouts::default(), 0);

@@ -134,9 +134,11 @@ pub enum Lookup {
         /// not looked up again.
         service: u32,
     },
-    /// This flow, in this direction (used only if the entry still holds
-    /// the key: a frame of the same batch may have replaced it).
-    Hit(FlowId, Direction),
+    /// This flow, in this direction, found at this release epoch of its
+    /// table ([`FlowTable::epoch`]); used only if the epoch is unchanged
+    /// or else the entry still holds the key (a frame of the same batch
+    /// may have ended the flow and another taken its slot).
+    Hit(FlowId, Direction, u32),
 }
 
 /// [`Lookup::Miss`]'s service when the destination names none.
@@ -573,6 +575,7 @@ impl<A: Family> Half<A> {
             // lookup finds them in cache.
             let mut misses = 0;
             let fetch = !self.table.is_cache_resident();
+            let epoch = self.table.epoch();
             for (j, hit) in hits[..n].iter().enumerate() {
                 match *hit {
                     Some((id, dir)) => {
@@ -580,7 +583,7 @@ impl<A: Family> Half<A> {
                             self.services
                                 .prefetch_handles(self.table.flow(id).service());
                         }
-                        out[at[j]] = Lookup::Hit(id, dir);
+                        out[at[j]] = Lookup::Hit(id, dir, epoch);
                     }
                     None => {
                         let k = &keys[j];
@@ -726,7 +729,11 @@ impl<A: Family> Half<A> {
             len: ip.total_len(),
         };
         let mut hit = match looked {
-            Lookup::Hit(id, dir) if self.table.holds(id, dir, &key) => Some((id, dir)),
+            Lookup::Hit(id, dir, epoch)
+                if epoch == self.table.epoch() || self.table.holds(id, dir, &key) =>
+            {
+                Some((id, dir))
+            }
             _ => self.table.lookup(&key),
         };
         // Whether the destination is owned, as the batch's lookup found

@@ -341,6 +341,36 @@ fn a_batch_looked_up_together_sees_flows_it_creates() {
     assert_counters_add_up(&p);
 }
 
+/// A hit looked up before its flow was deleted (`conntrack -D`) and its
+/// slot taken by another flow is not trusted: the packet is looked up
+/// again and starts a flow of its own, instead of being sent as the
+/// slot's new flow.
+#[test]
+fn a_hit_whose_slot_another_flow_took_is_looked_up_again() {
+    use xvs_dataplane::pipeline::{Lookup, Prepared};
+    let mut p = pipeline();
+    run(&mut p, ARP_REPLY_FROM_BACKEND, 0);
+    let (x, y) = (syn_from(50_001), syn_from(50_002));
+    forward_batch(&mut p, &[&x], &[Prepared::of(&x)], &[Lookup::NotYet]);
+    let prepared = [Prepared::of(&x)];
+    let mut looked = [Lookup::NotYet];
+    p.lookup_prepared(&prepared, &mut looked);
+    assert!(matches!(looked[0], Lookup::Hit(..)), "{looked:?}");
+    let all = xvs_conntrack::Filter::default();
+    assert_eq!(
+        p.delete_matching(&all, xvs_config::Family::V4, 0, u32::MAX)
+            .0,
+        1
+    );
+    // The freed slot is the next one taken.
+    let sent_y = forward_batch(&mut p, &[&y], &[Prepared::of(&y)], &[Lookup::NotYet]);
+    assert_eq!(p.flows(), 1);
+    let sent_x = forward_batch(&mut p, &[&x], &prepared, &looked);
+    assert_eq!(p.flows(), 2, "the stale hit started a flow of its own");
+    assert_ne!(source_of(&sent_x[0]), source_of(&sent_y[0]));
+    assert_counters_add_up(&p);
+}
+
 /// ipvsadm's all-ports service (`-A -t VIP:0 -p`) beside a port-80 one on
 /// the same VIP: port 80 stays the port-80 service's, any other port goes
 /// to the port-0 service's backend on the port the client asked for, the
