@@ -1585,8 +1585,9 @@ impl Pipeline {
 
     /// Processes a frame already classified by [`Prepared::of`], with its
     /// flow looked up in advance (`looked`), or not. A hit found in
-    /// advance is used only if the entry still holds that key (a flow of
-    /// the same batch may have replaced it); a miss is looked up again
+    /// advance is used only if no entry was freed since, or else the entry
+    /// still holds that key (a flow of the same batch may have replaced
+    /// it); a miss is looked up again
     /// (a flow of the same batch may have created it).
     pub fn process_prepared(
         &mut self,
