@@ -212,7 +212,26 @@ const TCP_STATES: [[[FlowState; 11]; 4]; 3] = {
 /// The TCP state after a segment with `flags` travelling `dir`, by the
 /// INPUT-ONLY table when `one_way` (see [`TCP_STATES`]). Non-TCP states
 /// are returned unchanged.
+///
+/// Inline, the two answers most packets get: a non-TCP state stays, and
+/// so does an established flow on a plain ACK (no SYN, FIN or RST) in
+/// every table. The rest reads the table, out of line
+/// (`the_inline_answers_are_the_table_s` checks every state, flag set,
+/// direction and table against it).
+#[inline(always)]
 pub fn tcp_next(state: FlowState, dir: Direction, flags: u8, one_way: bool) -> FlowState {
+    let events = tcp_flags::SYN | tcp_flags::FIN | tcp_flags::RST | tcp_flags::ACK;
+    if state.index() > S::SynAck.index()
+        || (state == S::Established && flags & events == tcp_flags::ACK)
+    {
+        return state;
+    }
+    tcp_next_in_table(state, dir, flags, one_way)
+}
+
+/// [`tcp_next`] by the table alone.
+#[inline(never)]
+fn tcp_next_in_table(state: FlowState, dir: Direction, flags: u8, one_way: bool) -> FlowState {
     let row = state.index();
     if row > S::SynAck.index() {
         return state;
@@ -244,6 +263,23 @@ mod tests {
     /// The states IPVS's table has a column for (sNO..sSA), in order.
     fn tcp_rows() -> &'static [FlowState] {
         &FlowState::ALL[..=S::SynAck.index()]
+    }
+
+    #[test]
+    fn the_inline_answers_are_the_table_s() {
+        for state in FlowState::ALL {
+            for dir in [In, Out] {
+                for one_way in [false, true] {
+                    for flags in 0..=u8::MAX {
+                        assert_eq!(
+                            tcp_next(state, dir, flags, one_way),
+                            tcp_next_in_table(state, dir, flags, one_way),
+                            "{state:?} {dir:?} {flags:#04x} one way: {one_way}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]
