@@ -578,57 +578,67 @@ impl<P: PacketIo> Worker<P> {
         for j in 0..self.keep.len() {
             self.pipeline.prefetch_ahead(&self.preps, &self.looked, j);
             let desc = &mut descs[self.keep[j]];
-            let (prep, looked) = (self.preps[j], self.looked[j]);
+            let (prep, looked) = (&self.preps[j], self.looked[j]);
             let pipeline = &mut self.pipeline;
             // SAFETY: as above.
             let verdict = unsafe {
                 self.port.with_frame(desc, |buf, _| {
-                    pipeline.process_prepared(ingress, buf, now, &prep, looked)
+                    pipeline.process_prepared(ingress, buf, now, prep, looked)
                 })
             };
-            let held = Held {
-                desc: *desc,
-                prep,
-                side: ingress,
-                since: now,
-            };
-            self.place(held, verdict, true, outs, drop);
+            // The classification is copied only for a frame held (most
+            // are sent or dropped: no copy of it per packet).
+            if !self.place(*desc, ingress, verdict, outs, drop) {
+                let held = Held {
+                    desc: *desc,
+                    prep: self.preps[j],
+                    side: ingress,
+                    since: now,
+                };
+                self.hold(held, true, drop);
+            }
         }
     }
 
-    /// Sends the frame of `h` where its `verdict` says: to `outs` (by
-    /// side), to `drop`, or into the held frames (`fresh`: for the first
-    /// time; `h.since` is when it first was).
+    /// Sends the frame `desc`, received on `side`, where its `verdict`
+    /// says: to `outs` (by side) or to `drop`; false if the verdict is
+    /// [`Verdict::Unresolved`], for the caller to [`Worker::hold`] it.
+    #[inline]
     fn place(
         &mut self,
-        mut h: Held<P::Frame>,
+        mut desc: P::Frame,
+        side: Side,
         verdict: Verdict,
-        fresh: bool,
         outs: &mut [Outbox<P::Frame>; 2],
         drop: &mut Vec<P::Frame>,
-    ) {
-        let (len, side, answer) = match verdict {
+    ) -> bool {
+        let (len, to, answer) = match verdict {
             Verdict::Forward { len, to } => (len, to, false),
-            Verdict::Answer(len) => (len, h.side, true),
+            Verdict::Answer(len) => (len, side, true),
             Verdict::Consumed | Verdict::Drop(_) => {
-                drop.push(h.desc);
-                return;
+                drop.push(desc);
+                return true;
             }
-            Verdict::Unresolved if self.held.len() < HOLD => {
-                self.tallies.held += u64::from(fresh);
-                self.held.push(h);
-                return;
-            }
-            Verdict::Unresolved => {
-                self.pipeline.give_up(&h.prep, h.since);
-                drop.push(h.desc);
-                return;
-            }
+            Verdict::Unresolved => return false,
         };
         // SAFETY: a frame of this port (received, handed in or held),
         // referenced nowhere else; it is about to be sent.
-        unsafe { self.port.set_len(&mut h.desc, len) };
-        outs[side as usize].push(h.desc, answer);
+        unsafe { self.port.set_len(&mut desc, len) };
+        outs[to as usize].push(desc, answer);
+        true
+    }
+
+    /// Holds `h`, whose next hop is unresolved, with the held frames
+    /// (`fresh`: for the first time; `h.since` is when it first was), or
+    /// gives it up when they are full.
+    fn hold(&mut self, h: Held<P::Frame>, fresh: bool, drop: &mut Vec<P::Frame>) {
+        if self.held.len() < HOLD {
+            self.tallies.held += u64::from(fresh);
+            self.held.push(h);
+        } else {
+            self.pipeline.give_up(&h.prep, h.since);
+            drop.push(h.desc);
+        }
     }
 
     /// Runs the held frames again when a next hop was learned or a new
@@ -658,7 +668,9 @@ impl<P: PacketIo> Worker<P> {
                     pipeline.process_prepared(side, buf, now, &prep, Lookup::NotYet)
                 })
             };
-            self.place(h, verdict, false, outs, drop);
+            if !self.place(h.desc, side, verdict, outs, drop) {
+                self.hold(h, false, drop);
+            }
         }
         self.held_spare = pending;
     }
