@@ -93,6 +93,52 @@ fn both_directions_find_one_entry() {
     t.check_invariants().unwrap();
 }
 
+/// A batch's lookups answer as one lookup per key does, counters
+/// included, on either side of the cache-resident size (the stages
+/// without their prefetches at most `CACHE_RESIDENT_FLOWS` flows, with
+/// them beyond).
+#[test]
+fn batched_lookups_equal_single_ones_below_and_above_the_cache_resident_size() {
+    for flows in [100, xvs_conntrack::CACHE_RESIDENT_FLOWS + 1000] {
+        let mut t = FlowTable::new(flows + 16, Timeouts::default(), 0);
+        for n in 0..flows {
+            t.insert(&new_flow(n, L4Proto::Tcp), syn(), 0, &mut ())
+                .unwrap();
+        }
+        assert_eq!(
+            t.is_cache_resident(),
+            flows <= xvs_conntrack::CACHE_RESIDENT_FLOWS
+        );
+        // Originals, replies and misses (a flow's key reversed, and flows
+        // never inserted), interleaved, in batches longer than one chunk.
+        let keys: Vec<FlowKey> = (0..flows + 200)
+            .flat_map(|n| {
+                let f = new_flow(n, L4Proto::Tcp);
+                let orig = FlowKey::between(f.client, f.vip, L4Proto::Tcp);
+                let reply = FlowKey::between(f.backend, f.snat, L4Proto::Tcp);
+                [orig, reply, orig.reversed()]
+            })
+            .collect();
+        let before = t.stats();
+        let want: Vec<_> = keys.iter().map(|k| t.lookup(k)).collect();
+        let single = t.stats();
+        let mut got = vec![None; keys.len()];
+        t.lookup_batch(&keys, &mut got);
+        let batched = t.stats();
+        assert_eq!(got, want, "{flows} flows");
+        assert_eq!(
+            got.iter().flatten().count() as u32,
+            2 * flows,
+            "{flows} flows"
+        );
+        assert_eq!(
+            (batched.found - single.found, batched.miss - single.miss),
+            (single.found - before.found, single.miss - before.miss),
+            "{flows} flows"
+        );
+    }
+}
+
 /// The release epoch moves when an entry is freed (removed or expired),
 /// and only then: packets and inserts leave it, so a lookup result taken
 /// at the current epoch still holds.
