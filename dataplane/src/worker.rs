@@ -42,14 +42,6 @@ const SPIN_BEFORE_SLEEP: u32 = 256;
 const SLEEP_MS: i32 = 100;
 /// Conntrack entries examined per loop iteration.
 const EXPIRY_BUDGET: u32 = 256;
-/// Least time between two liveness marks, in nanoseconds. The steering
-/// program reads the mark's cache line for every packet it steers (on
-/// the CPU that receives them); written on every turn of a busy-polling
-/// loop (millions a second), that line was in another core's cache at
-/// nearly every read: a cross-core miss per packet on the receiving CPU.
-/// One write a millisecond keeps the mark 1 ms fresh at worst against a
-/// hold window of seconds.
-const MARK_EVERY_NS: u64 = 1_000_000;
 /// Frames a side keeps waiting for its TX ring, retried on the next loop
 /// iterations; beyond this they are dropped, counted (`tx_ring_full`).
 const TX_BACKLOG: usize = 2 * BATCH;
@@ -285,8 +277,6 @@ pub struct Worker<P: PacketIo = XskPort> {
     /// Whether the queue is marked alive (not until its flows are
     /// adopted, when adoption waits for the services).
     serving: bool,
-    /// When the liveness mark was last written (CLOCK_MONOTONIC ns).
-    marked_ns: u64,
     last_now: u32,
     keep: Vec<usize>,
     preps: Vec<Prepared>,
@@ -326,7 +316,6 @@ impl<P: PacketIo> Worker<P> {
             live: links.live,
             liveness: links.liveness,
             serving: true,
-            marked_ns: 0,
             last_now: 0,
             keep: Vec::with_capacity(BATCH),
             preps: Vec::with_capacity(BATCH),
@@ -385,8 +374,6 @@ impl<P: PacketIo> Worker<P> {
                 Control::Adopt { now, reply } => {
                     let adopted = self.pipeline.adopt(now);
                     self.serving = true;
-                    // Marked at the loop's next turn.
-                    self.marked_ns = 0;
                     let _ = reply.send(adopted);
                 }
                 Control::Dump {
@@ -448,11 +435,7 @@ impl<P: PacketIo> Worker<P> {
             // The steering program holds this queue's packets while the
             // mark is recent and no socket takes them (see steer.rs).
             if self.serving {
-                let now_ns = crate::steer::monotonic_ns();
-                if now_ns.wrapping_sub(self.marked_ns) >= MARK_EVERY_NS {
-                    self.liveness.mark(now_ns);
-                    self.marked_ns = now_ns;
-                }
+                self.liveness.mark(crate::steer::monotonic_ns());
             }
             match self.step(clock()) {
                 Step::Stopped => break,
