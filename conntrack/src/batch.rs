@@ -73,14 +73,17 @@ impl<A: Address> FlowTable<A> {
             });
             *c = (hash, first, more);
         }
-        for &(_, v, _) in cand.iter().take(keys.len()).filter(|_| fetch) {
-            if let Some(e) = self.slab.entries.get(slot_of(v) as usize) {
-                // Every line of the entry, not only the key's: a hit's
-                // packet next writes its counters, clock and links, which
-                // lie past the key (an 88-byte entry straddles two lines
-                // at most strides; waiting for the second line alone cost
-                // on_packet a whole miss per established packet).
-                prefetch_lines(e as *const Entry<A>);
+        if fetch {
+            for &(_, v, _) in cand.iter().take(keys.len()) {
+                if let Some(e) = self.slab.entries.get(slot_of(v) as usize) {
+                    // Every line of the entry, not only the key's: a hit's
+                    // packet next writes its counters, clock and links,
+                    // which lie past the key (an 88-byte entry straddles
+                    // two lines at most strides; waiting for the second
+                    // line alone cost on_packet a whole miss per
+                    // established packet).
+                    prefetch_lines(e as *const Entry<A>);
+                }
             }
         }
         for ((key, &(_, v, more)), slot) in keys.iter().zip(&cand).zip(out.iter_mut()) {

@@ -601,10 +601,12 @@ impl<A: Family> Half<A> {
                     }
                 }
             }
-            for &(id, _) in hits[..n].iter().flatten().filter(|_| fetch) {
-                let f = self.table.flow(id);
-                if let Some(t) = self.services.traffic(f.service()) {
-                    xvs_conntrack::prefetch(t.cell_addr(worker, f.backend_id()));
+            if fetch {
+                for &(id, _) in hits[..n].iter().flatten() {
+                    let f = self.table.flow(id);
+                    if let Some(t) = self.services.traffic(f.service()) {
+                        xvs_conntrack::prefetch(t.cell_addr(worker, f.backend_id()));
+                    }
                 }
             }
             // The buckets arrived: their candidates' entries are fetched,
