@@ -312,6 +312,35 @@ unsafe impl Send for AliveMap {}
 unsafe impl Sync for AliveMap {}
 
 impl AliveMap {
+    /// Maps the marks: the program's `alive` map (a BPF_F_MMAPABLE
+    /// array of ALIVE_SLOTS 64-byte values), shared; with `None`,
+    /// anonymous memory of the same shape.
+    fn map(fd: Option<i32>) -> std::io::Result<AliveMap> {
+        let len = ALIVE_SLOTS * 64;
+        let (flags, fd) = match fd {
+            Some(fd) => (libc::MAP_SHARED, fd),
+            None => (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1),
+        };
+        // SAFETY: a new mapping at an address the kernel picks, of `len`
+        // bytes (the map's size); no existing memory is affected.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                fd,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let base = NonNull::new(base.cast())
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        Ok(AliveMap { base, len })
+    }
+
     fn slot(&self, queue: u32) -> Option<&[AtomicU64; 2]> {
         let q = queue as usize;
         if q >= ALIVE_SLOTS {
@@ -326,7 +355,7 @@ impl AliveMap {
 
 impl Drop for AliveMap {
     fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `Steering::load`.
+        // SAFETY: unmaps exactly the mapping made in `AliveMap::map`.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
     }
 }
@@ -471,30 +500,10 @@ impl Steering {
             }
             // SAFETY: `prog` belongs to the loaded object.
             let prog_fd = unsafe { sys::bpf_program__fd(prog) };
-            let alive_fd = map("alive")?;
-            let len = ALIVE_SLOTS * 64;
-            // SAFETY: maps a BPF_F_MMAPABLE array of exactly `len`
-            // bytes, shared; checked below.
-            let base = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED,
-                    alive_fd,
-                    0,
-                )
-            };
-            if base == libc::MAP_FAILED {
-                return Err(SteerError::Bpf {
-                    what: "map the liveness marks".into(),
-                    source: std::io::Error::last_os_error(),
-                });
-            }
-            let alive = AliveMap {
-                base: NonNull::new(base.cast()).ok_or_else(|| bpf_err("map", -libc::EINVAL))?,
-                len,
-            };
+            let alive = AliveMap::map(Some(map("alive")?)).map_err(|source| SteerError::Bpf {
+                what: "map the liveness marks".into(),
+                source,
+            })?;
             Ok((
                 prog_fd,
                 (map("owned")?, map("owned6")?),
@@ -843,30 +852,9 @@ unsafe fn map_update<K: Copy, V: Copy>(fd: i32, key: &K, value: &V) -> i32 {
 mod tests {
     use super::*;
 
-    /// An anonymous mapping shaped like the program's `alive` map.
-    fn alive_map() -> AliveMap {
-        let len = ALIVE_SLOTS * 64;
-        // SAFETY: a fresh private anonymous mapping; no memory is aliased.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(base, libc::MAP_FAILED);
-        AliveMap {
-            base: NonNull::new(base.cast()).unwrap(),
-            len,
-        }
-    }
-
     #[test]
     fn a_mark_is_written_at_most_once_a_millisecond() {
-        let map = Arc::new(alive_map());
+        let map = Arc::new(AliveMap::map(None).unwrap());
         let live = Liveness {
             maps: vec![(map.clone(), 3)],
         };
