@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use xvs_dataplane::runtime::Dataplane;
 use xvs_dataplane::wire::Endpoint;
+use xvs_dataplane::xsk::RingStats;
 use xvs_vm_tests::netns::Netns;
 use xvs_vm_tests::topology::{Arms, Spec, Topology};
 
@@ -503,23 +504,40 @@ impl Drop for XvsRunner {
     }
 }
 
-/// Runs the raw forwarder in the gateway while `body` runs.
+/// Runs the raw forwarder in the gateway while `body` runs; `body` can
+/// read the kernel's statistics of the forwarder's sockets (summed) with
+/// its second argument, e.g. before and after a measurement.
 pub fn with_raw_forwarder<R>(
     bed: &mut Bed,
     spec: RawSpec,
-    body: impl FnOnce(&mut Bed) -> R,
+    body: impl FnOnce(&mut Bed, &dyn Fn() -> RingStats) -> R,
 ) -> Result<(R, u64), String> {
     let stop = Arc::new(AtomicBool::new(false));
     let gw = bed.gateway().name().to_owned();
     let s = stop.clone();
+    let (fds_tx, fds_rx) = channel();
     let join = std::thread::spawn(move || -> Result<u64, String> {
         Netns::existing(&gw)
             .enter_current_thread()
             .map_err(|e| e.to_string())?;
-        forward(&spec, &s)
+        forward(&spec, &s, |fds| {
+            let _ = fds_tx.send(fds);
+        })
     });
+    // Empty if the forwarder failed to open (its error comes from join).
+    let fds: Vec<i32> = fds_rx
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap_or_default();
     std::thread::sleep(Duration::from_millis(300));
-    let r = body(bed);
+    // The descriptors stay open until `stop` is set, after `body`.
+    let rings = || {
+        let mut total = RingStats::default();
+        for &fd in &fds {
+            total.add(&RingStats::of_socket(fd));
+        }
+        total
+    };
+    let r = body(bed, &rings);
     stop.store(true, Ordering::Relaxed);
     let forwarded = join
         .join()

@@ -30,8 +30,14 @@ pub struct RawSpec {
 }
 
 /// Forwards until `stop`, in the calling thread's namespace; returns the
-/// frames forwarded.
-pub fn forward(spec: &RawSpec, stop: &AtomicBool) -> Result<u64, String> {
+/// frames forwarded. `opened` gets the sockets' descriptors once they
+/// are open (their kernel statistics can be read from another thread
+/// while this one forwards).
+pub fn forward(
+    spec: &RawSpec,
+    stop: &AtomicBool,
+    opened: impl FnOnce(Vec<i32>),
+) -> Result<u64, String> {
     if let Some(id) = spec.core {
         core_affinity::set_for_current(core_affinity::CoreId { id });
     }
@@ -47,6 +53,7 @@ pub fn forward(spec: &RawSpec, stop: &AtomicBool) -> Result<u64, String> {
     steering
         .register_socket(0, port.fd(0))
         .map_err(|e| e.to_string())?;
+    opened(port.fds());
     let mut rx = vec![FrameDesc::default(); BATCH];
     let mut forwarded = 0u64;
     while !stop.load(Ordering::Relaxed) {

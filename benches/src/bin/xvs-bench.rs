@@ -40,6 +40,7 @@ use xvs_config::{Encap, ForwardMethod};
 use xvs_dataplane::counters::CountersReading;
 use xvs_dataplane::runtime::Dataplane;
 use xvs_dataplane::wire::DropReason;
+use xvs_dataplane::xsk::RingStats;
 
 #[derive(Parser)]
 #[command(
@@ -180,6 +181,21 @@ fn xvs_note(a: &CountersReading, b: &CountersReading) -> String {
         let d = b.pipeline.drops[r.index()] - a.pipeline.drops[r.index()];
         if d > 0 {
             s.push_str(&format!(" drop.{}={d}", r.name()));
+        }
+    }
+    s.push_str(&ring_note(&a.rings, &b.rings));
+    s
+}
+
+/// What the kernel counted on the AF_XDP sockets between two readings
+/// (only what moved): the frames lost before the forwarder saw them, and
+/// why — where offered and received part.
+fn ring_note(a: &RingStats, b: &RingStats) -> String {
+    let mut s = String::new();
+    for ((name, before), (_, after)) in a.named().zip(b.named()) {
+        let d = after.saturating_sub(before);
+        if d > 0 {
+            s.push_str(&format!(" {name}={d}"));
         }
     }
     s
@@ -733,11 +749,17 @@ fn bench(cli: Cli) -> Result<(), String> {
         eprintln!("raw AF_XDP forwarder");
         let spec = bed.raw_spec(Ipv4Addr::new(198, 18, 1, 10))?;
         let dst = ep_any(target_endpoints()[0].addr, PORT_OF_TARGET);
-        let (raw, _) = with_raw_forwarder(&mut bed, spec, |bed| {
-            WORKLOADS.map(|w| (w, bed.measure(dst, w)))
+        let (raw, _) = with_raw_forwarder(&mut bed, spec, |bed, rings| {
+            WORKLOADS.map(|w| {
+                let before = rings();
+                let m = bed.measure(dst, w);
+                (w, m, ring_note(&before, &rings()))
+            })
         })?;
-        for (w, m) in raw {
-            these.push(row("raw", 0, w, m, None));
+        for (w, m, note) in raw {
+            let mut r = row("raw", 0, w, m, None);
+            r.note = Some(note);
+            these.push(r);
         }
         // The endpoint change is timed in the first round only.
         let mut later = Vec::new();
