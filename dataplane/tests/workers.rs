@@ -336,6 +336,49 @@ fn a_next_hop_that_never_answers_is_asked_each_second_then_given_up() {
     g.assert_accounted();
 }
 
+/// The held frames are bounded: beyond `HOLD` waiting for a next hop,
+/// a frame is given up at once (received, dropped as
+/// `next_hop_unresolved`); the held ones go out when the neighbour
+/// answers, without being counted as held a second time.
+#[test]
+fn frames_beyond_the_held_limit_are_given_up_at_once() {
+    use xvs_dataplane::worker::HOLD;
+    let mut g = Gateway::new(512);
+    let extra = 10;
+    for p in 0..(HOLD + extra) as u16 {
+        g.wires[0].deliver(0, &syn(41000 + p));
+    }
+    while g.wires[0].pending(0) > 0 {
+        g.step(0);
+    }
+    let s = g.snap(0);
+    assert_eq!(s.tallies.held, HOLD as u64, "{s:?}");
+    assert_eq!(
+        s.counters.drops[DropReason::NextHopUnresolved.index()],
+        extra as u64
+    );
+    assert_eq!(
+        s.counters.rx, extra as u64,
+        "the held ones are not received yet"
+    );
+    // (The port counts no frame the worker holds: the whole identity is
+    // checked once they went out, below.)
+    g.wires[0].take_sent(0);
+    g.wires[0].deliver(0, &arp_reply());
+    g.step(0);
+    let sent = g.wires[0].take_sent(0);
+    assert_eq!(sent.len(), HOLD, "every held SYN went out");
+    let s = g.snap(0);
+    assert_eq!(s.tallies.held, HOLD as u64);
+    assert_eq!(s.counters.forwarded, HOLD as u64);
+    assert_eq!(
+        s.counters.rx,
+        (HOLD + extra) as u64 + 1,
+        "and the ARP reply"
+    );
+    g.assert_accounted();
+}
+
 #[test]
 fn replies_on_the_wrong_queue_reach_the_flow_s_worker_both_ways() {
     let mut g = Gateway::new(256);
