@@ -109,7 +109,11 @@ load)
   # 3.: real TCP through the VIP.
   ip netns exec be xvs-testnet serve --name load --tcp 198.18.1.10:9090 > "$share/server.txt" 2>&1 &
   server=$!
-  sleep 2
+  # Connect only once it listens: under TCG its start can take seconds, and
+  # a SYN before the bind is refused by the backend's kernel.
+  i=0
+  until grep -q '^ready' "$share/server.txt" || [ $i -ge 120 ]; do sleep 0.5; i=$((i + 1)); done
+  grep -q '^ready' "$share/server.txt" || log "the TCP server did not start: $(cat "$share/server.txt")"
   timeout $((conns + 300)) xvs-testnet tcp --connect 198.19.0.1:9090 --connections "$conns" \
     --concurrency 8 --payload 2000 --timeout-ms 30000 > "$share/tcp.txt" 2> "$share/tcp.err"
   log "tcp check: $(cat "$share/tcp.txt")"
