@@ -894,7 +894,9 @@ impl<A: Family> Half<A> {
         }
     }
 
-    /// A tracked flow's packet, sent the way its plan says.
+    /// A tracked flow's packet, sent the way its plan says. Inlined into
+    /// [`Half::verdict`], its one caller: every forwarded packet takes it.
+    #[inline(always)]
     fn forward(
         &mut self,
         core: &mut Core,
@@ -1612,10 +1614,10 @@ impl Pipeline {
                     answer(arp_reply(rx.buf, &arp, self.core.mac(ingress)))
                 }
             }
-            Ok(Frame::Ipv4(ip)) => self.v4.verdict(&mut self.core, rx, &ip, looked),
-            Ok(Frame::Ipv6(ip)) => match ip.l4 {
-                L4::Neighbour(ndp) => self.v6.neighbour(self.core.mac(ingress), rx.buf, &ip, &ndp),
-                _ => self.v6.verdict(&mut self.core, rx, &ip, looked),
+            Ok(Frame::Ipv4(ref ip)) => self.v4.verdict(&mut self.core, rx, ip, looked),
+            Ok(Frame::Ipv6(ref ip)) => match ip.l4 {
+                L4::Neighbour(ndp) => self.v6.neighbour(self.core.mac(ingress), rx.buf, ip, &ndp),
+                _ => self.v6.verdict(&mut self.core, rx, ip, looked),
             },
         };
         let c = &mut self.core.counters;
