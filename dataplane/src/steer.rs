@@ -383,7 +383,7 @@ impl Liveness {
     }
 
     /// Marks the queue alive at `now_ns` (CLOCK_MONOTONIC), unless the
-    /// stored mark is less than [`MARK_EVERY_NS`] old.
+    /// stored mark is less than a millisecond (`MARK_EVERY_NS`) old.
     #[inline]
     pub fn mark(&self, now_ns: u64) {
         for (map, q) in &self.maps {
