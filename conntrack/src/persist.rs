@@ -32,7 +32,7 @@ use crate::state::Direction;
 use crate::table::{FlowRef, FlowTable, Observer, DIR_BIT};
 use crate::Timeouts;
 
-/// Version of the state file layout: bump it whenever [`Entry`] or the
+/// Version of the state file layout: bump it whenever `Entry` or the
 /// header changes (`layout_signature_is_pinned` fails until it is).
 pub const LAYOUT_VERSION: u32 = 2;
 

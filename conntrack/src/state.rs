@@ -210,7 +210,7 @@ const TCP_STATES: [[[FlowState; 11]; 4]; 3] = {
 };
 
 /// The TCP state after a segment with `flags` travelling `dir`, by the
-/// INPUT-ONLY table when `one_way` (see [`TCP_STATES`]). Non-TCP states
+/// INPUT-ONLY table when `one_way` (see `TCP_STATES`). Non-TCP states
 /// are returned unchanged.
 ///
 /// Inline, the two answers most packets get: a non-TCP state stays, and

@@ -358,7 +358,7 @@ impl<A: Address> FlowTable<A> {
     /// [`FlowTable::memory_bytes`] will say once it is built), without
     /// building it: the slab (`capacity` entries of 88 bytes for IPv4,
     /// 136 for IPv6), the index for two keys per entry (about 14 bytes
-    /// per entry, [`Index`]), and the wheel. To refuse a capacity the
+    /// per entry, `Index`), and the wheel. To refuse a capacity the
     /// host cannot hold before allocating anything.
     pub fn footprint(capacity: u32) -> u64 {
         let capacity = u64::from(capacity.min(MAX_CAPACITY));
