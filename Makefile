@@ -29,12 +29,13 @@ deps:
 build: deps
 	$(CARGO) build --workspace --all-targets
 
-## test: formatting, clippy, every test, and the fuzz targets build
+## test: formatting, clippy, the docs, every test, and the fuzz targets build
 test: deps lint fuzz-build unit vm-test leak-check
 
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
 
 # A second build of `xvs` and `xvsadm` (the `second-build` feature only
 # changes `xvs --version`) for the upgrade test: built, copied aside, and
