@@ -530,13 +530,7 @@ pub fn with_raw_forwarder<R>(
         .unwrap_or_default();
     std::thread::sleep(Duration::from_millis(300));
     // The descriptors stay open until `stop` is set, after `body`.
-    let rings = || {
-        let mut total = RingStats::default();
-        for &fd in &fds {
-            total.add(&RingStats::of_socket(fd));
-        }
-        total
-    };
+    let rings = || RingStats::of_sockets(fds.iter().copied());
     let r = body(bed, &rings);
     stop.store(true, Ordering::Relaxed);
     let forwarded = join

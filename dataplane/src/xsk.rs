@@ -86,6 +86,16 @@ impl RingStats {
             tx_ring_empty: st.tx_ring_empty_descs,
         }
     }
+
+    /// Several sockets' statistics, summed (one getsockopt each: not for
+    /// the packet path).
+    pub fn of_sockets(fds: impl IntoIterator<Item = i32>) -> RingStats {
+        let mut t = RingStats::default();
+        for fd in fds {
+            t.add(&RingStats::of_socket(fd));
+        }
+        t
+    }
 }
 
 /// Why a port could not be opened.
@@ -237,11 +247,7 @@ impl XskPort {
     /// The kernel's statistics of every socket of the port, summed (one
     /// getsockopt per socket: not for the packet path).
     pub fn ring_stats(&self) -> RingStats {
-        let mut t = RingStats::default();
-        for i in 0..self.socks.len() {
-            t.add(&RingStats::of_socket(self.fd(i)));
-        }
-        t
+        RingStats::of_sockets((0..self.socks.len()).map(|i| self.fd(i)))
     }
 
     /// Whether every frame is accounted for.
