@@ -28,6 +28,11 @@ wait_for() { # file seconds
   while [ ! -e "$share/$1" ] && [ $i -lt "$2" ]; do sleep 1; i=$((i + 1)); done
   [ -e "$share/$1" ]
 }
+ready_in() { # file half-seconds: until a line of the file starts with "ready"
+  i=0
+  until grep -q '^ready' "$share/$1" || [ $i -ge "$2" ]; do sleep 0.5; i=$((i + 1)); done
+  grep -q '^ready' "$share/$1"
+}
 GW_C=52:54:00:78:00:01; GW_B=52:54:00:78:00:02; LD_C=52:54:00:78:00:11; LD_B=52:54:00:78:00:12
 qlist=$(seq -s, 0 $((queues - 1)))
 log "up: kernel $(uname -r), $(nproc) cpus, $queues queues"
@@ -70,9 +75,7 @@ backends = [{ address = "198.18.1.10", port = 9090 }]
 CFG
   xvs run --config /tmp/xvs.toml > "$share/gw.xvs.out" 2>&1 &
   pid=$!
-  i=0
-  until grep -q '^ready' "$share/gw.xvs.out" || [ $i -ge 600 ]; do sleep 0.5; i=$((i + 1)); done
-  if ! grep -q '^ready' "$share/gw.xvs.out"; then log "xvs did not start"; exit 1; fi
+  if ! ready_in gw.xvs.out 600; then log "xvs did not start"; exit 1; fi
   log "xvs ready"
   touch "$share/gw.ready"
   wait_for load.done $((seconds * 20 + 900)) || log "no word from load"
@@ -111,9 +114,7 @@ load)
   server=$!
   # Connect only once it listens: under TCG its start can take seconds, and
   # a SYN before the bind is refused by the backend's kernel.
-  i=0
-  until grep -q '^ready' "$share/server.txt" || [ $i -ge 120 ]; do sleep 0.5; i=$((i + 1)); done
-  grep -q '^ready' "$share/server.txt" || log "the TCP server did not start: $(cat "$share/server.txt")"
+  ready_in server.txt 120 || log "the TCP server did not start: $(cat "$share/server.txt")"
   timeout $((conns + 300)) xvs-testnet tcp --connect 198.19.0.1:9090 --connections "$conns" \
     --concurrency 8 --payload 2000 --timeout-ms 30000 > "$share/tcp.txt" 2> "$share/tcp.err"
   log "tcp check: $(cat "$share/tcp.txt")"
