@@ -32,6 +32,7 @@ use xvs_config::{
 use xvs_conntrack::{Filter, L4Proto};
 use xvs_dataplane::pipeline::{Pipeline, PipelineConfig, Prepared, Side, Verdict};
 use xvs_dataplane::services::CompiledService;
+use xvs_dataplane::xsk::FrameLayout;
 
 /// A workload: services, and established flows (10 per service) in the
 /// table before the measurements.
@@ -566,30 +567,75 @@ fn measure<F: Fam>(c: &mut Criterion, group: &str, mut p: Pipeline, load: Load) 
 
 /// A batch of 64 established packets, the worker's way: classified,
 /// looked up together, then processed. The frames are copied into the
-/// batch's buffers (2 KiB apart, as in a UMEM) before the clock starts:
-/// in the worker they arrive there, and the copy is the bench's own work.
+/// batch's frames before the clock starts (in the worker they arrive
+/// there, and the copy is the bench's own work), which sit as received
+/// packets sit in a port's UMEM ([`FrameLayout::of_ports`]): a frame's
+/// stride apart, each packet at the same offset of its frame, so that
+/// their headers share L1 sets as the worker's do.
 struct Batch {
-    bufs: Vec<[u8; 2048]>,
+    frames: Frames,
     preps: Vec<Prepared>,
     looked: Vec<xvs_dataplane::pipeline::Lookup>,
+}
+
+/// 64 frames laid out as a port's UMEM lays out received packets: one
+/// aligned [`Chunk`] per frame, the packet at [`Chunk::OFFSET`].
+struct Frames {
+    chunks: Vec<Chunk>,
+}
+
+/// One UMEM frame. The layout is constant here (the bench's loops then
+/// cost what they cost over plain buffers) and held equal to the ports'
+/// ([`FrameLayout::of_ports`]) when the bench starts.
+#[repr(C, align(4096))]
+#[derive(Clone)]
+struct Chunk([u8; Chunk::STRIDE]);
+
+impl Chunk {
+    const STRIDE: usize = 4096;
+    const OFFSET: usize = 256;
+}
+
+impl Frames {
+    const COUNT: usize = 64;
+
+    fn new() -> Frames {
+        assert_eq!(
+            FrameLayout::of_ports(),
+            FrameLayout {
+                stride: Chunk::STRIDE,
+                offset: Chunk::OFFSET
+            },
+            "the bench lays its frames out as the ports do"
+        );
+        Frames {
+            chunks: vec![Chunk([0; Chunk::STRIDE]); Self::COUNT],
+        }
+    }
+
+    /// Every frame's packet bytes, from the packet's first byte to the
+    /// frame's end (what the worker's frame access gives), in order.
+    fn packets(&mut self) -> impl Iterator<Item = &mut [u8]> {
+        self.chunks.iter_mut().map(|c| &mut c.0[Chunk::OFFSET..])
+    }
 }
 
 impl Batch {
     fn new() -> Batch {
         Batch {
-            bufs: vec![[0u8; 2048]; 64],
-            preps: Vec::with_capacity(64),
-            looked: vec![xvs_dataplane::pipeline::Lookup::NotYet; 64],
+            frames: Frames::new(),
+            preps: Vec::with_capacity(Frames::COUNT),
+            looked: vec![xvs_dataplane::pipeline::Lookup::NotYet; Frames::COUNT],
         }
     }
 
     /// The next 64 of `acks` from `k` on: the time their processing took.
     fn run(&mut self, p: &mut Pipeline, acks: &[[u8; 96]], k: &mut usize, len: usize) -> Duration {
-        for buf in self.bufs.iter_mut() {
+        for packet in self.frames.packets() {
             *k = (*k + 1) % acks.len();
-            buf[..len].copy_from_slice(&acks[*k][..len]);
+            packet[..len].copy_from_slice(&acks[*k][..len]);
         }
-        self.process(p, self.bufs.len(), len, 1)
+        self.process(p, Frames::COUNT, len, 1)
     }
 
     /// `frames` (at most 64) as one batch: the time it took.
@@ -600,24 +646,24 @@ impl Batch {
         len: usize,
         now: u32,
     ) -> Duration {
-        for (buf, f) in self.bufs.iter_mut().zip(frames) {
-            buf[..len].copy_from_slice(&f[..len]);
+        for (packet, f) in self.frames.packets().zip(frames) {
+            packet[..len].copy_from_slice(&f[..len]);
         }
         self.process(p, frames.len(), len, now)
     }
 
-    /// Classifies, looks up and processes the first `n` buffers.
+    /// Classifies, looks up and processes the first `n` frames.
     fn process(&mut self, p: &mut Pipeline, n: usize, len: usize, now: u32) -> Duration {
         let start = Instant::now();
         self.preps.clear();
-        for buf in &self.bufs[..n] {
-            self.preps.push(Prepared::of(&buf[..len]));
+        for packet in self.frames.packets().take(n) {
+            self.preps.push(Prepared::of(&packet[..len]));
         }
         p.lookup_prepared(&self.preps, &mut self.looked[..n]);
-        let items = self.bufs.iter_mut().zip(&self.preps).zip(&self.looked);
-        for (j, ((buf, prep), look)) in items.enumerate() {
+        let items = self.frames.packets().zip(&self.preps).zip(&self.looked);
+        for (j, ((packet, prep), look)) in items.enumerate() {
             p.prefetch_ahead(&self.preps, &self.looked[..n], j);
-            black_box(p.process_prepared(Side::Client, buf, now, prep, *look));
+            black_box(p.process_prepared(Side::Client, packet, now, prep, *look));
         }
         start.elapsed()
     }

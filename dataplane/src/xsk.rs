@@ -21,6 +21,41 @@ pub const BATCH: usize = 64;
 /// Frames of a port's UMEM.
 pub const FRAMES: u32 = 4096;
 const RING: u32 = 2048;
+/// The UMEM every port registers: libxdp's default frame size and
+/// headroom, rings of `RING` descriptors.
+pub fn umem_config() -> Result<UmemConfig, String> {
+    let ring = QueueSize::new(RING).map_err(|e| e.to_string())?;
+    UmemConfig::builder()
+        .fill_queue_size(ring)
+        .comp_queue_size(ring)
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// Where received packets sit in a port's UMEM: frames `stride` bytes
+/// apart, a packet's first byte `offset` bytes into its frame (XDP's
+/// headroom and the UMEM's own). Every packet's headers are at the same
+/// offset of an aligned frame, so the headers of a batch share the same
+/// few L1 sets; the pipeline bench lays its buffers out the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameLayout {
+    /// Bytes from one frame's start to the next's.
+    pub stride: usize,
+    /// Bytes from a frame's start to its packet's first byte.
+    pub offset: usize,
+}
+
+impl FrameLayout {
+    /// The layout of every port's UMEM.
+    pub fn of_ports() -> FrameLayout {
+        let cfg = umem_config().expect("the UMEM configuration is valid");
+        FrameLayout {
+            stride: cfg.frame_size().get() as usize,
+            offset: (cfg.xdp_headroom() + cfg.frame_headroom()) as usize,
+        }
+    }
+}
+
 /// Frames the kernel sends per `sendto` wakeup in copy mode
 /// (`TX_BATCH_SIZE` in `net/xdp/xsk.c`).
 const KERNEL_TX_BATCH: usize = 32;
@@ -170,11 +205,7 @@ impl XskPort {
 
     fn open_mode(ifnames: &[&str], queue: u32, zero_copy: bool) -> Result<XskPort, String> {
         let ring = QueueSize::new(RING).map_err(|e| e.to_string())?;
-        let umem_cfg = UmemConfig::builder()
-            .fill_queue_size(ring)
-            .comp_queue_size(ring)
-            .build()
-            .map_err(|e| e.to_string())?;
+        let umem_cfg = umem_config()?;
         let frames = NonZeroU32::new(FRAMES).ok_or("no frames")?;
         let (umem, descs) = Umem::new(umem_cfg, frames, false).map_err(|e| e.to_string())?;
         let mode = if zero_copy {

@@ -3,7 +3,9 @@
 //! neighbour solicitation whose target is an owned IPv6 address);
 //! everything else (ARP and neighbour discovery for the gateway, ping and
 //! TCP to the gateway's own addresses, a router advertisement) reaches
-//! the kernel; the program is gone from the interface once dropped.
+//! the kernel; the program is gone from the interface once dropped. The
+//! socket's UMEM is the ports' (`xsk::umem_config`), and every packet sits
+//! in its frame where `FrameLayout::of_ports` says.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 #![allow(clippy::disallowed_types)] // an end-to-end test bounds its waits in real time
@@ -14,10 +16,11 @@ use std::os::fd::AsRawFd;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use xsk_rs::config::{BindFlags, LibxdpFlags, SocketConfig, UmemConfig};
+use xsk_rs::config::{BindFlags, LibxdpFlags, SocketConfig};
 use xsk_rs::{Socket, Umem};
 use xvs_config::XdpAttachMode;
 use xvs_dataplane::steer::Steering;
+use xvs_dataplane::xsk::{umem_config, FrameLayout};
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::topology::{Arms, Spec, Topology};
 
@@ -35,6 +38,10 @@ struct Seen {
     to_vip6: u32,
     ns_for_vip6: u32,
     other: u32,
+    /// Frames whose packet did not start where [`FrameLayout::of_ports`]
+    /// says the kernel puts it (the pipeline bench lays its frames out
+    /// by it).
+    misplaced: u32,
 }
 
 /// Sends one ICMPv6 message (`kind`, then `body` after the 4-byte header)
@@ -76,7 +83,7 @@ fn only_owned_traffic_reaches_the_socket() {
         steering.add_address(VIP6).unwrap();
 
         let (umem, mut descs) =
-            Umem::new(UmemConfig::default(), NonZeroU32::new(64).unwrap(), false).unwrap();
+            Umem::new(umem_config().unwrap(), NonZeroU32::new(64).unwrap(), false).unwrap();
         let cfg = SocketConfig::builder()
             .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
             .bind_flags(BindFlags::XDP_COPY)
@@ -96,7 +103,11 @@ fn only_owned_traffic_reaches_the_socket() {
             // SAFETY: descs come from this UMEM; frames are returned to the
             // fill queue right after being read.
             let n = unsafe { rx.poll_and_consume(&mut descs, 100) }.unwrap();
+            let layout = FrameLayout::of_ports();
             for d in descs.iter().take(n) {
+                if d.addr() % layout.stride != layout.offset {
+                    seen.misplaced += 1;
+                }
                 // SAFETY: `d` was just received on this UMEM's socket.
                 let data = unsafe { umem.data(d) };
                 let f = data.contents();
@@ -213,6 +224,7 @@ fn only_owned_traffic_reaches_the_socket() {
         seen.other, 0,
         "only owned traffic reaches the socket: {seen:?}"
     );
+    assert_eq!(seen.misplaced, 0, "{:?}: {seen:?}", FrameLayout::of_ports());
     // The program is detached once the steering handle is dropped.
     let link = t.gateway.ip(&["-d", "link", "show", "gc"]).unwrap().stdout;
     let link = String::from_utf8_lossy(&link);
