@@ -325,6 +325,39 @@ struct StagedMiss {
     owned_at: Option<u32>,
 }
 
+/// The batch lookup's working arrays, kept from batch to batch: only the
+/// first entries a batch fills are read, so they are never initialised
+/// again (as arrays on the stack, every call, the idle worker's included,
+/// wrote 6 KiB of them before looking at its first key).
+struct LookupScratch<A: Family> {
+    /// The batch's keys, in frame order (frames without one skipped).
+    keys: [FlowKey<A>; xvs_conntrack::BATCH],
+    /// The frame of each key.
+    at: [usize; xvs_conntrack::BATCH],
+    /// Each key's flow, if the table has it.
+    hits: [Option<(FlowId, Direction)>; xvs_conntrack::BATCH],
+    /// The misses, in key order.
+    miss: [StagedMiss; xvs_conntrack::BATCH],
+    /// Each miss's service position, or [`NO_SERVICE`].
+    found: [u32; xvs_conntrack::BATCH],
+}
+
+impl<A: Family> LookupScratch<A> {
+    fn new() -> Box<LookupScratch<A>> {
+        let zero = Endpoint {
+            addr: A::UNSPECIFIED,
+            port: 0,
+        };
+        Box::new(LookupScratch {
+            keys: [FlowKey::between(zero, zero, L4Proto::Tcp); xvs_conntrack::BATCH],
+            at: [0; xvs_conntrack::BATCH],
+            hits: [None; xvs_conntrack::BATCH],
+            miss: [StagedMiss::default(); xvs_conntrack::BATCH],
+            found: [NO_SERVICE; xvs_conntrack::BATCH],
+        })
+    }
+}
+
 /// One family's state in a worker: its flows, services, owned addresses,
 /// next hops and SNAT endpoints.
 pub struct Half<A: Family> {
@@ -345,6 +378,8 @@ pub struct Half<A: Family> {
     /// (`(net, mask)`).
     tunnel_src: A,
     tunnel_net: Option<(A, A)>,
+    /// The batch lookup's arrays.
+    scratch: Box<LookupScratch<A>>,
 }
 
 /// One worker's pipeline: IPv4 and IPv6 side by side.
@@ -378,6 +413,7 @@ impl<A: Family> Half<A> {
             // `share_with_host`).
             neighbours: Neighbours::new(snat.first().copied().unwrap_or(A::UNSPECIFIED), mac),
             snat: SnatEndpoints::new(snat, ports),
+            scratch: LookupScratch::new(),
         }
     }
 
@@ -538,14 +574,13 @@ impl<A: Family> Half<A> {
 
     /// Looks a batch's keys up at once (see [`Pipeline::lookup_prepared`]).
     fn lookup_batch(&mut self, prepared: &[Prepared], out: &mut [Lookup], worker: usize) {
-        let zero = Endpoint {
-            addr: A::UNSPECIFIED,
-            port: 0,
-        };
-        let mut keys = [FlowKey::between(zero, zero, L4Proto::Tcp); xvs_conntrack::BATCH];
-        let mut at = [0usize; xvs_conntrack::BATCH];
-        let mut hits = [None; xvs_conntrack::BATCH];
-        let mut miss = [StagedMiss::default(); xvs_conntrack::BATCH];
+        let LookupScratch {
+            keys,
+            at,
+            hits,
+            miss,
+            found,
+        } = &mut *self.scratch;
         for (prep, out) in prepared
             .chunks(xvs_conntrack::BATCH)
             .zip(out.chunks_mut(xvs_conntrack::BATCH))
@@ -621,7 +656,6 @@ impl<A: Family> Half<A> {
                     self.owned.prefetch_at(p);
                 }
             }
-            let mut found = [NO_SERVICE; xvs_conntrack::BATCH];
             for (m, found) in miss[..misses].iter().zip(found.iter_mut()) {
                 let k = &keys[m.key];
                 let key = (k.dst, k.proto, k.dst_port);
@@ -1514,6 +1548,10 @@ impl Pipeline {
     /// key, [`Lookup::NotYet`] for the others.
     pub fn lookup_prepared(&mut self, prepared: &[Prepared], out: &mut [Lookup]) {
         out.fill(Lookup::NotYet);
+        if prepared.is_empty() {
+            // The idle worker's every empty poll.
+            return;
+        }
         let worker = self.core.cfg.worker;
         self.v4.lookup_batch(prepared, out, worker);
         if !self.v6.table.is_empty() {

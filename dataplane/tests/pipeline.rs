@@ -341,6 +341,38 @@ fn a_batch_looked_up_together_sees_flows_it_creates() {
     assert_counters_add_up(&p);
 }
 
+/// The batch lookup keeps its working arrays from batch to batch: a batch
+/// reads only what it wrote itself (a reply to the SNAT address, which
+/// names no service, after a batch of SYNs that each named one), and an
+/// empty batch looks nothing up.
+#[test]
+fn a_batch_lookup_reads_nothing_an_earlier_batch_left() {
+    use xvs_dataplane::pipeline::{Lookup, Prepared, NO_SERVICE};
+    let mut p = pipeline();
+    run(&mut p, ARP_REPLY_FROM_BACKEND, 0);
+    let syns = [syn_from(50_001), syn_from(50_002), syn_from(50_003)];
+    let prepared: Vec<Prepared> = syns.iter().map(|f| Prepared::of(f)).collect();
+    let mut looked = vec![Lookup::NotYet; 3];
+    p.lookup_prepared(&prepared, &mut looked);
+    let named =
+        |l: &Lookup| matches!(l, Lookup::Miss { owned: true, service } if *service != NO_SERVICE);
+    assert!(looked.iter().all(named), "{looked:?}");
+    let prepared = [Prepared::of(TCP_REPLY)];
+    let mut looked = [Lookup::NotYet];
+    p.lookup_prepared(&prepared, &mut looked);
+    assert_eq!(
+        looked,
+        [Lookup::Miss {
+            owned: true,
+            service: NO_SERVICE
+        }]
+    );
+    let before = p.conntrack_stats();
+    p.lookup_prepared(&[], &mut []);
+    assert_eq!(p.conntrack_stats(), before);
+    assert_eq!(before.miss, 4, "{before:?}");
+}
+
 /// A hit looked up before its flow was deleted (`conntrack -D`) and its
 /// slot taken by another flow is not trusted: the packet is looked up
 /// again and starts a flow of its own, instead of being sent as the
