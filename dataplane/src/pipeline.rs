@@ -1548,10 +1548,6 @@ impl Pipeline {
     /// key, [`Lookup::NotYet`] for the others.
     pub fn lookup_prepared(&mut self, prepared: &[Prepared], out: &mut [Lookup]) {
         out.fill(Lookup::NotYet);
-        if prepared.is_empty() {
-            // The idle worker's every empty poll.
-            return;
-        }
         let worker = self.core.cfg.worker;
         self.v4.lookup_batch(prepared, out, worker);
         if !self.v6.table.is_empty() {

@@ -302,9 +302,7 @@ fn a_batch_looked_up_together_sees_flows_it_creates() {
     let mut p = pipeline();
     run(&mut p, ARP_REPLY_FROM_BACKEND, 0);
     let frames = [TCP_SYN, TCP_REPLY];
-    let prepared: Vec<Prepared> = frames.iter().map(|f| Prepared::of(f)).collect();
-    let mut looked = vec![Lookup::NotYet; 2];
-    p.lookup_prepared(&prepared, &mut looked);
+    let (prepared, looked) = looked_up(&mut p, &frames);
     // The VIP and the SNAT address are both owned; the SYN names its
     // service, the reply none.
     assert!(
@@ -343,23 +341,16 @@ fn a_batch_looked_up_together_sees_flows_it_creates() {
 
 /// The batch lookup keeps its working arrays from batch to batch: a batch
 /// reads only what it wrote itself (a reply to the SNAT address, which
-/// names no service, after a batch of SYNs that each named one), and an
-/// empty batch looks nothing up.
+/// names no service, after a batch of SYNs that each named one).
 #[test]
 fn a_batch_lookup_reads_nothing_an_earlier_batch_left() {
-    use xvs_dataplane::pipeline::{Lookup, Prepared, NO_SERVICE};
+    use xvs_dataplane::pipeline::{Lookup, NO_SERVICE};
     let mut p = pipeline();
     run(&mut p, ARP_REPLY_FROM_BACKEND, 0);
     let syns = [syn_from(50_001), syn_from(50_002), syn_from(50_003)];
-    let prepared: Vec<Prepared> = syns.iter().map(|f| Prepared::of(f)).collect();
-    let mut looked = vec![Lookup::NotYet; 3];
-    p.lookup_prepared(&prepared, &mut looked);
-    let named =
-        |l: &Lookup| matches!(l, Lookup::Miss { owned: true, service } if *service != NO_SERVICE);
-    assert!(looked.iter().all(named), "{looked:?}");
-    let prepared = [Prepared::of(TCP_REPLY)];
-    let mut looked = [Lookup::NotYet];
-    p.lookup_prepared(&prepared, &mut looked);
+    let (_, looked) = looked_up(&mut p, &syns);
+    assert!(looked.iter().all(names_a_service), "{looked:?}");
+    let (_, looked) = looked_up(&mut p, &[TCP_REPLY]);
     assert_eq!(
         looked,
         [Lookup::Miss {
@@ -367,10 +358,8 @@ fn a_batch_lookup_reads_nothing_an_earlier_batch_left() {
             service: NO_SERVICE
         }]
     );
-    let before = p.conntrack_stats();
-    p.lookup_prepared(&[], &mut []);
-    assert_eq!(p.conntrack_stats(), before);
-    assert_eq!(before.miss, 4, "{before:?}");
+    let stats = p.conntrack_stats();
+    assert_eq!(stats.miss, 4, "{stats:?}");
 }
 
 /// A hit looked up before its flow was deleted (`conntrack -D`) and its
@@ -412,7 +401,6 @@ fn a_hit_whose_slot_another_flow_took_is_looked_up_again() {
 fn a_port_0_service_takes_every_port_its_vip_does_not_serve_otherwise() {
     use smoltcp::wire::{IpAddress, TcpPacket};
     use xvs_config::{Persistence, ServiceKey};
-    use xvs_dataplane::pipeline::{Lookup, Prepared, NO_SERVICE};
     const OTHER: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 2);
     let mut p = pipeline();
     for i in [1, 2] {
@@ -447,12 +435,8 @@ fn a_port_0_service_takes_every_port_its_vip_does_not_serve_otherwise() {
     };
     // Batched: both name a service, and each goes to its own.
     let frames = [syn(40_001, 80), syn(40_002, 8443)];
-    let prepared: Vec<Prepared> = frames.iter().map(|f| Prepared::of(f)).collect();
-    let mut looked = vec![Lookup::NotYet; 2];
-    p.lookup_prepared(&prepared, &mut looked);
-    let named =
-        |l: &Lookup| matches!(l, Lookup::Miss { owned: true, service } if *service != NO_SERVICE);
-    assert!(looked.iter().all(named), "{looked:?}");
+    let (prepared, looked) = looked_up(&mut p, &frames);
+    assert!(looked.iter().all(names_a_service), "{looked:?}");
     let sent = forward_batch(&mut p, &frames, &prepared, &looked);
     let sent: Vec<_> = sent.iter().map(|f| to(f)).collect();
     assert_eq!(sent, [(BACKEND, 8080), (OTHER, 8443)]);
@@ -484,6 +468,27 @@ fn a_port_0_service_takes_every_port_its_vip_does_not_serve_otherwise() {
         Verdict::Forward { .. }
     ));
     assert_counters_add_up(&p);
+}
+
+/// `frames` classified and looked up as one batch, the worker's way.
+fn looked_up<F: AsRef<[u8]>>(
+    p: &mut Pipeline,
+    frames: &[F],
+) -> (
+    Vec<xvs_dataplane::pipeline::Prepared>,
+    Vec<xvs_dataplane::pipeline::Lookup>,
+) {
+    use xvs_dataplane::pipeline::{Lookup, Prepared};
+    let prepared: Vec<Prepared> = frames.iter().map(|f| Prepared::of(f.as_ref())).collect();
+    let mut looked = vec![Lookup::NotYet; prepared.len()];
+    p.lookup_prepared(&prepared, &mut looked);
+    (prepared, looked)
+}
+
+/// A miss to an owned address that names a service: a new flow's.
+fn names_a_service(l: &xvs_dataplane::pipeline::Lookup) -> bool {
+    use xvs_dataplane::pipeline::{Lookup, NO_SERVICE};
+    matches!(l, Lookup::Miss { owned: true, service } if *service != NO_SERVICE)
 }
 
 /// A batch's frames, looked up ahead (`looked`), processed in order at

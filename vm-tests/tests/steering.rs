@@ -98,12 +98,12 @@ fn only_owned_traffic_reaches_the_socket() {
         ready_tx.send(()).unwrap();
 
         let mut seen = Seen::default();
+        let layout = FrameLayout::of_ports();
         let deadline = Instant::now() + Duration::from_secs(20);
         while stop_rx.try_recv().is_err() && Instant::now() < deadline {
             // SAFETY: descs come from this UMEM; frames are returned to the
             // fill queue right after being read.
             let n = unsafe { rx.poll_and_consume(&mut descs, 100) }.unwrap();
-            let layout = FrameLayout::of_ports();
             for d in descs.iter().take(n) {
                 if d.addr() % layout.stride != layout.offset {
                     seen.misplaced += 1;
