@@ -752,9 +752,6 @@ impl<A: Family> Half<A> {
             L4::None | L4::Neighbour(_) => return Verdict::Drop(DropReason::Fragment),
             L4::Tcp { .. } | L4::Udp { .. } => {}
         }
-        let Some(key) = ip.key() else {
-            return Verdict::Drop(DropReason::UnsupportedProtocol);
-        };
         let src_mac = EthernetFrame::new_unchecked(&*buf).src_addr().0;
         let tcp_flags = match l4 {
             L4::Tcp { flags, .. } => flags.0,
@@ -764,13 +761,21 @@ impl<A: Family> Half<A> {
             tcp_flags,
             len: ip.total_len(),
         };
-        let mut hit = match looked {
-            Lookup::Hit(id, dir, epoch)
-                if epoch == self.table.epoch() || self.table.holds(id, dir, &key) =>
-            {
-                Some((id, dir))
+        // A hit of the table's current epoch is still the packet's flow:
+        // its key is built only when it must be checked or looked up
+        // again (and is kept for a new flow).
+        let (mut hit, key) = match looked {
+            Lookup::Hit(id, dir, epoch) if epoch == self.table.epoch() => (Some((id, dir)), None),
+            _ => {
+                let Some(key) = ip.key() else {
+                    return Verdict::Drop(DropReason::UnsupportedProtocol);
+                };
+                let hit = match looked {
+                    Lookup::Hit(id, dir, _) if self.table.holds(id, dir, &key) => Some((id, dir)),
+                    _ => self.table.lookup(&key),
+                };
+                (hit, Some(key))
             }
-            _ => self.table.lookup(&key),
         };
         // Whether the destination is owned, as the batch's lookup found
         // or else asked now (only a packet without a flow needs it).
@@ -799,12 +804,12 @@ impl<A: Family> Half<A> {
                 self.retire(core, id, why);
                 hit = None;
                 let opens = tcp_flags & (tcp_flags::SYN | tcp_flags::ACK) == tcp_flags::SYN;
-                match (dir, key.proto) {
+                match (dir, l4) {
                     // The backend's side of a flow that ended.
                     (Direction::Reply, _) => return Verdict::Drop(DropReason::ReplyNoFlow),
                     // The kernel's answer to a segment of a connection it
                     // does not know.
-                    (Direction::Original, L4Proto::Tcp) if !opens => {
+                    (Direction::Original, L4::Tcp { .. }) if !opens => {
                         return self.reject(core, buf, ip, L4Proto::Tcp);
                     }
                     _ => {}
@@ -845,10 +850,15 @@ impl<A: Family> Half<A> {
             None if !owned(self) => return Verdict::Drop(DropReason::NotOwned),
             None if self.is_snat(ip.dst()) => return Verdict::Drop(DropReason::ReplyNoFlow),
             // A new flow is inserted with its first packet accounted.
-            None => match self.new_flow(core, buf, ip, key, src_mac, pkt, now, looked) {
-                Ok(id) => (id, Direction::Original),
-                Err(v) => return v,
-            },
+            None => {
+                let Some(key) = key.or_else(|| ip.key()) else {
+                    return Verdict::Drop(DropReason::UnsupportedProtocol);
+                };
+                match self.new_flow(core, buf, ip, key, src_mac, pkt, now, looked) {
+                    Ok(id) => (id, Direction::Original),
+                    Err(v) => return v,
+                }
+            }
         };
         self.forward(core, buf, ip, id, dir)
     }
