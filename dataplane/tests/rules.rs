@@ -16,7 +16,7 @@ use support::{config, rr_service, run, GW_MAC};
 use xvs_config::{ConnRules, PortRange, Protocol, Service, UnknownPort};
 use xvs_conntrack::tcp_flags::{ACK, FIN, RST, SYN};
 use xvs_conntrack::FlowState;
-use xvs_dataplane::pipeline::{Pipeline, PipelineConfig, Side, Verdict};
+use xvs_dataplane::pipeline::{Lookup, Pipeline, PipelineConfig, Prepared, Side, Verdict};
 use xvs_dataplane::services::CompiledService;
 use xvs_dataplane::wire::{classify, DropReason, Frame, L4};
 
@@ -117,6 +117,24 @@ impl Gw {
     fn client(&mut self, port: u16, flags: u8) -> (Verdict, Vec<u8>) {
         let f = tcp(CLIENT_MAC, (CLIENT, port), (VIP, 80), flags, 64);
         run(&mut self.p, &f, 1)
+    }
+
+    /// As [`Gw::client`], the worker's way: looked up with its batch
+    /// first; also what the batch's lookup found.
+    fn client_batched(&mut self, port: u16, flags: u8) -> (Verdict, Vec<u8>, Lookup) {
+        let f = tcp(CLIENT_MAC, (CLIENT, port), (VIP, 80), flags, 64);
+        let prepared = [Prepared::of(&f)];
+        let mut looked = [Lookup::NotYet];
+        self.p.lookup_prepared(&prepared, &mut looked);
+        let mut buf = vec![0u8; 2048];
+        buf[..f.len()].copy_from_slice(&f);
+        let v = self
+            .p
+            .process_prepared(Side::Client, &mut buf, 1, &prepared[0], looked[0]);
+        if let Verdict::Forward { len, .. } = v {
+            buf.truncate(len);
+        }
+        (v, buf, looked[0])
     }
 
     /// The backend of a forwarded frame answers it with `flags`.
@@ -266,6 +284,35 @@ fn a_syn_on_a_time_wait_or_closed_flow_is_a_new_connection() {
     let (_, retransmit) = g.client(40_000, SYN);
     assert_eq!(to(&retransmit), B0);
     assert_eq!(g.conns(), 3);
+}
+
+/// The same reuse in the worker's batch: the batch's lookup finds the
+/// TIME_WAIT flow (a hit), the verdict ends it and schedules the SYN
+/// afresh, whose key the hit did not need until then.
+#[test]
+fn a_batched_syn_on_a_time_wait_flow_is_a_new_connection() {
+    let mut g = Gw::new(ConnRules::default(), UnknownPort::Drop);
+    let syn = g.connect(40_000);
+    g.client(40_000, FIN | ACK);
+    g.backend(&syn, FIN | ACK);
+    assert_eq!(g.state(40_000), Some(FlowState::TimeWait));
+    let (v, again, looked) = g.client_batched(40_000, SYN);
+    assert!(matches!(looked, Lookup::Hit(..)), "{looked:?}");
+    assert!(
+        matches!(
+            v,
+            Verdict::Forward {
+                to: Side::Backend,
+                ..
+            }
+        ),
+        "{v:?}"
+    );
+    assert_eq!(to(&again), B1);
+    assert_ne!(ends(&again).0, ends(&syn).0, "a fresh SNAT port");
+    assert_eq!(g.p.v4.table.stats().reschedule, 1);
+    assert_eq!(g.p.counters().new_flows, 2);
+    assert_eq!(g.state(40_000), Some(FlowState::SynRecv));
 }
 
 #[test]

@@ -83,8 +83,8 @@ fn legit_during(t: &Topology, rounds: u32, per: usize, every: Duration) -> (u64,
 /// well) loses legitimate SYNs with the flood's at its RX ring from about
 /// 40k/s on a fast machine and 30k/s on a slow one (there, at 30k/s, the
 /// kernel dropped 3,500 to 25,000 frames for want of a fill-ring frame in
-/// each of four runs, and one run in three CI runs lost 6% of its
-/// legitimate connections with them), which measures the ring, not the
+/// each of four runs, and a CI run lost 9 of its 160 legitimate
+/// connections with them), which measures the ring, not the
 /// defence. At 22k/s for [`FLOOD_SECONDS`] the flood opens 242,000
 /// half-open flows: more than the 193,536 (3 backends x 64,512 ports)
 /// the default SNAT range holds, so ports run out after about 8.8 s and
