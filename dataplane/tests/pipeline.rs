@@ -14,7 +14,7 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use fixtures::*;
-use support::{config, rr_service, run};
+use support::{config, looked_up, rr_service, run};
 use xvs_config::{PortRange, Protocol, Service, ServiceKey};
 use xvs_dataplane::pipeline::{Pipeline, PipelineConfig, Side, Verdict};
 use xvs_dataplane::services::CompiledService;
@@ -298,7 +298,7 @@ fn a_held_frame_given_up_is_counted_as_unresolved() {
 /// itself creates (SYN, then its reply) is found when its turn comes.
 #[test]
 fn a_batch_looked_up_together_sees_flows_it_creates() {
-    use xvs_dataplane::pipeline::{Lookup, Prepared, NO_SERVICE};
+    use xvs_dataplane::pipeline::{Lookup, NO_SERVICE};
     let mut p = pipeline();
     run(&mut p, ARP_REPLY_FROM_BACKEND, 0);
     let frames = [TCP_SYN, TCP_REPLY];
@@ -322,17 +322,14 @@ fn a_batch_looked_up_together_sees_flows_it_creates() {
     let sent = forward_batch(&mut p, &frames, &prepared, &looked);
     assert_eq!(sent, [TCP_SYN_FORWARDED, TCP_REPLY_FORWARDED]);
     // Looked up now, the reply hits.
-    let prepared = [Prepared::of(TCP_REPLY)];
-    let mut looked = [Lookup::NotYet];
-    p.lookup_prepared(&prepared, &mut looked);
+    let (_, looked) = looked_up(&mut p, &[TCP_REPLY]);
     assert!(matches!(looked[0], Lookup::Hit(..)));
     // A VIP given up: its next new flow misses as not owned, and is
     // dropped as such.
     p.disown(VIP);
     let syn = syn_from(50_001);
-    let prepared = [Prepared::of(&syn)];
-    p.lookup_prepared(&prepared, &mut looked);
-    assert!(matches!(looked, [Lookup::Miss { owned: false, .. }]));
+    let (prepared, looked) = looked_up(&mut p, &[&syn]);
+    assert!(matches!(looked[..], [Lookup::Miss { owned: false, .. }]));
     let mut buf = syn.clone();
     let v = p.process_prepared(Side::Client, &mut buf, 1, &prepared[0], looked[0]);
     assert_eq!(v, Verdict::Drop(DropReason::NotOwned));
@@ -373,9 +370,7 @@ fn a_hit_whose_slot_another_flow_took_is_looked_up_again() {
     run(&mut p, ARP_REPLY_FROM_BACKEND, 0);
     let (x, y) = (syn_from(50_001), syn_from(50_002));
     forward_batch(&mut p, &[&x], &[Prepared::of(&x)], &[Lookup::NotYet]);
-    let prepared = [Prepared::of(&x)];
-    let mut looked = [Lookup::NotYet];
-    p.lookup_prepared(&prepared, &mut looked);
+    let (prepared, looked) = looked_up(&mut p, &[&x]);
     assert!(matches!(looked[0], Lookup::Hit(..)), "{looked:?}");
     let all = xvs_conntrack::Filter::default();
     assert_eq!(
@@ -468,21 +463,6 @@ fn a_port_0_service_takes_every_port_its_vip_does_not_serve_otherwise() {
         Verdict::Forward { .. }
     ));
     assert_counters_add_up(&p);
-}
-
-/// `frames` classified and looked up as one batch, the worker's way.
-fn looked_up<F: AsRef<[u8]>>(
-    p: &mut Pipeline,
-    frames: &[F],
-) -> (
-    Vec<xvs_dataplane::pipeline::Prepared>,
-    Vec<xvs_dataplane::pipeline::Lookup>,
-) {
-    use xvs_dataplane::pipeline::{Lookup, Prepared};
-    let prepared: Vec<Prepared> = frames.iter().map(|f| Prepared::of(f.as_ref())).collect();
-    let mut looked = vec![Lookup::NotYet; prepared.len()];
-    p.lookup_prepared(&prepared, &mut looked);
-    (prepared, looked)
 }
 
 /// A miss to an owned address that names a service: a new flow's.

@@ -12,11 +12,11 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use smoltcp::wire::{IpAddress, Ipv4Packet, TcpPacket, UdpPacket};
-use support::{config, rr_service, run, GW_MAC};
+use support::{config, looked_up, rr_service, run, GW_MAC};
 use xvs_config::{ConnRules, PortRange, Protocol, Service, UnknownPort};
 use xvs_conntrack::tcp_flags::{ACK, FIN, RST, SYN};
 use xvs_conntrack::FlowState;
-use xvs_dataplane::pipeline::{Lookup, Pipeline, PipelineConfig, Prepared, Side, Verdict};
+use xvs_dataplane::pipeline::{Lookup, Pipeline, PipelineConfig, Side, Verdict};
 use xvs_dataplane::services::CompiledService;
 use xvs_dataplane::wire::{classify, DropReason, Frame, L4};
 
@@ -123,9 +123,7 @@ impl Gw {
     /// first; also what the batch's lookup found.
     fn client_batched(&mut self, port: u16, flags: u8) -> (Verdict, Vec<u8>, Lookup) {
         let f = tcp(CLIENT_MAC, (CLIENT, port), (VIP, 80), flags, 64);
-        let prepared = [Prepared::of(&f)];
-        let mut looked = [Lookup::NotYet];
-        self.p.lookup_prepared(&prepared, &mut looked);
+        let (prepared, looked) = looked_up(&mut self.p, &[&f]);
         let mut buf = vec![0u8; 2048];
         buf[..f.len()].copy_from_slice(&f);
         let v = self
@@ -135,6 +133,38 @@ impl Gw {
             buf.truncate(len);
         }
         (v, buf, looked[0])
+    }
+
+    /// A connection from `port` to B0 (the first, rr), closed by the
+    /// client first, then the backend: TIME_WAIT for 120 s. Its SYN as
+    /// forwarded.
+    fn time_wait(&mut self, port: u16) -> Vec<u8> {
+        let syn = self.connect(port);
+        assert_eq!(to(&syn), B0);
+        self.client(port, FIN | ACK);
+        self.backend(&syn, FIN | ACK);
+        assert_eq!(self.state(port), Some(FlowState::TimeWait));
+        syn
+    }
+
+    /// That the SYN `again` (verdict `v`) reusing the flow of the SYN
+    /// `first` was scheduled afresh: to the other backend (rr), from a
+    /// fresh SNAT port, one reschedule counted, two new flows in all.
+    fn assert_rescheduled(&self, v: Verdict, again: &[u8], first: &[u8]) {
+        assert!(
+            matches!(
+                v,
+                Verdict::Forward {
+                    to: Side::Backend,
+                    ..
+                }
+            ),
+            "{v:?}"
+        );
+        assert_eq!(to(again), B1);
+        assert_ne!(ends(again).0, ends(first).0, "a fresh SNAT port");
+        assert_eq!(self.p.v4.table.stats().reschedule, 1);
+        assert_eq!(self.p.counters().new_flows, 2);
     }
 
     /// The backend of a forwarded frame answers it with `flags`.
@@ -247,30 +277,12 @@ fn to(frame: &[u8]) -> Ipv4Addr {
 #[test]
 fn a_syn_on_a_time_wait_or_closed_flow_is_a_new_connection() {
     let mut g = Gw::new(ConnRules::default(), UnknownPort::Drop);
-    let syn = g.connect(40_000);
-    assert_eq!(to(&syn), B0);
-    // The client closes first, the backend closes: TIME_WAIT for 120 s.
-    g.client(40_000, FIN | ACK);
-    g.backend(&syn, FIN | ACK);
-    assert_eq!(g.state(40_000), Some(FlowState::TimeWait));
+    let syn = g.time_wait(40_000);
     // The same client port again (curl --local-port, wrk's Connection:
     // close): scheduled afresh (rr: the other backend), counted.
     let (v, again) = g.client(40_000, SYN);
-    assert!(
-        matches!(
-            v,
-            Verdict::Forward {
-                to: Side::Backend,
-                ..
-            }
-        ),
-        "{v:?}"
-    );
-    assert_eq!(to(&again), B1);
-    assert_ne!(ends(&again).0, ends(&syn).0, "a fresh SNAT port");
-    assert_eq!(g.p.v4.table.stats().reschedule, 1);
+    g.assert_rescheduled(v, &again, &syn);
     assert_eq!(g.conns(), 2, "the reuse is a new connection in --stats");
-    assert_eq!(g.p.counters().new_flows, 2);
     // Established, then reset by the client: CLOSE; the next SYN is new
     // again.
     g.backend(&again, SYN | ACK);
@@ -292,26 +304,10 @@ fn a_syn_on_a_time_wait_or_closed_flow_is_a_new_connection() {
 #[test]
 fn a_batched_syn_on_a_time_wait_flow_is_a_new_connection() {
     let mut g = Gw::new(ConnRules::default(), UnknownPort::Drop);
-    let syn = g.connect(40_000);
-    g.client(40_000, FIN | ACK);
-    g.backend(&syn, FIN | ACK);
-    assert_eq!(g.state(40_000), Some(FlowState::TimeWait));
+    let syn = g.time_wait(40_000);
     let (v, again, looked) = g.client_batched(40_000, SYN);
     assert!(matches!(looked, Lookup::Hit(..)), "{looked:?}");
-    assert!(
-        matches!(
-            v,
-            Verdict::Forward {
-                to: Side::Backend,
-                ..
-            }
-        ),
-        "{v:?}"
-    );
-    assert_eq!(to(&again), B1);
-    assert_ne!(ends(&again).0, ends(&syn).0, "a fresh SNAT port");
-    assert_eq!(g.p.v4.table.stats().reschedule, 1);
-    assert_eq!(g.p.counters().new_flows, 2);
+    g.assert_rescheduled(v, &again, &syn);
     assert_eq!(g.state(40_000), Some(FlowState::SynRecv));
 }
 

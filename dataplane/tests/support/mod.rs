@@ -9,7 +9,7 @@ use xvs_config::{
     Address, Backend, ConnRules, ForwardMethod, PortRange, Protocol, Scheduler, Service,
     ServiceKey, Timeouts, UnknownPort,
 };
-use xvs_dataplane::pipeline::{Pipeline, PipelineConfig, Verdict};
+use xvs_dataplane::pipeline::{Lookup, Pipeline, PipelineConfig, Prepared, Verdict};
 
 /// The gateway's Ethernet address in every fixture.
 pub(crate) const GW_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
@@ -84,4 +84,15 @@ pub(crate) fn run(p: &mut Pipeline, frame: &[u8], now: u32) -> (Verdict, Vec<u8>
         "{c:?}"
     );
     (v, buf)
+}
+
+/// `frames` classified and looked up as one batch, the worker's way.
+pub(crate) fn looked_up<F: AsRef<[u8]>>(
+    p: &mut Pipeline,
+    frames: &[F],
+) -> (Vec<Prepared>, Vec<Lookup>) {
+    let prepared: Vec<Prepared> = frames.iter().map(|f| Prepared::of(f.as_ref())).collect();
+    let mut looked = vec![Lookup::NotYet; prepared.len()];
+    p.lookup_prepared(&prepared, &mut looked);
+    (prepared, looked)
 }
