@@ -56,6 +56,13 @@ impl FrameLayout {
     }
 }
 
+/// How many frames ahead of the one it works on a batch loop fetches
+/// headers ([`XskPort::prefetch`]). Every packet starts at the same
+/// offset of a 4 KiB-aligned frame, so a batch's headers all fall in one
+/// L1 set of 8 ways: the frames fetched ahead, the one worked on and the
+/// one before it must fit.
+pub const FRAME_AHEAD: usize = 4;
+
 /// Frames the kernel sends per `sendto` wakeup in copy mode
 /// (`TX_BATCH_SIZE` in `net/xdp/xsk.c`).
 const KERNEL_TX_BATCH: usize = 32;
@@ -158,6 +165,10 @@ struct Sock {
 /// AF_XDP sockets sharing one UMEM.
 pub struct XskPort {
     umem: Umem,
+    /// The address of the UMEM's first byte: a frame's packet starts at
+    /// it plus the descriptor's `addr` (as xsk-rs computes it), which
+    /// [`XskPort::prefetch`] needs without a view of the bytes.
+    base: usize,
     socks: Vec<Sock>,
     free: Vec<FrameDesc>,
     scratch: Vec<FrameDesc>,
@@ -208,6 +219,10 @@ impl XskPort {
         let umem_cfg = umem_config()?;
         let frames = NonZeroU32::new(FRAMES).ok_or("no frames")?;
         let (umem, descs) = Umem::new(umem_cfg, frames, false).map_err(|e| e.to_string())?;
+        let first = descs.first().ok_or("no frames")?;
+        // SAFETY: `first` is a frame of this UMEM, which nothing else
+        // references yet; only the view's address is kept.
+        let base = unsafe { umem.data(first) }.contents().as_ptr() as usize - first.addr();
         let mode = if zero_copy {
             BindFlags::XDP_ZEROCOPY
         } else {
@@ -246,6 +261,7 @@ impl XskPort {
         }
         let mut port = XskPort {
             umem,
+            base,
             socks,
             free: descs,
             scratch: Vec::with_capacity(RING as usize),
@@ -363,18 +379,37 @@ impl XskPort {
         f: impl FnOnce(&mut [u8], usize) -> R,
     ) -> R {
         let len = desc.lengths().data();
+        let start = self.packet_addr(desc);
         let r = {
             // SAFETY: guaranteed by the caller.
             let mut data = unsafe { self.umem.data_mut(desc) };
             let mut cur = data.cursor();
             let cap = cur.buf_len();
             cur.set_pos(cap);
-            f(data.contents_mut(), len)
+            let buf = data.contents_mut();
+            // What `prefetch` fetches is this frame's first byte (checked
+            // by every test that runs a worker on a real socket).
+            debug_assert_eq!(buf.as_ptr() as usize, start);
+            f(buf, len)
         };
         // The frame keeps its length until the caller sets another.
         // SAFETY: guaranteed by the caller.
         unsafe { self.umem.data_mut(desc) }.cursor().set_pos(len);
         r
+    }
+
+    /// Starts bringing a frame's first packet bytes (its headers) into
+    /// the cache: the address is computed, not dereferenced (a prefetch
+    /// never faults), so any descriptor is harmless.
+    #[inline]
+    pub fn prefetch(&self, desc: &FrameDesc) {
+        xvs_conntrack::prefetch(self.packet_addr(desc) as *const u8);
+    }
+
+    /// The address of a frame's first packet byte.
+    #[inline]
+    fn packet_addr(&self, desc: &FrameDesc) -> usize {
+        self.base.wrapping_add(desc.addr())
     }
 
     /// Sets the length of a frame about to be transmitted.
@@ -462,6 +497,9 @@ impl crate::io::PacketIo for XskPort {
     unsafe fn set_len(&self, frame: &mut FrameDesc, len: usize) {
         // SAFETY: the trait's contract is the inherent method's.
         unsafe { XskPort::set_len(self, frame, len) }
+    }
+    fn prefetch(&self, frame: &FrameDesc) {
+        XskPort::prefetch(self, frame)
     }
     fn frame_counts(&self) -> (u32, u32, u32) {
         XskPort::frame_counts(self)

@@ -192,6 +192,12 @@ impl PacketIo for Loopback {
         frame.len = len.min(FRAME) as u32;
     }
 
+    fn prefetch(&self, frame: &Frame) {
+        if let Some(buf) = self.bufs.get(frame.index as usize) {
+            xvs_conntrack::prefetch(buf.get().cast::<u8>());
+        }
+    }
+
     fn frame_counts(&self) -> (u32, u32, u32) {
         (
             self.free.len() as u32,
