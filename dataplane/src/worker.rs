@@ -541,7 +541,8 @@ impl<P: PacketIo> Worker<P> {
         }
     }
 
-    /// Runs a batch through the pipeline: frames for another worker are
+    /// Runs a batch through the pipeline: every frame's headers are
+    /// fetched a few frames ahead of it; frames for another worker are
     /// handed over (only those received from the port); the others are
     /// classified, their flows looked up together (the flow-table reads
     /// overlap), then each gets its verdict and goes to `outs` (by side)
