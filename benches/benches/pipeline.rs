@@ -13,7 +13,9 @@
 //! batches of 64) and new flow next to the memory floor measured in the
 //! same run (a random read from 128 MiB, independent and dependent), and
 //! their ratio to one miss's latency: an estimate of the misses per packet
-//! that are not overlapped.
+//! that are not overlapped. The pipeline produces flow events, drained
+//! every 20 ms by another thread, as the daemon's workers do
+//! ([`xvs_benches::drain`]).
 
 #![allow(clippy::unwrap_used)] // benches: a failed unwrap is a broken bench
 #![allow(clippy::disallowed_types)] // a benchmark measures wall-clock time
@@ -30,6 +32,7 @@ use xvs_config::{
     Timeouts,
 };
 use xvs_conntrack::{Filter, L4Proto};
+use xvs_dataplane::events::FlowEvents;
 use xvs_dataplane::pipeline::{Pipeline, PipelineConfig, Prepared, Side, Verdict};
 use xvs_dataplane::services::CompiledService;
 use xvs_dataplane::xsk::FrameLayout;
@@ -240,6 +243,11 @@ fn setup<F: Fam>(in_file: bool, load: Load) -> Pipeline {
         table,
         xvs_conntrack::FlowTable::new(cap6, Timeouts::default(), 0),
     );
+    // Flow events produced and drained as the daemon does (every worker
+    // produces them; the control plane drains them every 20 ms).
+    let events = Arc::new(FlowEvents::default());
+    p.set_events(events.clone());
+    xvs_benches::drain::register(&[events]).unwrap();
     for n in 0..load.services {
         let mut s = Service::new(ServiceKey {
             vip: F::vip(n),

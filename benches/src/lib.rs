@@ -2,6 +2,7 @@
 //! the end-to-end comparison against kube-proxy's iptables and nftables
 //! modes.
 
+pub mod drain;
 pub mod e2e;
 pub mod frames;
 pub mod pktgen;

@@ -280,6 +280,9 @@ fn start_xvs(runner: &XvsRunner, text: String) -> Result<Result<f64, String>, St
         let d = Dataplane::start(&cfg, xvs_dataplane::steer::monotonic_secs)
             .map_err(|e| e.to_string())?;
         let took = start.elapsed().as_secs_f64();
+        // Its flow events drained as the daemon's control plane drains
+        // them.
+        xvs_benches::drain::register(d.events()).map_err(|e| e.to_string())?;
         *dp = Some(d);
         Ok(took)
     })
