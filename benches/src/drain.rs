@@ -2,25 +2,22 @@
 //! plane without the control plane.
 //!
 //! The daemon always produces flow events (every worker has its queue,
-//! `xvsadm observe` reads them) and drains every queue every 20 ms
-//! (`control/src/events.rs`), so each new flow's event is a real push into
+//! `xvsadm observe` reads them) and drains every queue every
+//! [`DRAIN_EVERY`] (`control/src/events.rs`), so each new flow's event is a real push into
 //! a queue another thread reads. A bench that runs the pipeline or the
 //! data plane without a drain measures instead a full queue refusing every
 //! push after its first 8,192 events: cheaper than what the daemon does.
 //! [`register`] gives a bench's queues the daemon's drain.
 //!
 //! Invariants: one process-wide thread drains every registered queue that
-//! still exists, every [`PERIOD`]; a queue dropped by its data plane is
+//! still exists, every [`DRAIN_EVERY`]; a queue dropped by its data plane is
 //! forgotten at the next turn. The thread sleeps between turns and ends
 //! with the process.
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
-use std::time::Duration;
 
+pub use xvs_control::events::DRAIN_EVERY;
 use xvs_dataplane::events::FlowEvents;
-
-/// How often the queues are drained: the control plane's period.
-pub const PERIOD: Duration = Duration::from_millis(20);
 
 /// The queues being drained.
 static QUEUES: OnceLock<Mutex<Vec<Weak<FlowEvents>>>> = OnceLock::new();
@@ -53,7 +50,7 @@ pub fn register(queues: &[Arc<FlowEvents>]) -> std::io::Result<()> {
 fn drain_forever(list: &'static Mutex<Vec<Weak<FlowEvents>>>) {
     let mut batch = Vec::new();
     loop {
-        std::thread::sleep(PERIOD);
+        std::thread::sleep(DRAIN_EVERY);
         let live: Vec<Arc<FlowEvents>> = {
             let mut l = lock(list);
             l.retain(|w| w.strong_count() > 0);
@@ -97,7 +94,7 @@ mod tests {
             for _ in 0..500 {
                 q.push(e);
             }
-            std::thread::sleep(PERIOD * 2);
+            std::thread::sleep(DRAIN_EVERY * 2);
         }
         assert_eq!(q.overflow(), 0, "the drain kept up");
         drop(q);
@@ -107,7 +104,7 @@ mod tests {
             if lock(list).is_empty() {
                 break;
             }
-            std::thread::sleep(PERIOD);
+            std::thread::sleep(DRAIN_EVERY);
         }
         assert!(lock(list).is_empty(), "the dropped queue is forgotten");
     }

@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use xsk_rs::FrameDesc;
 use xvs_config::XdpAttachMode;
+use xvs_dataplane::io::PacketIo;
 use xvs_dataplane::steer::Steering;
-use xvs_dataplane::xsk::{XskPort, BATCH, FRAME_AHEAD};
+use xvs_dataplane::xsk::{XskPort, BATCH};
 
 /// Where the raw forwarder runs.
 #[derive(Debug, Clone)]
@@ -60,15 +61,10 @@ pub fn forward(
         port.reclaim();
         port.refill();
         let n = port.receive(0, &mut rx);
-        // Headers fetched ahead as xvs's worker fetches them (the same
-        // frame handling: only the per-packet work differs).
-        for d in rx.iter().take(n.min(FRAME_AHEAD)) {
-            port.prefetch(d);
-        }
         for k in 0..n {
-            if k + FRAME_AHEAD < n {
-                port.prefetch(&rx[k + FRAME_AHEAD]);
-            }
+            // Headers fetched ahead as xvs's worker fetches them (the
+            // same frame handling: only the per-packet work differs).
+            port.prefetch_ahead(&rx[..n], k);
             let d = &mut rx[k];
             // SAFETY: a frame just received on this port, referenced
             // nowhere else.

@@ -16,6 +16,9 @@ use xvs_dataplane::events::{EventKind, FlowEvent, FlowEvents};
 /// Events kept for `--last`.
 pub const HISTORY: usize = 4096;
 
+/// How often the collector drains the workers' queues.
+pub const DRAIN_EVERY: Duration = Duration::from_millis(20);
+
 /// One event as the API shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventView {
@@ -190,9 +193,9 @@ impl Collector {
         let _ = self.live.send(v);
     }
 
-    /// Drains `queues` every 20 ms until the task is dropped.
+    /// Drains `queues` every [`DRAIN_EVERY`] until the task is dropped.
     pub async fn run(self: Arc<Self>, queues: Vec<Arc<FlowEvents>>) {
-        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        let mut tick = tokio::time::interval(DRAIN_EVERY);
         let mut batch = Vec::new();
         loop {
             tick.tick().await;

@@ -34,7 +34,7 @@ use xvs_conntrack::{Filter, FlowInfo};
 use crate::counters::{CountersReading, LiveCounters, WorkerTallies};
 use crate::io::PacketIo;
 use crate::pipeline::{AnyService, Counters, Lookup, Pipeline, Prepared, Side, Verdict};
-use crate::xsk::{RingStats, XskPort, BATCH, FRAME_AHEAD};
+use crate::xsk::{RingStats, XskPort, BATCH};
 
 /// Empty polls before an adaptive worker sleeps.
 const SPIN_BEFORE_SLEEP: u32 = 256;
@@ -558,17 +558,12 @@ impl<P: PacketIo> Worker<P> {
     ) {
         self.keep.clear();
         self.preps.clear();
-        // The frames' headers are fetched FRAME_AHEAD frames ahead of the
-        // one classified: the kernel's copy wrote them on another core,
-        // or they left the cache, and classifying waited for each in
-        // turn.
-        for desc in descs.iter().take(FRAME_AHEAD) {
-            self.port.prefetch(desc);
-        }
         for k in 0..descs.len() {
-            if let Some(ahead) = descs.get(k + FRAME_AHEAD) {
-                self.port.prefetch(ahead);
-            }
+            // The headers are fetched a few frames ahead of the one
+            // classified: the kernel's copy wrote them on another core,
+            // or they left the cache, and classifying waited for each in
+            // turn.
+            self.port.prefetch_ahead(descs, k);
             let desc = &mut descs[k];
             // Classified once: for the hand-off and for the verdict.
             // SAFETY: `desc` was just received on this port (or filled

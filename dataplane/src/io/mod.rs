@@ -15,7 +15,7 @@ pub mod loopback;
 
 use std::os::fd::RawFd;
 
-use crate::xsk::RingStats;
+use crate::xsk::{RingStats, FRAME_AHEAD};
 
 /// Frames, their bytes, and the sockets they come and go by.
 pub trait PacketIo {
@@ -60,10 +60,49 @@ pub trait PacketIo {
     /// fetches its frames a few ahead of the one it classifies and their
     /// misses overlap (DPDK's `rte_prefetch0` of the next packets).
     fn prefetch(&self, frame: &Self::Frame);
+    /// The prefetches due before working on frame `k` of a batch, in
+    /// order (frame `k` + [`FRAME_AHEAD`]; at `k` = 0 also the ones
+    /// before it): a batch loop calls it at each frame, so every frame's
+    /// headers are asked for [`FRAME_AHEAD`] frames before its turn.
+    #[inline]
+    fn prefetch_ahead(&self, frames: &[Self::Frame], k: usize) {
+        for f in &frames[due_before(k, frames.len())] {
+            self.prefetch(f);
+        }
+    }
     /// Frames in userspace, in the receive side, and in transmission.
     fn frame_counts(&self) -> (u32, u32, u32);
     /// Whether every frame is in one of those places.
     fn frames_accounted(&self) -> bool;
     /// What the sockets' kernel counted (drops before xvs saw a frame).
     fn ring_stats(&self) -> RingStats;
+}
+
+/// The frames of an `n`-frame batch whose headers are fetched before
+/// frame `k` is worked on ([`PacketIo::prefetch_ahead`]).
+#[inline]
+fn due_before(k: usize, n: usize) -> std::ops::Range<usize> {
+    let from = if k == 0 { 0 } else { k + FRAME_AHEAD };
+    from.min(n)..(k + FRAME_AHEAD + 1).min(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_frame_is_fetched_once_frame_ahead_frames_before_its_turn() {
+        for n in [0, 1, FRAME_AHEAD, FRAME_AHEAD + 1, 64] {
+            let mut asked = Vec::new();
+            for k in 0..n {
+                for j in due_before(k, n) {
+                    // Frame j is asked for at turn j - FRAME_AHEAD (or at
+                    // the first turn).
+                    assert_eq!(k, j.saturating_sub(FRAME_AHEAD), "n {n}, frame {j}");
+                    asked.push(j);
+                }
+            }
+            assert_eq!(asked, (0..n).collect::<Vec<_>>(), "n {n}");
+        }
+    }
 }
