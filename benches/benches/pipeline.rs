@@ -291,7 +291,8 @@ fn setup<F: Fam>(in_file: bool, load: Load) -> Pipeline {
 /// --toggle-collect='pipeline::Batch::process' <bench> --bench
 /// pipeline_10_services_1k_flows` (with `GLIBC_TUNABLES` set as
 /// [`xvs_benches::exec_with_huge_page_heap`] sets it, so that valgrind
-/// follows no exec).
+/// follows no exec). With `XVS_PIPELINE_NEW=1` too, that many batches of
+/// 64 new flows instead.
 fn count_only() -> Option<usize> {
     std::env::var("XVS_PIPELINE_COUNT").ok()?.parse().ok()
 }
@@ -467,9 +468,23 @@ fn measure<F: Fam>(c: &mut Criterion, group: &str, mut p: Pipeline, load: Load) 
         })
         .collect();
     if let Some(batches) = count_only() {
+        let mut batch = Batch::new();
+        if std::env::var_os("XVS_PIPELINE_NEW").is_some() {
+            // New flows instead: `batches` batches of 64 SYNs.
+            let mut next = load.flows;
+            let spent: Duration = (0..batches)
+                .map(|_| new_flows::<F>(&mut p, load, &mut next, 64, Some(&mut batch)))
+                .sum();
+            let per = spent.as_nanos() as f64 / (batches * 64) as f64;
+            println!(
+                "{group}: {} new flows in batches of 64, {per:.1} ns each",
+                batches * 64
+            );
+            std::process::exit(0);
+        }
         // For an instruction count (callgrind): the established batch
         // alone, `batches` times, then nothing else.
-        let (mut batch, mut k) = (Batch::new(), 0usize);
+        let mut k = 0usize;
         let spent: Duration = (0..batches)
             .map(|_| batch.run(&mut p, &acks, &mut k, len))
             .sum();

@@ -351,11 +351,7 @@ fn header_checksum_ok(fixed: &[u8; IPV4_MIN_HEADER_LEN], options: &[u8]) -> bool
     let word = |w: &[u8]| u64::from(u32::from_ne_bytes([w[0], w[1], w[2], w[3]]));
     let mut sum: u64 = fixed.chunks_exact(4).map(word).sum();
     sum += options.chunks_exact(4).map(word).sum::<u64>();
-    sum = (sum & 0xffff_ffff) + (sum >> 32);
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum == 0xffff
+    super::checksum::fold(sum) == 0xffff
 }
 
 pub(super) fn classify_tcp<A: Address>(seg: &[u8]) -> Result<L4<A>, DropReason> {

@@ -147,11 +147,8 @@ pub fn icmpv6_checksum(src: Ipv6Addr, dst: Ipv6Addr, msg: &[u8]) -> u16 {
 
 /// The TCP, UDP or ICMPv6 checksum of `seg` (its checksum field zero).
 pub fn l4_checksum6(src: Ipv6Addr, dst: Ipv6Addr, proto: IpProtocol, seg: &[u8]) -> u16 {
-    use smoltcp::wire::checksum;
-    !checksum::combine(&[
-        checksum::pseudo_header_v6(&src, &dst, proto, seg.len() as u32),
-        checksum::data(seg),
-    ])
+    use super::checksum::{fold, ones_sum, pseudo_sum};
+    !fold(pseudo_sum(src, dst, u8::from(proto), seg.len()) + ones_sum(seg))
 }
 
 /// Turns the neighbour solicitation `ns` (classified from `buf`, from
