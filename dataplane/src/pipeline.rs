@@ -121,11 +121,12 @@ pub enum Lookup {
     #[default]
     NotYet,
     /// No flow then (a frame of the same batch may create it: looked up
-    /// again), and whether the destination was an owned address (a
-    /// miss's next question, asked in the same pass so the probes
-    /// overlap; ownership changes only between batches).
+    /// again), and whether the destination was owned (a miss's next
+    /// question, answered with its service lookup; ownership changes
+    /// only between batches).
     Miss {
-        /// The destination was owned at the lookup.
+        /// The destination was owned at the lookup, as
+        /// [`Half::owns`] tells.
         owned: bool,
         /// The position of the service the destination names in its
         /// table ([`ServiceTable::at`]), [`NO_SERVICE`] if none: a new
@@ -320,9 +321,7 @@ impl Core {
 struct StagedMiss {
     key: usize,
     service_hash: u64,
-    owned_hash: u64,
     service_at: Option<u32>,
-    owned_at: Option<u32>,
 }
 
 /// The batch lookup's working arrays, kept from batch to batch: only the
@@ -430,6 +429,20 @@ impl<A: Family> Half<A> {
 
     fn is_snat(&self, addr: A) -> bool {
         self.snat.is_snat(addr)
+    }
+
+    /// Whether `ip` is addressed to this gateway: its destination is an
+    /// owned address, or the destination and port name a service. The
+    /// runtime owns a service's VIP before it adds the service and
+    /// disowns it only after the VIP's last service is gone, so the
+    /// second holds only when the first does; asking the service table
+    /// first, as the batch lookup does (it looks the service up
+    /// anyway), spares a new flow the owned set's probe.
+    fn owns(&self, ip: &A::Ip) -> bool {
+        self.owned.contains(&ip.dst())
+            || ip
+                .key()
+                .is_some_and(|k| self.services.find(k.dst, k.proto, k.dst_port).is_some())
     }
 
     /// The SNAT port `ip` is addressed to, if it is a reply (or an ICMP
@@ -623,13 +636,10 @@ impl<A: Family> Half<A> {
                     None => {
                         let k = &keys[j];
                         let sh = self.services.key_hash(k.dst, k.proto, k.dst_port);
-                        let oh = self.owned.hash(&k.dst);
                         self.services.prefetch_hash(sh);
-                        self.owned.prefetch(oh);
                         miss[misses] = StagedMiss {
                             key: j,
                             service_hash: sh,
-                            owned_hash: oh,
                             ..StagedMiss::default()
                         };
                         misses += 1;
@@ -648,12 +658,8 @@ impl<A: Family> Half<A> {
             // then checked a pass later.
             for m in &mut miss[..misses] {
                 m.service_at = self.services.candidate(m.service_hash);
-                m.owned_at = self.owned.candidate(m.owned_hash);
                 if let Some(p) = m.service_at {
                     self.services.prefetch_at(p);
-                }
-                if let Some(p) = m.owned_at {
-                    self.owned.prefetch_at(p);
                 }
             }
             for (m, found) in miss[..misses].iter().zip(found.iter_mut()) {
@@ -661,11 +667,11 @@ impl<A: Family> Half<A> {
                 let key = (k.dst, k.proto, k.dst_port);
                 let pos = self.services.confirm(m.service_hash, key, m.service_at);
                 *found = pos.unwrap_or(NO_SERVICE);
+                // A service's VIP is owned: the owned-address set is
+                // asked only for a miss that names no service (not
+                // staged: traffic to no service is the rare case).
                 out[at[m.key]] = Lookup::Miss {
-                    owned: self
-                        .owned
-                        .confirm(m.owned_hash, &k.dst, m.owned_at)
-                        .is_some(),
+                    owned: pos.is_some() || self.owned.contains(&k.dst),
                     service: *found,
                 };
             }
@@ -783,7 +789,7 @@ impl<A: Family> Half<A> {
             Lookup::Miss { owned, .. } => Some(owned),
             _ => None,
         };
-        let owned = |this: &Self| known.unwrap_or_else(|| this.owned.contains(&ip.dst()));
+        let owned = |this: &Self| known.unwrap_or_else(|| this.owns(ip));
         // A packet that cannot be forwarded changes nothing (no flow, no
         // state, no count against a backend): a router's answer.
         if ip.hop_limit() <= 1 {

@@ -324,15 +324,56 @@ fn a_batch_looked_up_together_sees_flows_it_creates() {
     // Looked up now, the reply hits.
     let (_, looked) = looked_up(&mut p, &[TCP_REPLY]);
     assert!(matches!(looked[0], Lookup::Hit(..)));
-    // A VIP given up: its next new flow misses as not owned, and is
-    // dropped as such.
+    // A VIP given up while its service stays (the runtime never does
+    // that: it disowns a VIP after its last service is gone) is still
+    // addressed to the gateway, for the service names it: batched or
+    // one at a time, its new flows are forwarded.
     p.disown(VIP);
     let syn = syn_from(50_001);
     let (prepared, looked) = looked_up(&mut p, &[&syn]);
-    assert!(matches!(looked[..], [Lookup::Miss { owned: false, .. }]));
+    assert!(
+        matches!(looked[..], [Lookup::Miss { owned: true, service }] if service != NO_SERVICE),
+        "{looked:?}"
+    );
+    let mut buf = syn.clone();
+    let v = p.process_prepared(Side::Client, &mut buf, 1, &prepared[0], looked[0]);
+    assert!(matches!(v, Verdict::Forward { .. }), "{v:?}");
+    let mut buf = syn_from(50_002);
+    let len = buf.len();
+    assert!(matches!(
+        p.process(&mut buf, len, 1),
+        Verdict::Forward { .. }
+    ));
+    // Its services gone too, the next new flow misses as not owned, and
+    // is dropped as such, batched or not.
+    for (protocol, port) in [(Protocol::Tcp, 80), (Protocol::Udp, 53)] {
+        p.remove_service(&ServiceKey {
+            vip: VIP.into(),
+            protocol,
+            port,
+        });
+    }
+    let syn = syn_from(50_003);
+    let (prepared, looked) = looked_up(&mut p, &[&syn]);
+    assert!(
+        matches!(
+            looked[..],
+            [Lookup::Miss {
+                owned: false,
+                service: NO_SERVICE
+            }]
+        ),
+        "{looked:?}"
+    );
     let mut buf = syn.clone();
     let v = p.process_prepared(Side::Client, &mut buf, 1, &prepared[0], looked[0]);
     assert_eq!(v, Verdict::Drop(DropReason::NotOwned));
+    let mut buf = syn_from(50_004);
+    let len = buf.len();
+    assert_eq!(
+        p.process(&mut buf, len, 1),
+        Verdict::Drop(DropReason::NotOwned)
+    );
     assert_counters_add_up(&p);
 }
 
