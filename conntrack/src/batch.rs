@@ -110,13 +110,19 @@ impl<A: Address> FlowTable<A> {
 /// need not be valid: nothing is read).
 #[inline(always)]
 pub fn prefetch_lines<T>(p: *const T) {
-    let (start, len) = (p.cast::<u8>(), size_of::<T>());
+    prefetch_bytes(p.cast::<u8>(), size_of::<T>());
+}
+
+/// Hints the CPU to bring in every cache line of the `len` bytes at
+/// `start` (any address: never faults, reads nothing observable).
+#[inline(always)]
+pub fn prefetch_bytes(start: *const u8, len: usize) {
     let mut at = 0;
     while at < len {
         prefetch(start.wrapping_add(at));
         at += 64;
     }
-    // The last line, when `p` is not line-aligned.
+    // The last line, when `start` is not line-aligned.
     if len > 0 {
         prefetch(start.wrapping_add(len - 1));
     }

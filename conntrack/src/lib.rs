@@ -23,7 +23,7 @@ mod state;
 mod stats;
 mod table;
 
-pub use batch::{prefetch, prefetch_lines, BATCH, CACHE_RESIDENT_FLOWS};
+pub use batch::{prefetch, prefetch_bytes, prefetch_lines, BATCH, CACHE_RESIDENT_FLOWS};
 pub use dump::{Filter, FlowInfo};
 pub use key::{Endpoint, FlowKey, L4Proto};
 pub use keyed::Keyed;

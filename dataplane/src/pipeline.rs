@@ -357,6 +357,16 @@ impl<A: Family> LookupScratch<A> {
     }
 }
 
+/// The observer that keeps `services`' connection counts right for
+/// `core`'s worker, and stages its sync records.
+fn counts_of<'a, A: Family>(services: &'a ServiceTable<A>, core: &'a Core) -> ServiceCounts<'a, A> {
+    ServiceCounts {
+        table: services,
+        worker: core.cfg.worker,
+        sync: core.sync.as_deref(),
+    }
+}
+
 /// One family's state in a worker: its flows, services, owned addresses,
 /// next hops and SNAT endpoints.
 pub struct Half<A: Family> {
@@ -526,7 +536,7 @@ impl<A: Family> Half<A> {
         let Some(slot) = self.services.find(vip.addr, r.proto, vip.port) else {
             return false;
         };
-        let svc = slot.svc.clone();
+        let svc = &*slot.svc;
         let Some(b) = svc.backend(backend).copied() else {
             return false;
         };
@@ -677,9 +687,11 @@ impl<A: Family> Half<A> {
             }
             let found = &found[..misses];
             let slots = || found.iter().filter_map(|&pos| self.services.at(pos));
-            // The slots are in cache (the check read them).
+            // The slots are in cache (the check read them). Of the
+            // compiled service, what a new flow reads.
             for slot in slots() {
-                xvs_conntrack::prefetch_lines(Arc::as_ptr(&slot.svc));
+                let hot = CompiledService::<A>::HOT_BYTES;
+                xvs_conntrack::prefetch_bytes(Arc::as_ptr(&slot.svc).cast(), hot);
                 self.services.prefetch_handles(slot.id);
             }
             for slot in slots() {
@@ -919,11 +931,7 @@ impl<A: Family> Half<A> {
 
     /// Ends a flow for `why`, keeping the connection counts right.
     fn retire(&mut self, core: &Core, id: FlowId, why: Removal) {
-        let mut obs = ServiceCounts {
-            table: &self.services,
-            worker: core.cfg.worker,
-            sync: core.sync.as_deref(),
-        };
+        let mut obs = counts_of(&self.services, core);
         self.table.retire(id, why, &mut obs);
     }
 
@@ -1078,7 +1086,7 @@ impl<A: Family> Half<A> {
         }
         // The insert below reports to the service's counts: fetch their
         // handle while the scheduler runs.
-        self.services.prefetch_handles(slot.svc.id);
+        self.services.prefetch_handles(slot.id);
         if let L4::Tcp { flags, .. } = ip.l4() {
             let opens = flags.syn() && !flags.ack();
             if !opens && !slot.svc.adopts_midflow() {
@@ -1096,18 +1104,14 @@ impl<A: Family> Half<A> {
             client: key.source(),
             vip: key.destination(),
         };
-        let svc = slot.svc.clone();
+        let svc = &*slot.svc;
         let picked = {
             let mut sched = slot.sched.borrow_mut();
             match &svc.persist {
                 Some(p) => {
                     // Persistence may early-drop a flow of any service: it
                     // reports to every service's counts.
-                    let mut obs = ServiceCounts {
-                        table: &self.services,
-                        worker,
-                        sync: core.sync.as_deref(),
-                    };
+                    let mut obs = counts_of(&self.services, core);
                     pick_persistent(
                         &mut sched,
                         &svc.backends,
@@ -1136,7 +1140,8 @@ impl<A: Family> Half<A> {
         xvs_conntrack::prefetch(svc.stats.cell_addr(worker, b.id));
         // A plan without SNAT keeps the client as the reply destination.
         let snat = if b.plan.takes_snat() {
-            self.snat_port(core, backend, key.proto, now)
+            let fields = (&mut self.snat, &mut self.table, &self.services);
+            Self::snat_port(fields, core, backend, key.proto, now)
                 .ok_or(Verdict::Drop(DropReason::SnatExhausted))?
         } else {
             key.source()
@@ -1153,11 +1158,7 @@ impl<A: Family> Half<A> {
             plan: b.plan.tag(),
             one_way: b.plan.is_one_way(),
         };
-        let mut obs = ServiceCounts {
-            table: &self.services,
-            worker,
-            sync: core.sync.as_deref(),
-        };
+        let mut obs = counts_of(&self.services, core);
         // Both keys were just found free: the orig key missed above, the
         // reply key in snat_port.
         let evicted = self.table.stats().early_drop;
@@ -1201,36 +1202,41 @@ impl<A: Family> Half<A> {
     /// already closed ([`FlowState::is_reclaimable`]: a SYN flood's or
     /// TIME_WAIT's), which is ended (counted as `reclaim`) to free it.
     /// ESTABLISHED flows are never reclaimed.
+    ///
+    /// Of the family's state it takes only the endpoints, the flows and
+    /// (shared) the services: a new flow keeps its service borrowed
+    /// across it instead of holding a counted reference (an atomic
+    /// increment and decrement on a line every worker's new flows to
+    /// that service write).
     fn snat_port(
-        &mut self,
+        (snat, table, services): (&mut SnatEndpoints<A>, &mut FlowTable<A>, &ServiceTable<A>),
         core: &mut Core,
         backend: Endpoint<A>,
         proto: L4Proto,
         now: u32,
     ) -> Option<Endpoint<A>> {
         let mut victim = None;
-        for tried in 0..SNAT_TRIES.min(self.snat.total()) {
+        for tried in 0..SNAT_TRIES.min(snat.total()) {
             if tried >= RECLAIM_AFTER && victim.is_some() {
                 break;
             }
-            let (snat, at) = self.snat.advance()?;
-            match self.table.lookup(&FlowKey::between(backend, snat, proto)) {
-                None => return Some(snat),
-                Some((id, _))
-                    if victim.is_none() && self.table.flow(id).state().is_reclaimable() =>
-                {
-                    victim = Some((id, snat, at));
+            let (end, at) = snat.advance()?;
+            match table.lookup(&FlowKey::between(backend, end, proto)) {
+                None => return Some(end),
+                Some((id, _)) if victim.is_none() && table.flow(id).state().is_reclaimable() => {
+                    victim = Some((id, end, at));
                 }
                 Some(_) => {}
             }
         }
-        let (id, snat, at) = victim?;
+        let (id, end, at) = victim?;
         // The search goes on from there: the endpoints after it were used
         // after it, so reclaiming stays oldest first.
-        self.snat.resume_after(at);
-        self.retire(core, id, Removal::Reclaimed);
+        snat.resume_after(at);
+        let mut obs = counts_of(services, core);
+        table.retire(id, Removal::Reclaimed, &mut obs);
         core.pressure_until = now + PRESSURE_HOLD;
-        Some(snat)
+        Some(end)
     }
 
     /// An ICMP error about a tracked flow, translated like the flow.
