@@ -125,8 +125,8 @@ pub enum Lookup {
     /// question, answered with its service lookup; ownership changes
     /// only between batches).
     Miss {
-        /// The destination was owned at the lookup, as
-        /// [`Half::owns`] tells.
+        /// The destination was owned at the lookup, or it and the
+        /// port named a service (a service's VIP is owned).
         owned: bool,
         /// The position of the service the destination names in its
         /// table ([`ServiceTable::at`]), [`NO_SERVICE`] if none: a new
