@@ -159,20 +159,12 @@ pub fn pseudo_sum<A: Address>(src: A, dst: A, proto: u8, len: usize) -> u64 {
 /// checksum on a veth or a VM's virtio link) shows up once, counted,
 /// instead of as a backend silently discarding every segment.
 pub fn l4_verifies(frame: &[u8], ip: &super::Ipv4) -> bool {
-    const TCP: u8 = 6;
-    const UDP: u8 = 17;
     let Some(seg) = frame.get(ip.l4_offset()..ip.end()) else {
         return false;
     };
-    let (proto, seg) = match ip.l4 {
-        // What smoltcp's `TcpPacket::new_checked` asks: a whole header.
-        super::L4::Tcp { .. } => {
-            let header = usize::from(seg.get(12).copied().unwrap_or(0) >> 4) * 4;
-            if header < 20 || header > seg.len() {
-                return false;
-            }
-            (TCP, seg)
-        }
+    let seg = match ip.l4 {
+        // The classifier has checked the TCP header's length.
+        super::L4::Tcp { .. } => seg,
         // The datagram is what its length field says (`UdpPacket`'s
         // `check_len`), and a zero checksum is none.
         super::L4::Udp { .. } => {
@@ -186,11 +178,11 @@ pub fn l4_verifies(frame: &[u8], ip: &super::Ipv4) -> bool {
             if get16(seg, 6) == 0 {
                 return true;
             }
-            (UDP, &seg[..len])
+            &seg[..len]
         }
         _ => return true,
     };
-    fold(pseudo_sum(ip.src, ip.dst, proto, seg.len()) + ones_sum(seg)) == 0xffff
+    fold(pseudo_sum(ip.src, ip.dst, ip.protocol, seg.len()) + ones_sum(seg)) == 0xffff
 }
 
 /// [`l4_verifies`] for IPv6 (a zero UDP checksum never reaches here: the
