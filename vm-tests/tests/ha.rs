@@ -321,12 +321,23 @@ fn a_backup_takes_over_and_every_synced_connection_continues() {
         "every synced connection continues:\n{out}"
     );
     assert!(summary.contains("failed=0"), "{summary}");
-    assert!(seen.is_empty(), "clients saw resets:\n{}", seen.join("\n"));
+    // What Prometheus scrapes of it; its answers and drops say which
+    // path sent a reset, if one was seen.
+    let metrics = backup.get("/metrics");
+    let answered: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("xvs_drops_total") || l.starts_with("xvs_rejected_total"))
+        .filter(|l| !l.ends_with(" 0"))
+        .collect();
+    assert!(
+        seen.is_empty(),
+        "clients saw resets:\n{}\nthe backup's drops and rejects:\n{}",
+        seen.join("\n"),
+        answered.join("\n")
+    );
     // Of the requests, only those in flight at the kill (4 at a time) and
     // younger than the sync delay may have been lost.
     assert!(field(&req, "failed").is_some_and(|f| f <= 4), "{req}");
-    // What Prometheus scrapes of it.
-    let metrics = backup.get("/metrics");
     let value = |name: &str| {
         metrics
             .lines()
