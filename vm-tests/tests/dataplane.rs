@@ -112,13 +112,22 @@ fn start(scheduler: &str) -> Running {
 }
 
 impl Running {
+    /// Runs the test client; if it fails, the panic carries what xvs's
+    /// counters and drops said at that moment (a stall, a drop reason,
+    /// frames lost) beside the client's own error.
     fn client(&self, args: &[&str]) -> String {
-        let out = self
-            .t
-            .client
-            .ns
-            .exec(TESTNET, args)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let out = self.t.client.ns.exec(TESTNET, args).unwrap_or_else(|e| {
+            let metrics = self.xvs.get("/metrics");
+            let moved: Vec<&str> = metrics
+                .lines()
+                .filter(|l| !l.starts_with('#') && !l.ends_with(" 0"))
+                .collect();
+            panic!(
+                "{e}\nxvs's non-zero counters then:\n{}\n{}",
+                moved.join("\n"),
+                self.xvs.get("/v1/status")
+            )
+        });
         String::from_utf8(out.stdout).unwrap().trim().to_owned()
     }
 
