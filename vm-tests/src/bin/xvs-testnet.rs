@@ -309,11 +309,20 @@ fn serve(name: &str, tcp: SocketAddr, udp: Option<SocketAddr>) -> ExitCode {
                 return;
             }
             let mut buf = [0u8; 16 * 1024];
+            // Why a connection ended other than by the client's close goes
+            // to stderr (the test's log): a read timeout says nothing
+            // arrived for 30 s, a reset says who ended it first.
+            let peer = conn.peer_addr().map(|a| a.to_string()).unwrap_or_default();
             loop {
                 match conn.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
+                    Ok(0) => break,
+                    Err(e) => {
+                        eprintln!("xvs-testnet serve: {peer}: read: {e}");
+                        break;
+                    }
                     Ok(n) => {
-                        if conn.write_all(&buf[..n]).is_err() {
+                        if let Err(e) = conn.write_all(&buf[..n]) {
+                            eprintln!("xvs-testnet serve: {peer}: write: {e}");
                             break;
                         }
                     }
