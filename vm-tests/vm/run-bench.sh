@@ -33,6 +33,15 @@ done
 res="$out/results"
 work=$(mktemp -d)
 ns="xvst-vm-$$"
+# A run killed before its cleanup (SIGKILL) leaves its namespace: removed
+# here when the run that made it (the PID in its name) is gone and no
+# process is left in it.
+for old in $(ip netns list | awk '/^xvst-vm-[0-9]+( |$)/ {print $1}'); do
+  pid=${old#xvst-vm-}
+  if ! kill -0 "$pid" 2>/dev/null && [ -z "$(ip netns pids "$old" 2>/dev/null)" ]; then
+    ip netns del "$old" && echo "removed $old, left by a run that was killed"
+  fi
+done
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
