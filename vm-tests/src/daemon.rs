@@ -201,6 +201,12 @@ impl Daemon {
             .unwrap_or_default()
     }
 
+    /// The samples of its `/metrics` that are not zero (see
+    /// [`nonzero_samples`]): what a failing test shows of its counters.
+    pub fn nonzero_metrics(&self, prefixes: &[&str]) -> String {
+        nonzero_samples(&self.get("/metrics"), prefixes)
+    }
+
     /// The addresses the steering program hands to xvs, read back from
     /// its map (`/v1/status`'s `steered`), sorted.
     pub fn steered(&self) -> Vec<String> {
@@ -311,6 +317,23 @@ impl Drop for Daemon {
     }
 }
 
+/// The samples of Prometheus text `text` that are not zero, of the
+/// families whose names start with one of `prefixes` (all, if none), one
+/// line each.
+pub fn nonzero_samples(text: &str, prefixes: &[&str]) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| prefixes.is_empty() || prefixes.iter().any(|p| l.starts_with(p)))
+        .filter(|l| {
+            l.rsplit_once(' ')
+                .and_then(|(_, v)| v.parse::<f64>().ok())
+                .is_some_and(|v| v != 0.0)
+        })
+        .collect();
+    lines.join("\n")
+}
+
 /// `key=value` of a summary line (the daemon's worker lines, the load
 /// clients' summaries).
 pub fn field(line: &str, key: &str) -> Option<u64> {
@@ -350,5 +373,22 @@ mod tests {
         assert_eq!(drops(line, "tcp_no_flow"), 2);
         assert_eq!(drops(line, "no_flow"), 0);
         assert_eq!(drops("worker 0: drops=[]", "x"), 0);
+    }
+
+    #[test]
+    fn only_the_samples_that_moved_of_the_families_asked() {
+        let text = "# HELP xvs_drops_total Frames dropped.\n\
+                    xvs_drops_total{worker=\"0\",reason=\"no_service\"} 0\n\
+                    xvs_drops_total{worker=\"0\",reason=\"tcp_no_flow\"} 10\n\
+                    xvs_rejected_total{worker=\"0\"} 0.0\n\
+                    xvs_flows{worker=\"0\"} 3\n";
+        assert_eq!(
+            nonzero_samples(text, &["xvs_drops_total", "xvs_rejected_total"]),
+            "xvs_drops_total{worker=\"0\",reason=\"tcp_no_flow\"} 10"
+        );
+        assert_eq!(
+            nonzero_samples(text, &[]),
+            "xvs_drops_total{worker=\"0\",reason=\"tcp_no_flow\"} 10\nxvs_flows{worker=\"0\"} 3"
+        );
     }
 }

@@ -117,14 +117,9 @@ impl Running {
     /// frames lost) beside the client's own error.
     fn client(&self, args: &[&str]) -> String {
         let out = self.t.client.ns.exec(TESTNET, args).unwrap_or_else(|e| {
-            let metrics = self.xvs.get("/metrics");
-            let moved: Vec<&str> = metrics
-                .lines()
-                .filter(|l| !l.starts_with('#') && !l.ends_with(" 0"))
-                .collect();
             panic!(
                 "{e}\nxvs's non-zero counters then:\n{}\n{}",
-                moved.join("\n"),
+                self.xvs.nonzero_metrics(&[]),
                 self.xvs.get("/v1/status")
             )
         });
