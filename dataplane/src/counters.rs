@@ -37,6 +37,11 @@ xvs_conntrack::counter_table! {
         answered => "xvs_answered_frames_total",
         /// Frames used up with nothing to send (ARP replies learned).
         consumed => "xvs_consumed_frames_total",
+        /// Frames forwarded by the express lane, among the forwarded:
+        /// established full-NAT packets decided from their flow entry and
+        /// their backend's counter line alone (the rest take the general
+        /// path; see `pipeline/express.rs` for what sends a packet there).
+        express => "xvs_express_frames_total",
         /// Flows created.
         new_flows => "xvs_new_flows_total",
         /// REJECT answers sent (TCP RST, ICMP port unreachable), among the

@@ -18,6 +18,12 @@
 //! rewrite with incremental checksums, TTL, MACs). ICMP errors about a
 //! tracked flow are translated like it (RELATED).
 //!
+//! An established full-NAT packet (a hit, TCP without SYN or UDP, the
+//! backend's next hop cached in its counter line) takes the express lane
+//! ([`express`]): the same verdict and effects from the flow entry and
+//! the backend's counter line alone, without the general path's
+//! questions; anything else it declines untouched.
+//!
 //! The jobs beside the verdict live in their own modules: next hops and
 //! ARP requests in [`crate::neighbours`], SNAT endpoints in
 //! [`crate::snat`], flow events in [`crate::events`], counters in
@@ -151,6 +157,8 @@ pub const NO_SERVICE: u32 = u32::MAX;
 /// enough that the guess it rests on still holds.
 pub const PREFETCH_AHEAD: usize = 8;
 
+mod express;
+
 /// The verdict on a frame rewritten for `side` (or why it could not be).
 fn sent<I: IpPacket>(rewritten: Result<(), DropReason>, ip: &I, side: Side) -> Verdict {
     match rewritten {
@@ -254,6 +262,9 @@ struct Core {
     /// queue between two packets costs a cache miss on the queue's slot
     /// (the sync thread's core last wrote it); a run of them streams.
     staged: Vec<SyncRecord>,
+    /// Whether established full-NAT packets take the express lane
+    /// (`express`); off, every packet takes the general path.
+    express: bool,
 }
 
 /// Sync records a batch stages before they are published.
@@ -752,6 +763,13 @@ impl<A: Family> Half<A> {
     /// The verdict on an IP packet of this family.
     fn verdict(&mut self, core: &mut Core, rx: Rx<'_>, ip: &A::Ip, looked: Lookup) -> Verdict {
         let Rx { buf, now } = rx;
+        if let Lookup::Hit(id, dir, epoch) = looked {
+            if epoch == self.table.epoch() && core.express {
+                if let Some(v) = self.express(core, buf, ip, (id, dir), now) {
+                    return v;
+                }
+            }
+        }
         let l4 = ip.l4();
         // TCP and UDP look their flow up first: a flow key names an owned
         // address, so a hit needs no ownership check (one hash lookup less
@@ -792,6 +810,13 @@ impl<A: Family> Half<A> {
                     Lookup::Hit(id, dir, _) if self.table.holds(id, dir, &key) => Some((id, dir)),
                     _ => self.table.lookup(&key),
                 };
+                // A flow found now (not by the batch) may take the
+                // express lane too (the single-frame path).
+                if let (Some(h), true) = (hit, core.express) {
+                    if let Some(v) = self.express(core, buf, ip, h, now) {
+                        return v;
+                    }
+                }
                 (hit, Some(key))
             }
         };
@@ -841,28 +866,7 @@ impl<A: Family> Half<A> {
                 if dir == Direction::Reply && !self.caches_hop(core, id, ip.src(), src_mac) {
                     self.neighbours.learn(ip.src(), src_mac);
                 }
-                // The state before is read only when events or sync
-                // records are produced (the entry is in cache: the lookup
-                // just verified it).
-                let watched = core.events.is_some() || core.sync.is_some();
-                let before = watched.then(|| self.table.flow(id).state());
-                let (table, mut obs) = self.split(core.cfg.worker);
-                let after = table.on_packet(id, dir, pkt, now, &mut obs);
-                if before.is_some_and(|b| b != after)
-                    && matches!(after, FlowState::Close | FlowState::TimeWait)
-                {
-                    let f = self.table.flow(id);
-                    let (src, dst, to) = (f.client(), f.vip(), [f.backend(), f.snat()]);
-                    core.event(now, EventKind::Close, ip.protocol(), src, dst, to);
-                }
-                if core.sync.is_some() {
-                    let f = self.table.flow(id);
-                    let changed = before.is_some_and(|b| b != after);
-                    let due = dir == Direction::Original && refresh_due(f.packets()[0]);
-                    if (changed || due) && !f.is_peer() {
-                        core.stage(SyncRecord::of(&f, Op::Update));
-                    }
-                }
+                self.track(core, (id, dir), pkt, now, ip.protocol());
                 (id, dir)
             }
             None if !owned(self) => return Verdict::Drop(DropReason::NotOwned),
@@ -879,6 +883,40 @@ impl<A: Family> Half<A> {
             }
         };
         self.forward(core, buf, ip, id, dir)
+    }
+
+    /// A tracked flow's packet: its state, timer and counters advance,
+    /// with the close event and the sync record that change produces.
+    #[inline(always)]
+    fn track(
+        &mut self,
+        core: &mut Core,
+        (id, dir): (FlowId, Direction),
+        pkt: Packet,
+        now: u32,
+        protocol: u8,
+    ) {
+        // The state before is read only when events or sync records are
+        // produced (the entry is in cache: the lookup just verified it).
+        let watched = core.events.is_some() || core.sync.is_some();
+        let before = watched.then(|| self.table.flow(id).state());
+        let (table, mut obs) = self.split(core.cfg.worker);
+        let after = table.on_packet(id, dir, pkt, now, &mut obs);
+        if before.is_some_and(|b| b != after)
+            && matches!(after, FlowState::Close | FlowState::TimeWait)
+        {
+            let f = self.table.flow(id);
+            let (src, dst, to) = (f.client(), f.vip(), [f.backend(), f.snat()]);
+            core.event(now, EventKind::Close, protocol, src, dst, to);
+        }
+        if core.sync.is_some() {
+            let f = self.table.flow(id);
+            let changed = before.is_some_and(|b| b != after);
+            let due = dir == Direction::Original && refresh_due(f.packets()[0]);
+            if (changed || due) && !f.is_peer() {
+                core.stage(SyncRecord::of(&f, Op::Update));
+            }
+        }
     }
 
     /// The next hop backend `backend_id` of service `service` has cached
@@ -1353,6 +1391,7 @@ impl Pipeline {
                 events: None,
                 sync: None,
                 staged: Vec::with_capacity(STAGED),
+                express: true,
             },
             v4,
             v6,
@@ -1459,6 +1498,14 @@ impl Pipeline {
                 .neighbours
                 .set_source(first6.unwrap_or(Ipv6Addr::UNSPECIFIED));
         }
+    }
+
+    /// Whether established full-NAT packets take the express lane (on
+    /// from the start). The two paths agree on every packet; off, each
+    /// takes the general path, which the tests and the pipeline bench
+    /// compare the lane against.
+    pub fn set_express(&mut self, on: bool) {
+        self.core.express = on;
     }
 
     /// Replaces the reuse and removal rules (from the next packet on).

@@ -11,8 +11,7 @@ mod support;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use smoltcp::wire::{IpAddress, Ipv4Packet, TcpPacket, UdpPacket};
-use support::{config, looked_up, rr_service, run, GW_MAC};
+use support::{config, ends, looked_up, rr_service, run, tcp, to, udp, GW_MAC};
 use xvs_config::{ConnRules, PortRange, Protocol, Service, UnknownPort};
 use xvs_conntrack::tcp_flags::{ACK, FIN, RST, SYN};
 use xvs_conntrack::FlowState;
@@ -200,80 +199,6 @@ impl Gw {
     }
 }
 
-/// An Ethernet/IPv4/TCP frame with valid checksums.
-fn tcp(
-    src_mac: [u8; 6],
-    src: (Ipv4Addr, u16),
-    dst: (Ipv4Addr, u16),
-    flags: u8,
-    ttl: u8,
-) -> Vec<u8> {
-    let mut f = vec![0u8; 54];
-    f[0..6].copy_from_slice(&GW_MAC);
-    f[6..12].copy_from_slice(&src_mac);
-    f[12..14].copy_from_slice(&[0x08, 0x00]);
-    ip_header(&mut f, 40, 6, ttl, src.0, dst.0);
-    let t = &mut f[34..54];
-    t[0..2].copy_from_slice(&src.1.to_be_bytes());
-    t[2..4].copy_from_slice(&dst.1.to_be_bytes());
-    t[4..8].copy_from_slice(&1000u32.to_be_bytes());
-    if flags & ACK != 0 {
-        t[8..12].copy_from_slice(&1u32.to_be_bytes());
-    }
-    t[12] = 5 << 4;
-    t[13] = flags;
-    t[14..16].copy_from_slice(&0xffffu16.to_be_bytes());
-    TcpPacket::new_unchecked(t).fill_checksum(&IpAddress::Ipv4(src.0), &IpAddress::Ipv4(dst.0));
-    f
-}
-
-/// An Ethernet/IPv4/UDP frame with 4 payload bytes and a valid checksum.
-fn udp(src: (Ipv4Addr, u16), dst: (Ipv4Addr, u16)) -> Vec<u8> {
-    let mut f = vec![0u8; 46];
-    f[0..6].copy_from_slice(&GW_MAC);
-    f[6..12].copy_from_slice(&CLIENT_MAC);
-    f[12..14].copy_from_slice(&[0x08, 0x00]);
-    ip_header(&mut f, 32, 17, 64, src.0, dst.0);
-    let u = &mut f[34..46];
-    u[0..2].copy_from_slice(&src.1.to_be_bytes());
-    u[2..4].copy_from_slice(&dst.1.to_be_bytes());
-    u[4..6].copy_from_slice(&12u16.to_be_bytes());
-    u[8..12].copy_from_slice(b"ping");
-    UdpPacket::new_unchecked(u).fill_checksum(&IpAddress::Ipv4(src.0), &IpAddress::Ipv4(dst.0));
-    f
-}
-
-fn ip_header(f: &mut [u8], total: u16, proto: u8, ttl: u8, src: Ipv4Addr, dst: Ipv4Addr) {
-    let h = &mut f[14..34];
-    h[0] = 0x45;
-    h[2..4].copy_from_slice(&total.to_be_bytes());
-    h[6] = 0x40;
-    h[8] = ttl;
-    h[9] = proto;
-    h[12..16].copy_from_slice(&src.octets());
-    h[16..20].copy_from_slice(&dst.octets());
-    Ipv4Packet::new_unchecked(h).fill_checksum();
-}
-
-/// Source and destination of a TCP or UDP frame.
-fn ends(frame: &[u8]) -> ((Ipv4Addr, u16), (Ipv4Addr, u16)) {
-    let Ok(Frame::Ipv4(ip)) = classify(frame) else {
-        panic!("not IPv4: {frame:?}")
-    };
-    match ip.l4 {
-        L4::Tcp {
-            src_port, dst_port, ..
-        }
-        | L4::Udp { src_port, dst_port } => ((ip.src, src_port), (ip.dst, dst_port)),
-        other => panic!("{other:?}"),
-    }
-}
-
-/// The backend address a forwarded frame went to.
-fn to(frame: &[u8]) -> Ipv4Addr {
-    ends(frame).1 .0
-}
-
 #[test]
 fn a_syn_on_a_time_wait_or_closed_flow_is_a_new_connection() {
     let mut g = Gw::new(ConnRules::default(), UnknownPort::Drop);
@@ -400,7 +325,7 @@ fn without_expire_nodest_conn_flows_to_a_removed_backend_go_on() {
 #[test]
 fn udp_to_a_removed_backend_is_scheduled_afresh() {
     let mut g = Gw::new(ConnRules::default(), UnknownPort::Drop);
-    let dgram = udp((CLIENT, 5000), (VIP, 53));
+    let dgram = udp(CLIENT_MAC, (CLIENT, 5000), (VIP, 53));
     let (_, first) = run(&mut g.p, &dgram, 1);
     assert_eq!(to(&first), B0);
     g.set_udp(&[(B1, 1)]);
@@ -467,7 +392,7 @@ fn a_first_packet_with_a_bad_l4_checksum_creates_nothing() {
         run(&mut g.p, &f, 1).0,
         Verdict::Drop(DropReason::L4BadChecksum)
     );
-    let mut d = udp((CLIENT, 5000), (VIP, 53));
+    let mut d = udp(CLIENT_MAC, (CLIENT, 5000), (VIP, 53));
     d[40] ^= 1;
     assert_eq!(
         run(&mut g.p, &d, 1).0,
@@ -494,7 +419,7 @@ fn an_unknown_port_drops_or_rejects_as_configured() {
     assert!(
         matches!(classify(&rst), Ok(Frame::Ipv4(ip)) if matches!(ip.l4, L4::Tcp { flags, .. } if flags.rst()))
     );
-    let (v, unreach) = run(&mut g.p, &udp((CLIENT, 5000), (VIP, 54)), 1);
+    let (v, unreach) = run(&mut g.p, &udp(CLIENT_MAC, (CLIENT, 5000), (VIP, 54)), 1);
     assert!(matches!(v, Verdict::Answer(_)), "{v:?}");
     assert_eq!((unreach[34], unreach[35]), (3, 3), "port unreachable");
     assert_eq!(g.p.counters().rejected, 2);

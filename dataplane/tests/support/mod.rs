@@ -4,12 +4,16 @@
 // Each test file uses what it needs of this module.
 #![allow(dead_code)]
 
-use smoltcp::wire::EthernetAddress;
+use std::net::Ipv4Addr;
+
+use smoltcp::wire::{EthernetAddress, IpAddress, Ipv4Packet, TcpPacket, UdpPacket};
 use xvs_config::{
     Address, Backend, ConnRules, ForwardMethod, PortRange, Protocol, Scheduler, Service,
     ServiceKey, Timeouts, UnknownPort,
 };
+use xvs_conntrack::tcp_flags::ACK;
 use xvs_dataplane::pipeline::{Lookup, Pipeline, PipelineConfig, Prepared, Verdict};
+use xvs_dataplane::wire::{classify, Frame, L4};
 
 /// The gateway's Ethernet address in every fixture.
 pub(crate) const GW_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
@@ -95,4 +99,78 @@ pub(crate) fn looked_up<F: AsRef<[u8]>>(
     let mut looked = vec![Lookup::NotYet; prepared.len()];
     p.lookup_prepared(&prepared, &mut looked);
     (prepared, looked)
+}
+
+/// An Ethernet/IPv4/TCP frame with valid checksums.
+pub(crate) fn tcp(
+    src_mac: [u8; 6],
+    src: (Ipv4Addr, u16),
+    dst: (Ipv4Addr, u16),
+    flags: u8,
+    ttl: u8,
+) -> Vec<u8> {
+    let mut f = vec![0u8; 54];
+    f[0..6].copy_from_slice(&GW_MAC);
+    f[6..12].copy_from_slice(&src_mac);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    ip_header(&mut f, 40, 6, ttl, src.0, dst.0);
+    let t = &mut f[34..54];
+    t[0..2].copy_from_slice(&src.1.to_be_bytes());
+    t[2..4].copy_from_slice(&dst.1.to_be_bytes());
+    t[4..8].copy_from_slice(&1000u32.to_be_bytes());
+    if flags & ACK != 0 {
+        t[8..12].copy_from_slice(&1u32.to_be_bytes());
+    }
+    t[12] = 5 << 4;
+    t[13] = flags;
+    t[14..16].copy_from_slice(&0xffffu16.to_be_bytes());
+    TcpPacket::new_unchecked(t).fill_checksum(&IpAddress::Ipv4(src.0), &IpAddress::Ipv4(dst.0));
+    f
+}
+
+/// An Ethernet/IPv4/UDP frame with 4 payload bytes and a valid checksum.
+pub(crate) fn udp(src_mac: [u8; 6], src: (Ipv4Addr, u16), dst: (Ipv4Addr, u16)) -> Vec<u8> {
+    let mut f = vec![0u8; 46];
+    f[0..6].copy_from_slice(&GW_MAC);
+    f[6..12].copy_from_slice(&src_mac);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    ip_header(&mut f, 32, 17, 64, src.0, dst.0);
+    let u = &mut f[34..46];
+    u[0..2].copy_from_slice(&src.1.to_be_bytes());
+    u[2..4].copy_from_slice(&dst.1.to_be_bytes());
+    u[4..6].copy_from_slice(&12u16.to_be_bytes());
+    u[8..12].copy_from_slice(b"ping");
+    UdpPacket::new_unchecked(u).fill_checksum(&IpAddress::Ipv4(src.0), &IpAddress::Ipv4(dst.0));
+    f
+}
+
+fn ip_header(f: &mut [u8], total: u16, proto: u8, ttl: u8, src: Ipv4Addr, dst: Ipv4Addr) {
+    let h = &mut f[14..34];
+    h[0] = 0x45;
+    h[2..4].copy_from_slice(&total.to_be_bytes());
+    h[6] = 0x40;
+    h[8] = ttl;
+    h[9] = proto;
+    h[12..16].copy_from_slice(&src.octets());
+    h[16..20].copy_from_slice(&dst.octets());
+    Ipv4Packet::new_unchecked(h).fill_checksum();
+}
+
+/// Source and destination of a TCP or UDP frame.
+pub(crate) fn ends(frame: &[u8]) -> ((Ipv4Addr, u16), (Ipv4Addr, u16)) {
+    let Ok(Frame::Ipv4(ip)) = classify(frame) else {
+        panic!("not IPv4: {frame:?}")
+    };
+    match ip.l4 {
+        L4::Tcp {
+            src_port, dst_port, ..
+        }
+        | L4::Udp { src_port, dst_port } => ((ip.src, src_port), (ip.dst, dst_port)),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The backend address a forwarded frame went to.
+pub(crate) fn to(frame: &[u8]) -> Ipv4Addr {
+    ends(frame).1 .0
 }
