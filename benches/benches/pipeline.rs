@@ -292,7 +292,8 @@ fn setup<F: Fam>(in_file: bool, load: Load) -> Pipeline {
 /// pipeline_10_services_1k_flows` (with `GLIBC_TUNABLES` set as
 /// [`xvs_benches::exec_with_huge_page_heap`] sets it, so that valgrind
 /// follows no exec). With `XVS_PIPELINE_NEW=1` too, that many batches of
-/// 64 new flows instead.
+/// 64 new flows instead; with `XVS_PIPELINE_GENERAL=1`, the established
+/// batch with the express lane off (the general path).
 fn count_only() -> Option<usize> {
     std::env::var("XVS_PIPELINE_COUNT").ok()?.parse().ok()
 }
@@ -412,6 +413,9 @@ fn memory_baseline() -> Baseline {
 /// batches of 64, and a new flow.
 struct Row {
     established: f64,
+    /// Established, every packet on the general path (the express lane
+    /// off), timed alternately with `established` in the same window.
+    general: f64,
     /// In batches of 64.
     new_flow: f64,
     /// One at a time.
@@ -427,11 +431,13 @@ fn report(base: &Baseline, rows: &[(String, Row)]) {
         base.independent, base.dependent
     );
     println!(
-        "{:<44} {:>13} {:>7} {:>7} {:>13} {:>7} {:>7} {:>13}",
+        "{:<44} {:>13} {:>7} {:>7} {:>13} {:>7} {:>13} {:>7} {:>7} {:>13}",
         "workload",
         "established",
         "÷ read",
         "÷ miss",
+        "general path",
+        "÷ it",
         "new flow",
         "÷ read",
         "÷ miss",
@@ -439,11 +445,13 @@ fn report(base: &Baseline, rows: &[(String, Row)]) {
     );
     for (name, r) in rows {
         println!(
-            "{:<44} {:>10.1} ns {:>7.2} {:>7.2} {:>10.0} ns {:>7.2} {:>7.2} {:>10.0} ns",
+            "{:<44} {:>10.1} ns {:>7.2} {:>7.2} {:>10.1} ns {:>7.2} {:>10.0} ns {:>7.2} {:>7.2} {:>10.0} ns",
             name,
             r.established,
             r.established / base.independent,
             r.established / base.dependent,
+            r.general,
+            r.established / r.general,
             r.new_flow,
             r.new_flow / base.independent,
             r.new_flow / base.dependent,
@@ -451,7 +459,7 @@ fn report(base: &Baseline, rows: &[(String, Row)]) {
         );
     }
     println!(
-        "(established and new flow in batches of 64, the worker's way; ÷ read: overlapped reads' worth, ÷ miss: dependent misses' worth)"
+        "(established and new flow in batches of 64, the worker's way; ÷ read: overlapped reads' worth, ÷ miss: dependent misses' worth;\n general path: established with the express lane off, timed alternately with it; ÷ it: the lane's time over the general path's)"
     );
 }
 
@@ -483,7 +491,9 @@ fn measure<F: Fam>(c: &mut Criterion, group: &str, mut p: Pipeline, load: Load) 
             std::process::exit(0);
         }
         // For an instruction count (callgrind): the established batch
-        // alone, `batches` times, then nothing else.
+        // alone, `batches` times, then nothing else (on the general path
+        // with XVS_PIPELINE_GENERAL set).
+        p.set_express(std::env::var_os("XVS_PIPELINE_GENERAL").is_none());
         let mut k = 0usize;
         let spent: Duration = (0..batches)
             .map(|_| batch.run(&mut p, &acks, &mut k, len))
@@ -558,16 +568,20 @@ fn measure<F: Fam>(c: &mut Criterion, group: &str, mut p: Pipeline, load: Load) 
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let established = median(
-        (0..5)
-            .map(|_| {
-                let spent: Duration = (0..2_000)
-                    .map(|_| batch.run(&mut p, &acks, &mut k, len))
-                    .sum();
-                spent.as_nanos() as f64 / (2_000.0 * 64.0)
-            })
-            .collect(),
-    );
+    // Established with the express lane on and off, alternately, so
+    // the two meet the same noise.
+    let mut lanes = [Vec::new(), Vec::new()];
+    for _ in 0..5 {
+        for (on, times) in [true, false].into_iter().zip(&mut lanes) {
+            p.set_express(on);
+            let spent: Duration = (0..2_000)
+                .map(|_| batch.run(&mut p, &acks, &mut k, len))
+                .sum();
+            times.push(spent.as_nanos() as f64 / (2_000.0 * 64.0));
+        }
+    }
+    p.set_express(true);
+    let [established, general] = lanes.map(median);
     let mut new_flow = |mut batch: Option<&mut Batch>| {
         median(
             (0..5)
@@ -583,6 +597,7 @@ fn measure<F: Fam>(c: &mut Criterion, group: &str, mut p: Pipeline, load: Load) 
     let new_flow = new_flow(Some(&mut batch));
     Row {
         established,
+        general,
         new_flow,
         new_single,
     }
