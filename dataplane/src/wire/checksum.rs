@@ -134,13 +134,17 @@ pub fn ones_sum(data: &[u8]) -> u64 {
 
 /// A one's-complement sum ([`ones_sum`]s and words added together)
 /// folded to 16 bits: 0xffff for data whose checksum verifies.
+///
+/// Two end-around-carry adds (64 → 32 → 16 bits, RFC 1071 2.(C)): each
+/// half added to the other with its carry brought back in, an add with
+/// carry to the machine, where shift-and-mask rounds take four.
 #[inline(always)]
-pub fn fold(mut sum: u64) -> u16 {
-    sum = (sum & 0xffff_ffff) + (sum >> 32);
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum as u16
+pub fn fold(sum: u64) -> u16 {
+    let (s, carry) = (sum as u32).overflowing_add((sum >> 32) as u32);
+    // No overflow: after a carry out, `s` is at most 0xffff_fffe.
+    let s = s + u32::from(carry);
+    let (t, carry) = (s as u16).overflowing_add((s >> 16) as u16);
+    t + u16::from(carry)
 }
 
 /// The pseudo-header's part of a TCP or UDP checksum (RFC 793, RFC 768;
@@ -288,7 +292,39 @@ mod tests {
         }
     }
 
+    /// Folding by repeated shift-and-mask rounds, the textbook way.
+    fn fold_by_rounds(mut sum: u64) -> u16 {
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        sum as u16
+    }
+
+    #[test]
+    fn fold_agrees_with_rounds_at_the_carries() {
+        for sum in [
+            0,
+            1,
+            0xffff,
+            0x1_0000,
+            0x1_fffe,
+            0xffff_ffff,
+            0x1_0000_0000,
+            0xffff_fffe_ffff_ffff,
+            0xffff_ffff_ffff_fffe,
+            u64::MAX,
+        ] {
+            assert_eq!(fold(sum), fold_by_rounds(sum), "{sum:#x}");
+        }
+    }
+
     proptest! {
+        /// Any sum folds as the textbook rounds fold it.
+        #[test]
+        fn fold_agrees_with_rounds(sum in any::<u64>()) {
+            prop_assert_eq!(fold(sum), fold_by_rounds(sum));
+        }
+
         /// The sum matches smoltcp's at every length, odd ones too.
         #[test]
         fn ones_sum_matches_smoltcp(data in proptest::collection::vec(any::<u8>(), 0..1600)) {
