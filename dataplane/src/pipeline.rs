@@ -763,13 +763,6 @@ impl<A: Family> Half<A> {
     /// The verdict on an IP packet of this family.
     fn verdict(&mut self, core: &mut Core, rx: Rx<'_>, ip: &A::Ip, looked: Lookup) -> Verdict {
         let Rx { buf, now } = rx;
-        if let Lookup::Hit(id, dir, epoch) = looked {
-            if epoch == self.table.epoch() && core.express {
-                if let Some(v) = self.express(core, buf, ip, (id, dir), now) {
-                    return v;
-                }
-            }
-        }
         let l4 = ip.l4();
         // TCP and UDP look their flow up first: a flow key names an owned
         // address, so a hit needs no ownership check (one hash lookup less
@@ -1696,7 +1689,41 @@ impl Pipeline {
     /// still holds that key (a flow of the same batch may have replaced
     /// it); a miss is looked up again
     /// (a flow of the same batch may have created it).
+    ///
+    /// Inlined into the worker's loop: a hit the express lane takes
+    /// returns from there, and only the other frames call the general
+    /// path (out of line, with its larger frame to set up).
+    #[inline]
     pub fn process_prepared(
+        &mut self,
+        ingress: Side,
+        buf: &mut [u8],
+        now: u32,
+        prepared: &Prepared,
+        looked: Lookup,
+    ) -> Verdict {
+        if let (Lookup::Hit(id, dir, epoch), true) = (looked, self.core.express) {
+            let taken = match prepared.frame {
+                Ok(Frame::Ipv4(ref ip)) if epoch == self.v4.table.epoch() => {
+                    self.v4.express(&mut self.core, buf, ip, (id, dir), now)
+                }
+                Ok(Frame::Ipv6(ref ip)) if epoch == self.v6.table.epoch() => {
+                    self.v6.express(&mut self.core, buf, ip, (id, dir), now)
+                }
+                _ => None,
+            };
+            if let Some(verdict) = taken {
+                self.account(verdict, prepared, now);
+                return verdict;
+            }
+        }
+        self.process_general(ingress, buf, now, prepared, looked)
+    }
+
+    /// [`Pipeline::process_prepared`] for every frame the express lane
+    /// did not take.
+    #[inline(never)]
+    fn process_general(
         &mut self,
         ingress: Side,
         buf: &mut [u8],
@@ -1723,6 +1750,13 @@ impl Pipeline {
                 _ => self.v6.verdict(&mut self.core, rx, ip, looked),
             },
         };
+        self.account(verdict, prepared, now);
+        verdict
+    }
+
+    /// Counts a frame's verdict.
+    #[inline(always)]
+    fn account(&mut self, verdict: Verdict, prepared: &Prepared, now: u32) {
         let c = &mut self.core.counters;
         // A frame held for its next hop is received when it runs again or
         // is given up.
@@ -1734,7 +1768,6 @@ impl Pipeline {
             Verdict::Drop(r) => self.dropped(r, prepared, now),
             Verdict::Unresolved => {}
         }
-        verdict
     }
 
     /// A frame held for its next hop ([`Verdict::Unresolved`]) that will
