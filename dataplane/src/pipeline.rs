@@ -1717,7 +1717,7 @@ impl Pipeline {
                 return verdict;
             }
         }
-        self.process_general(ingress, buf, now, prepared, looked)
+        self.process_general(ingress, Rx { buf, now }, prepared, looked)
     }
 
     /// [`Pipeline::process_prepared`] for every frame the express lane
@@ -1726,12 +1726,11 @@ impl Pipeline {
     fn process_general(
         &mut self,
         ingress: Side,
-        buf: &mut [u8],
-        now: u32,
+        rx: Rx,
         prepared: &Prepared,
         looked: Lookup,
     ) -> Verdict {
-        let rx = Rx { buf, now };
+        let now = rx.now;
         let verdict = match prepared.frame {
             Err(r) => Verdict::Drop(r),
             Ok(Frame::Arp(arp)) => {

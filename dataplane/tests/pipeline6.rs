@@ -106,6 +106,13 @@ fn an_ipv6_tcp_flow_through_full_nat_and_back_beside_an_ipv4_one() {
     let (v, out) = run(&mut p, UDP6, 1);
     assert_eq!(v, forward(Side::Backend, UDP6_FORWARDED));
     assert_eq!(out, UDP6_FORWARDED);
+    // Its next datagram is established: the express lane's, byte for
+    // byte the same.
+    assert_eq!(p.counters().express, 0);
+    let (v, out) = run(&mut p, UDP6, 1);
+    assert_eq!(v, forward(Side::Backend, UDP6_FORWARDED));
+    assert_eq!(out, UDP6_FORWARDED);
+    assert_eq!(p.counters().express, 1);
 }
 
 #[test]
