@@ -2,7 +2,7 @@
 //! against the general path: two gateways built alike, one with the lane
 //! off, get the same random traffic, one frame at a time and in batches
 //! the worker's way (clients opening, using, closing and reusing ports
-//! over TCP and UDP, backends answering from their own or another MAC,
+//! over TCP and UDP, IPv4 and IPv6 side by side, backends answering from their own or another MAC,
 //! TTLs running out, a backend removed, quiesced and restored, a next hop
 //! learned or moved, time passing, the removal rule switched). After
 //! every step their verdicts, the frames they send and their counters are
@@ -13,11 +13,12 @@
 
 mod support;
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use support::{config, ends, rr_service, run, tcp, udp, GW_MAC};
+use smoltcp::wire::{EthernetAddress, IpAddress, TcpPacket, UdpPacket};
+use support::{config, rr_service, run, tcp, udp as udp4, GW_MAC};
 use xvs_config::{ConnRules, Family, PortRange, Protocol, Service, UnknownPort};
 use xvs_conntrack::tcp_flags::{ACK, FIN, RST, SYN};
 
@@ -30,12 +31,20 @@ use xvs_dataplane::pipeline::{
 };
 use xvs_dataplane::services::CompiledService;
 use xvs_dataplane::sync::SyncQueue;
+use xvs_dataplane::wire::{classify, ndp, Frame, L4};
 
 const VIP: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
 const CLIENT: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 10);
 const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 const SNAT: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 2);
 const BACKENDS: [Ipv4Addr; 2] = [Ipv4Addr::new(198, 18, 1, 10), Ipv4Addr::new(198, 18, 1, 11)];
+const VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0, 0x19, 0, 0, 0, 1);
+const CLIENT6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, 0, 0x10);
+const SNAT6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0, 1, 0, 0, 0, 2);
+const BACKENDS6: [Ipv6Addr; 2] = [
+    Ipv6Addr::new(0x2001, 2, 0, 1, 0, 0, 0, 0x10),
+    Ipv6Addr::new(0x2001, 2, 0, 1, 0, 0, 0, 0x11),
+];
 
 /// A backend's MAC: `which` 0 and 1 are the two backends', 2 is another
 /// host's (a backend that moved, or a reply from somewhere else).
@@ -46,29 +55,44 @@ fn mac(which: u8) -> [u8; 6] {
 /// One gateway under test, and where its events and sync records go.
 struct Gw {
     p: Pipeline,
-    tcp: Arc<CompiledService>,
-    udp: Arc<CompiledService>,
+    /// TCP and UDP over IPv4.
+    v4: [Arc<CompiledService<Ipv4Addr>>; 2],
+    /// TCP and UDP over IPv6.
+    v6: [Arc<CompiledService<Ipv6Addr>>; 2],
     events: Arc<FlowEvents>,
     sync: Arc<SyncQueue>,
 }
 
-fn service(protocol: Protocol, port: u16, weights: [u32; 2]) -> Service<Ipv4Addr> {
-    let backends: Vec<_> = BACKENDS
+/// The TCP (80) or UDP (53) service of `vip` over `backends` with these
+/// weights (`u32::MAX`: not in the service).
+fn service<A: xvs_config::Address>(
+    vip: A,
+    backends: [A; 2],
+    udp: bool,
+    weights: [u32; 2],
+) -> Service<A> {
+    let backends: Vec<_> = backends
         .iter()
         .zip(weights)
         .filter(|&(_, w)| w != u32::MAX)
         .map(|(&a, w)| (a, 8080, w))
         .collect();
-    rr_service(VIP, protocol, port, &backends)
+    let (protocol, port) = if udp {
+        (Protocol::Udp, 53)
+    } else {
+        (Protocol::Tcp, 80)
+    };
+    rr_service(vip, protocol, port, &backends)
 }
 
 impl Gw {
-    /// TCP 80 and UDP 53 over both backends (rr, full NAT); the first
-    /// backend's next hop known, the second's not.
+    /// TCP 80 and UDP 53 over both backends (rr, full NAT), over IPv4
+    /// and IPv6; the first backend's next hop known, the second's not.
     fn new(express: bool) -> Gw {
         let mut p = Pipeline::new(
             PipelineConfig {
                 snat_addrs: vec![SNAT],
+                snat_addrs6: vec![SNAT6],
                 snat_ports: PortRange {
                     first: 2000,
                     last: 2063,
@@ -79,32 +103,34 @@ impl Gw {
         );
         p.set_express(express);
         p.own(VIP);
-        let tcp = Arc::new(CompiledService::new(
-            1,
-            &service(Protocol::Tcp, 80, [1, 1]),
-            1,
-            None,
-        ));
-        let udp = Arc::new(CompiledService::new(
-            2,
-            &service(Protocol::Udp, 53, [1, 1]),
-            1,
-            None,
-        ));
-        p.upsert_service(tcp.clone());
-        p.upsert_service(udp.clone());
+        p.own(VIP6);
+        let v4 = [false, true].map(|udp| {
+            let s = service(VIP, BACKENDS, udp, [1, 1]);
+            Arc::new(CompiledService::new(1 + u32::from(udp), &s, 1, None))
+        });
+        let v6 = [false, true].map(|udp| {
+            let s = service(VIP6, BACKENDS6, udp, [1, 1]);
+            Arc::new(CompiledService::new(3 + u32::from(udp), &s, 1, None))
+        });
+        for s in &v4 {
+            p.upsert_service(s.clone());
+        }
+        for s in &v6 {
+            p.upsert_service(s.clone());
+        }
         let events = Arc::new(FlowEvents::default());
         let sync = Arc::new(SyncQueue::new(1 << 16));
         p.set_events(events.clone());
         p.set_sync(Some(sync.clone()));
         let mut gw = Gw {
             p,
-            tcp,
-            udp,
+            v4,
+            v6,
             events,
             sync,
         };
         gw.arp(0, 0);
+        gw.na(0, 0);
         gw
     }
 
@@ -122,13 +148,24 @@ impl Gw {
         run(&mut self.p, &f, 0)
     }
 
-    /// Both services again with these weights (`u32::MAX`: removed).
+    /// An unsolicited neighbour advertisement from IPv6 backend `b`,
+    /// from MAC `which`.
+    fn na(&mut self, b: usize, which: u8) -> (Verdict, Vec<u8>) {
+        let mut f = vec![0u8; 128];
+        let len = ndp::announce(&mut f, EthernetAddress(mac(which)), BACKENDS6[b]).unwrap();
+        f.truncate(len);
+        run(&mut self.p, &f, 0)
+    }
+
+    /// Every service again with these weights (`u32::MAX`: removed).
     fn set_backends(&mut self, weights: [u32; 2]) {
-        for (svc, protocol, port) in [
-            (&mut self.tcp, Protocol::Tcp, 80),
-            (&mut self.udp, Protocol::Udp, 53),
-        ] {
-            let next = service(protocol, port, weights);
+        for (svc, udp) in self.v4.iter_mut().zip([false, true]) {
+            let next = service(VIP, BACKENDS, udp, weights);
+            *svc = Arc::new(CompiledService::update(svc, &next, true, None));
+            self.p.upsert_service(svc.clone());
+        }
+        for (svc, udp) in self.v6.iter_mut().zip([false, true]) {
+            let next = service(VIP6, BACKENDS6, udp, weights);
             *svc = Arc::new(CompiledService::update(svc, &next, true, None));
             self.p.upsert_service(svc.clone());
         }
@@ -164,20 +201,17 @@ impl Gw {
     /// Everything else either gateway shows: its flows, the services'
     /// traffic counters, its events and its sync records.
     fn state(&self, now: u32) -> String {
-        let (flows, _) = self
-            .p
-            .dump(&Filter::default(), Family::V4, 0, u32::MAX, now);
+        let flows = [Family::V4, Family::V6]
+            .map(|f| self.p.dump(&Filter::default(), f, 0, u32::MAX, now).0);
         let mut events = Vec::new();
         self.events.drain(&mut events);
         let mut records = Vec::new();
         while let Some(r) = self.sync.pop() {
             records.push(r);
         }
-        format!(
-            "flows {flows:?}\ntcp {:?}\nudp {:?}\nevents {events:?}\nsync {records:?}",
-            self.tcp.totals(),
-            self.udp.totals()
-        )
+        let v4 = self.v4.each_ref().map(|s| s.totals());
+        let v6 = self.v6.each_ref().map(|s| s.totals());
+        format!("flows {flows:?}\ntotals {v4:?} {v6:?}\nevents {events:?}\nsync {records:?}")
     }
 }
 
@@ -197,27 +231,50 @@ fn general(c: &Counters) -> Counters {
 }
 
 /// A TCP or UDP frame's source and destination.
-type Ends = ((Ipv4Addr, u16), (Ipv4Addr, u16));
+type Ends = ((IpAddr, u16), (IpAddr, u16));
 
-/// A packet of the random traffic.
+/// Source and destination of a TCP or UDP frame of either family.
+fn ends(frame: &[u8]) -> Ends {
+    fn ports<A: xvs_config::Address>(l4: L4<A>) -> (u16, u16) {
+        match l4 {
+            L4::Tcp {
+                src_port, dst_port, ..
+            }
+            | L4::Udp { src_port, dst_port } => (src_port, dst_port),
+            other => panic!("{other:?}"),
+        }
+    }
+    let (src, dst, (sp, dp)) = match classify(frame) {
+        Ok(Frame::Ipv4(ip)) => (IpAddr::from(ip.src), IpAddr::from(ip.dst), ports(ip.l4)),
+        Ok(Frame::Ipv6(ip)) => (IpAddr::from(ip.src), IpAddr::from(ip.dst), ports(ip.l4)),
+        other => panic!("{other:?}"),
+    };
+    ((src, sp), (dst, dp))
+}
+
+/// A client's flow: its port (of four), TCP or UDP, IPv4 or IPv6.
+#[derive(Debug, Clone, Copy)]
+struct Flow {
+    port: u8,
+    udp: bool,
+    v6: bool,
+}
+
+impl Flow {
+    /// Its slot among the flows the test remembers.
+    fn slot(self) -> usize {
+        usize::from(self.port) + 4 * usize::from(self.udp) + 8 * usize::from(self.v6)
+    }
+}
+
+/// A packet of the random traffic: the client's on `flow`, or with
+/// `reply`, the backend's answer on it from MAC `reply` (see [`mac`]).
 #[derive(Debug, Clone)]
-enum Packet {
-    /// From the client's port `port` (of four) to the VIP.
-    Client {
-        port: u8,
-        udp: bool,
-        flags: u8,
-        ttl: u8,
-    },
-    /// The backend's answer on the flow of the client's port `port`, from
-    /// MAC `mac` (see [`mac`]).
-    Reply {
-        port: u8,
-        udp: bool,
-        flags: u8,
-        ttl: u8,
-        mac: u8,
-    },
+struct Packet {
+    flow: Flow,
+    flags: u8,
+    ttl: u8,
+    reply: Option<u8>,
 }
 
 #[derive(Debug, Clone)]
@@ -228,10 +285,12 @@ enum Step {
     },
     /// Backend weights (`u32::MAX`: removed).
     Backends([u32; 2]),
-    /// An ARP reply from backend `b` from MAC `mac`.
-    Arp {
+    /// An ARP reply (or an IPv6 advertisement) from backend `b` from MAC
+    /// `mac`.
+    Resolve {
         b: usize,
         mac: u8,
+        v6: bool,
     },
     /// `expire_nodest_conn` on or off.
     ExpireNodest(bool),
@@ -256,30 +315,15 @@ fn ttl() -> impl Strategy<Value = u8> {
 }
 
 fn packet() -> impl Strategy<Value = Packet> {
-    prop_oneof![
-        (0..4u8, any::<bool>(), flags(), ttl()).prop_map(|(port, udp, flags, ttl)| {
-            Packet::Client {
-                port,
-                udp,
-                flags,
-                ttl,
-            }
-        }),
-        (
-            0..4u8,
-            any::<bool>(),
-            flags(),
-            ttl(),
-            prop_oneof![4 => 0..2u8, 1 => Just(2u8)]
-        )
-            .prop_map(|(port, udp, flags, ttl, mac)| Packet::Reply {
-                port,
-                udp,
-                flags,
-                ttl,
-                mac
-            }),
-    ]
+    let flow =
+        (0..4u8, any::<bool>(), any::<bool>()).prop_map(|(port, udp, v6)| Flow { port, udp, v6 });
+    let reply = prop_oneof![2 => Just(None), 4 => (0..2u8).prop_map(Some), 1 => Just(Some(2u8))];
+    (flow, flags(), ttl(), reply).prop_map(|(flow, flags, ttl, reply)| Packet {
+        flow,
+        flags,
+        ttl,
+        reply,
+    })
 }
 
 fn weight() -> impl Strategy<Value = u32> {
@@ -291,53 +335,103 @@ fn step() -> impl Strategy<Value = Step> {
         12 => (prop::collection::vec(packet(), 1..6), any::<bool>())
             .prop_map(|(packets, batched)| Step::Packets { packets, batched }),
         2 => [weight(), weight()].prop_map(Step::Backends),
-        1 => (0..2usize, 0..3u8).prop_map(|(b, mac)| Step::Arp { b, mac }),
+        1 => (0..2usize, 0..3u8, any::<bool>()).prop_map(|(b, mac, v6)| Step::Resolve { b, mac, v6 }),
         2 => any::<bool>().prop_map(Step::ExpireNodest),
         1 => prop_oneof![Just(1u32), Just(130)].prop_map(Step::Wait),
     ]
 }
 
-/// The frames of `packets`: a reply answers what the gateway last sent
-/// to a backend for that client port (or goes to a SNAT port no flow
-/// has, before there was any).
-fn frames(packets: &[Packet], last: &[Option<Ends>; 8]) -> Vec<Vec<u8>> {
-    packets
-        .iter()
-        .map(|p| match *p {
-            Packet::Client {
-                port,
-                udp: u,
-                flags,
-                ttl,
-            } => {
-                let src = (CLIENT, 40_000 + u16::from(port));
-                if u {
-                    let mut f = udp(CLIENT_MAC, src, (VIP, 53));
-                    set_ttl(&mut f, ttl);
-                    f
-                } else {
-                    tcp(CLIENT_MAC, src, (VIP, 80), flags, ttl)
-                }
+/// The frame of `p`: a reply answers what the gateway last sent to a
+/// backend on that flow (or goes to a SNAT port no flow has, before
+/// there was any).
+fn frame(p: &Packet, last: &[Option<Ends>; 16]) -> Vec<u8> {
+    let Flow { port, udp, v6 } = p.flow;
+    let client = (40_000 + u16::from(port), if udp { 53 } else { 80 });
+    let (src_mac, src, dst) = match p.reply {
+        None if v6 => (
+            CLIENT_MAC,
+            (CLIENT6.into(), client.0),
+            (VIP6.into(), client.1),
+        ),
+        None => (
+            CLIENT_MAC,
+            (CLIENT.into(), client.0),
+            (VIP.into(), client.1),
+        ),
+        Some(m) => {
+            let none = if v6 {
+                ((SNAT6.into(), 2999), (BACKENDS6[0].into(), 8080))
+            } else {
+                ((SNAT.into(), 2999), (BACKENDS[0].into(), 8080))
+            };
+            let (to, from) = last[p.flow.slot()].unwrap_or(none);
+            (mac(m), from, to)
+        }
+    };
+    match (src, dst) {
+        ((IpAddr::V4(s), sp), (IpAddr::V4(d), dp)) if udp => {
+            let mut f = udp4(src_mac, (s, sp), (d, dp));
+            set_ttl(&mut f, p.ttl);
+            f
+        }
+        ((IpAddr::V4(s), sp), (IpAddr::V4(d), dp)) => {
+            tcp(src_mac, (s, sp), (d, dp), p.flags, p.ttl)
+        }
+        ((IpAddr::V6(s), sp), (IpAddr::V6(d), dp)) => segment6(
+            src_mac,
+            (s, sp),
+            (d, dp),
+            udp.then_some(()).map_or(Some(p.flags), |()| None),
+            p.ttl,
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// An Ethernet/IPv6 frame with a TCP segment (flags `Some`) or a UDP
+/// datagram (`None`), checksums valid.
+fn segment6(
+    src_mac: [u8; 6],
+    src: (Ipv6Addr, u16),
+    dst: (Ipv6Addr, u16),
+    tcp_flags: Option<u8>,
+    hop_limit: u8,
+) -> Vec<u8> {
+    let (s, d) = (IpAddress::Ipv6(src.0), IpAddress::Ipv6(dst.0));
+    let mut l4 = vec![0u8; if tcp_flags.is_some() { 20 } else { 12 }];
+    l4[0..2].copy_from_slice(&src.1.to_be_bytes());
+    l4[2..4].copy_from_slice(&dst.1.to_be_bytes());
+    let next = match tcp_flags {
+        Some(flags) => {
+            l4[4..8].copy_from_slice(&1000u32.to_be_bytes());
+            if flags & ACK != 0 {
+                l4[8..12].copy_from_slice(&1u32.to_be_bytes());
             }
-            Packet::Reply {
-                port,
-                udp: u,
-                flags,
-                ttl,
-                mac: m,
-            } => {
-                let (to, from) = last[usize::from(port) + 4 * usize::from(u)]
-                    .unwrap_or(((SNAT, 2999), (BACKENDS[0], 8080)));
-                if u {
-                    let mut f = udp(mac(m), from, to);
-                    set_ttl(&mut f, ttl);
-                    f
-                } else {
-                    tcp(mac(m), from, to, flags, ttl)
-                }
-            }
-        })
-        .collect()
+            l4[12] = 5 << 4;
+            l4[13] = flags;
+            l4[14..16].copy_from_slice(&0xffffu16.to_be_bytes());
+            TcpPacket::new_unchecked(&mut l4[..]).fill_checksum(&s, &d);
+            6
+        }
+        None => {
+            l4[4..6].copy_from_slice(&12u16.to_be_bytes());
+            l4[8..12].copy_from_slice(b"ping");
+            UdpPacket::new_unchecked(&mut l4[..]).fill_checksum(&s, &d);
+            17
+        }
+    };
+    let mut f = vec![0u8; 54];
+    f[0..6].copy_from_slice(&GW_MAC);
+    f[6..12].copy_from_slice(&src_mac);
+    f[12..14].copy_from_slice(&[0x86, 0xdd]);
+    f[14] = 0x60;
+    f[18..20].copy_from_slice(&(l4.len() as u16).to_be_bytes());
+    f[20] = next;
+    f[21] = hop_limit;
+    f[22..38].copy_from_slice(&src.0.octets());
+    f[38..54].copy_from_slice(&dst.0.octets());
+    f.extend_from_slice(&l4);
+    f
 }
 
 /// Sets an IPv4 frame's TTL, keeping its header checksum right.
@@ -353,17 +447,17 @@ proptest! {
     #[test]
     fn the_express_lane_and_the_general_path_agree(steps in prop::collection::vec(step(), 1..40)) {
         let (mut a, mut b) = (Gw::new(true), Gw::new(false));
-        let mut last = [None; 8];
+        let mut last = [None; 16];
         let mut now = 1;
         for s in &steps {
             match s {
                 Step::Packets { packets, batched } => {
-                    let fs = frames(packets, &last);
+                    let fs: Vec<_> = packets.iter().map(|p| frame(p, &last)).collect();
                     let (ra, rb) = (a.send(&fs, *batched, now), b.send(&fs, *batched, now));
                     prop_assert_eq!(&ra, &rb, "{:?}", s);
                     for (p, (v, out)) in packets.iter().zip(&ra) {
-                        if let (Packet::Client { port, udp, .. }, Verdict::Forward { to: Side::Backend, .. }) = (p, v) {
-                            last[usize::from(*port) + 4 * usize::from(*udp)] = Some(ends(out));
+                        if let (None, Verdict::Forward { to: Side::Backend, .. }) = (p.reply, v) {
+                            last[p.flow.slot()] = Some(ends(out));
                         }
                     }
                 }
@@ -371,8 +465,11 @@ proptest! {
                     a.set_backends(*w);
                     b.set_backends(*w);
                 }
-                Step::Arp { b: which, mac } => {
+                Step::Resolve { b: which, mac, v6: false } => {
                     prop_assert_eq!(a.arp(*which, *mac), b.arp(*which, *mac));
+                }
+                Step::Resolve { b: which, mac, v6: true } => {
+                    prop_assert_eq!(a.na(*which, *mac), b.na(*which, *mac));
                 }
                 Step::ExpireNodest(on) => {
                     let rules = ConnRules { expire_nodest_conn: *on, ..ConnRules::default() };
@@ -388,66 +485,143 @@ proptest! {
     }
 }
 
-/// The lane is taken: every packet of an established flow, both ways,
-/// once the backend's next hop is cached; the first packet of a flow,
-/// its SYN, and a reply from a MAC not yet cached are not.
+/// The lane is taken, over IPv4 and IPv6: every packet of an
+/// established flow, both ways, once the backend's next hop is cached;
+/// the first packet of a flow, its SYN, and a reply from a MAC not yet
+/// cached are not.
 #[test]
 fn established_packets_both_ways_take_the_express_lane() {
-    let mut g = Gw::new(true);
-    let syn = tcp(CLIENT_MAC, (CLIENT, 40_000), (VIP, 80), SYN, 64);
-    let (v, out) = run(&mut g.p, &syn, 1);
-    assert!(
-        matches!(
-            v,
-            Verdict::Forward {
-                to: Side::Backend,
-                ..
+    for v6 in [false, true] {
+        let mut g = Gw::new(true);
+        let mut last = [None; 16];
+        let flow = Flow {
+            port: 0,
+            udp: false,
+            v6,
+        };
+        let send = |g: &mut Gw, last: &[Option<Ends>; 16], flags, reply| {
+            let p = Packet {
+                flow,
+                flags,
+                ttl: 64,
+                reply,
+            };
+            run(&mut g.p, &frame(&p, last), 1)
+        };
+        let backend = Side::Backend;
+        let (v, out) = send(&mut g, &last, SYN, None);
+        assert!(
+            matches!(v, Verdict::Forward { to, .. } if to == backend),
+            "{v:?}"
+        );
+        assert_eq!(
+            g.p.counters().express,
+            0,
+            "a new flow takes the general path"
+        );
+        last[flow.slot()] = Some(ends(&out));
+        let to = ends(&out).1 .0;
+        assert_eq!(
+            to,
+            if v6 {
+                IpAddr::from(BACKENDS6[0])
+            } else {
+                IpAddr::from(BACKENDS[0])
             }
-        ),
-        "{v:?}"
-    );
-    assert_eq!(
-        g.p.counters().express,
-        0,
-        "a new flow takes the general path"
-    );
-    let (snat, backend) = ends(&out);
-    assert_eq!(backend.0, BACKENDS[0]);
-    // The SYN-ACK teaches the backend's MAC (general path); from then on
-    // both directions are express.
-    run(&mut g.p, &tcp(mac(0), backend, snat, SYN | ACK, 64), 1);
-    assert_eq!(g.p.counters().express, 0);
-    for i in 0..10 {
-        let (v, _) = run(
-            &mut g.p,
-            &tcp(CLIENT_MAC, (CLIENT, 40_000), (VIP, 80), PSH | ACK, 64),
-            1,
         );
-        assert!(
-            matches!(
-                v,
-                Verdict::Forward {
-                    to: Side::Backend,
-                    ..
-                }
-            ),
-            "{v:?}"
-        );
-        let (v, _) = run(&mut g.p, &tcp(mac(0), backend, snat, PSH | ACK, 64), 1);
-        assert!(
-            matches!(
-                v,
-                Verdict::Forward {
-                    to: Side::Client,
-                    ..
-                }
-            ),
-            "{v:?}"
-        );
-        assert_eq!(g.p.counters().express, 2 * (i + 1));
+        // The SYN-ACK teaches the backend's MAC (general path); from then
+        // on both directions are express.
+        send(&mut g, &last, SYN | ACK, Some(0));
+        assert_eq!(g.p.counters().express, 0);
+        for i in 0..10 {
+            let (v, _) = send(&mut g, &last, PSH | ACK, None);
+            assert!(
+                matches!(v, Verdict::Forward { to, .. } if to == backend),
+                "{v:?}"
+            );
+            let (v, _) = send(&mut g, &last, PSH | ACK, Some(0));
+            assert!(
+                matches!(
+                    v,
+                    Verdict::Forward {
+                        to: Side::Client,
+                        ..
+                    }
+                ),
+                "{v:?}"
+            );
+            assert_eq!(g.p.counters().express, 2 * (i + 1));
+        }
+        // A reply from another MAC is learned on the general path.
+        send(&mut g, &last, ACK, Some(2));
+        assert_eq!(g.p.counters().express, 20);
+        assert_eq!(g.p.counters().forwarded, 23);
     }
-    // A reply from another MAC is learned on the general path.
-    run(&mut g.p, &tcp(mac(2), backend, snat, ACK, 64), 1);
-    assert_eq!(g.p.counters().express, 20);
-    assert_eq!(g.p.counters().forwarded, 23);
+}
+
+/// A flow whose backend was removed while `expire_nodest_conn` was off
+/// keeps its backend, whose next hop its packets cache again (so the
+/// lane takes them); once the rule is on, its next packet ends it (a UDP
+/// one is scheduled afresh, to the remaining backend), with the lane on
+/// as with it off.
+#[test]
+fn a_removed_backend_s_flow_ends_when_the_rule_comes_on_though_its_hop_is_cached() {
+    for v6 in [false, true] {
+        let (mut a, mut b) = (Gw::new(true), Gw::new(false));
+        let flow = Flow {
+            port: 1,
+            udp: true,
+            v6,
+        };
+        let p = Packet {
+            flow,
+            flags: 0,
+            ttl: 64,
+            reply: None,
+        };
+        let last = [None; 16];
+        let lenient = ConnRules {
+            expire_nodest_conn: false,
+            ..ConnRules::default()
+        };
+        let mut outs = Vec::new();
+        for g in [&mut a, &mut b] {
+            // The remaining backend's next hop is known too.
+            if v6 {
+                g.na(1, 1);
+            } else {
+                g.arp(1, 1);
+            }
+            g.p.set_rules(lenient, UnknownPort::Drop);
+            let first = g.send(&[frame(&p, &last)], true, 1);
+            g.set_backends([u32::MAX, 1]);
+            // Twice: the first packet after the new version caches the
+            // hop again (a version clears the cached ones), the second is
+            // the lane's (with the lane on).
+            g.send(&[frame(&p, &last)], true, 1);
+            let kept = g.send(&[frame(&p, &last)], true, 1);
+            g.p.set_rules(ConnRules::default(), UnknownPort::Drop);
+            let after = g.send(&[frame(&p, &last)], true, 1);
+            outs.push([first, kept, after].map(|mut r| r.remove(0)));
+        }
+        assert_eq!(outs[0], outs[1]);
+        let [first, kept, after] = &outs[0];
+        let backends = if v6 {
+            BACKENDS6.map(IpAddr::from)
+        } else {
+            BACKENDS.map(IpAddr::from)
+        };
+        assert_eq!(ends(&first.1).1 .0, backends[0]);
+        assert_eq!(
+            ends(&kept.1).1 .0,
+            backends[0],
+            "kept while the rule is off"
+        );
+        assert_eq!(ends(&after.1).1 .0, backends[1], "scheduled afresh");
+        assert_eq!(
+            (a.p.counters().express, b.p.counters().express),
+            (1, 0),
+            "the second kept packet was the lane's, the one after the rule not"
+        );
+    }
 }
