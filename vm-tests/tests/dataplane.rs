@@ -418,6 +418,9 @@ fn weight_zero_and_live_changes_never_disturb_established_connections() {
         "{c:?}"
     );
     assert!(c.new_flows >= 281, "{c:?}");
+    // The established segments of real TCP connections take the express
+    // lane (in the worker's own batches), the rest the general path.
+    assert!(c.express > 0 && c.express < c.forwarded, "{c:?}");
     assert!(
         to_backend >= 50 && to_backend <= all,
         "{to_backend} of {all}"
