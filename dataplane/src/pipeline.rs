@@ -20,9 +20,9 @@
 //!
 //! An established full-NAT packet (a hit, TCP without SYN or UDP, the
 //! backend's next hop cached in its counter line) takes the express lane
-//! ([`express`]): the same verdict and effects from the flow entry and
-//! the backend's counter line alone, without the general path's
-//! questions; anything else it declines untouched.
+//! (`pipeline/express.rs`): the same verdict and effects from the flow
+//! entry and the backend's counter line alone, without the general
+//! path's questions; anything else it declines untouched.
 //!
 //! The jobs beside the verdict live in their own modules: next hops and
 //! ARP requests in [`crate::neighbours`], SNAT endpoints in
