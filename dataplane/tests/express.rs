@@ -17,8 +17,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use smoltcp::wire::{EthernetAddress, IpAddress, TcpPacket, UdpPacket};
-use support::{config, rr_service, run, tcp, udp as udp4, GW_MAC};
+use smoltcp::wire::{EthernetAddress, IpAddress};
+use support::{config, rr_service, run, tcp, tcp_segment, udp as udp4, udp_datagram, GW_MAC};
 use xvs_config::{ConnRules, Family, PortRange, Protocol, Service, UnknownPort};
 use xvs_conntrack::tcp_flags::{ACK, FIN, RST, SYN};
 
@@ -399,24 +399,13 @@ fn segment6(
 ) -> Vec<u8> {
     let (s, d) = (IpAddress::Ipv6(src.0), IpAddress::Ipv6(dst.0));
     let mut l4 = vec![0u8; if tcp_flags.is_some() { 20 } else { 12 }];
-    l4[0..2].copy_from_slice(&src.1.to_be_bytes());
-    l4[2..4].copy_from_slice(&dst.1.to_be_bytes());
     let next = match tcp_flags {
         Some(flags) => {
-            l4[4..8].copy_from_slice(&1000u32.to_be_bytes());
-            if flags & ACK != 0 {
-                l4[8..12].copy_from_slice(&1u32.to_be_bytes());
-            }
-            l4[12] = 5 << 4;
-            l4[13] = flags;
-            l4[14..16].copy_from_slice(&0xffffu16.to_be_bytes());
-            TcpPacket::new_unchecked(&mut l4[..]).fill_checksum(&s, &d);
+            tcp_segment(&mut l4, (s, src.1), (d, dst.1), flags);
             6
         }
         None => {
-            l4[4..6].copy_from_slice(&12u16.to_be_bytes());
-            l4[8..12].copy_from_slice(b"ping");
-            UdpPacket::new_unchecked(&mut l4[..]).fill_checksum(&s, &d);
+            udp_datagram(&mut l4, (s, src.1), (d, dst.1));
             17
         }
     };

@@ -114,18 +114,35 @@ pub(crate) fn tcp(
     f[6..12].copy_from_slice(&src_mac);
     f[12..14].copy_from_slice(&[0x08, 0x00]);
     ip_header(&mut f, 40, 6, ttl, src.0, dst.0);
-    let t = &mut f[34..54];
-    t[0..2].copy_from_slice(&src.1.to_be_bytes());
-    t[2..4].copy_from_slice(&dst.1.to_be_bytes());
-    t[4..8].copy_from_slice(&1000u32.to_be_bytes());
-    if flags & ACK != 0 {
-        t[8..12].copy_from_slice(&1u32.to_be_bytes());
-    }
-    t[12] = 5 << 4;
-    t[13] = flags;
-    t[14..16].copy_from_slice(&0xffffu16.to_be_bytes());
-    TcpPacket::new_unchecked(t).fill_checksum(&IpAddress::Ipv4(src.0), &IpAddress::Ipv4(dst.0));
+    let (s, d) = (IpAddress::Ipv4(src.0), IpAddress::Ipv4(dst.0));
+    tcp_segment(&mut f[34..54], (s, src.1), (d, dst.1), flags);
     f
+}
+
+/// Writes a 20-byte TCP header with `flags` into `seg` (sequence 1000,
+/// acknowledging 1 when ACK is set, window 0xffff) and its checksum over
+/// the pseudo-header of `src` and `dst`.
+pub(crate) fn tcp_segment(seg: &mut [u8], src: (IpAddress, u16), dst: (IpAddress, u16), flags: u8) {
+    seg[0..2].copy_from_slice(&src.1.to_be_bytes());
+    seg[2..4].copy_from_slice(&dst.1.to_be_bytes());
+    seg[4..8].copy_from_slice(&1000u32.to_be_bytes());
+    if flags & ACK != 0 {
+        seg[8..12].copy_from_slice(&1u32.to_be_bytes());
+    }
+    seg[12] = 5 << 4;
+    seg[13] = flags;
+    seg[14..16].copy_from_slice(&0xffffu16.to_be_bytes());
+    TcpPacket::new_unchecked(seg).fill_checksum(&src.0, &dst.0);
+}
+
+/// Writes a 12-byte UDP datagram (payload "ping") into `dgram`, with its
+/// checksum over the pseudo-header of `src` and `dst`.
+pub(crate) fn udp_datagram(dgram: &mut [u8], src: (IpAddress, u16), dst: (IpAddress, u16)) {
+    dgram[0..2].copy_from_slice(&src.1.to_be_bytes());
+    dgram[2..4].copy_from_slice(&dst.1.to_be_bytes());
+    dgram[4..6].copy_from_slice(&12u16.to_be_bytes());
+    dgram[8..12].copy_from_slice(b"ping");
+    UdpPacket::new_unchecked(dgram).fill_checksum(&src.0, &dst.0);
 }
 
 /// An Ethernet/IPv4/UDP frame with 4 payload bytes and a valid checksum.
@@ -135,12 +152,8 @@ pub(crate) fn udp(src_mac: [u8; 6], src: (Ipv4Addr, u16), dst: (Ipv4Addr, u16)) 
     f[6..12].copy_from_slice(&src_mac);
     f[12..14].copy_from_slice(&[0x08, 0x00]);
     ip_header(&mut f, 32, 17, 64, src.0, dst.0);
-    let u = &mut f[34..46];
-    u[0..2].copy_from_slice(&src.1.to_be_bytes());
-    u[2..4].copy_from_slice(&dst.1.to_be_bytes());
-    u[4..6].copy_from_slice(&12u16.to_be_bytes());
-    u[8..12].copy_from_slice(b"ping");
-    UdpPacket::new_unchecked(u).fill_checksum(&IpAddress::Ipv4(src.0), &IpAddress::Ipv4(dst.0));
+    let (s, d) = (IpAddress::Ipv4(src.0), IpAddress::Ipv4(dst.0));
+    udp_datagram(&mut f[34..46], (s, src.1), (d, dst.1));
     f
 }
 
