@@ -935,29 +935,11 @@ impl<A: Family> Half<A> {
     /// traffic-counter line the packet updates anyway.
     #[inline(always)]
     fn ends_flow(&self, core: &Core, id: FlowId, dir: Direction, flags: u8) -> Option<Removal> {
-        let rules = core.cfg.rules;
         let f = self.table.flow(id);
         let dest = self
             .services
             .dest_state(f.service(), core.cfg.worker, f.backend_id());
-        // IPVS's is_new_conn(): a SYN without ACK, FIN or RST.
-        let all = tcp_flags::SYN | tcp_flags::ACK | tcp_flags::FIN | tcp_flags::RST;
-        let new_conn = f.proto() == L4Proto::Tcp
-            && dir == Direction::Original
-            && flags & all == tcp_flags::SYN;
-        match dest {
-            DestState::Removed if rules.expire_nodest_conn => Some(Removal::NoDest),
-            DestState::Quiesced if new_conn && rules.expire_nodest_conn => {
-                Some(Removal::Rescheduled)
-            }
-            _ if new_conn
-                && rules.conn_reuse_mode
-                && matches!(f.state(), FlowState::TimeWait | FlowState::Close) =>
-            {
-                Some(Removal::Rescheduled)
-            }
-            _ => None,
-        }
+        removal(core.cfg.rules, &f, dir, flags, dest)
     }
 
     /// Ends a flow for `why`, keeping the connection counts right.
@@ -1927,6 +1909,36 @@ fn link<A: Family>(
         },
     };
     Ok((ours, EthernetAddress(next)))
+}
+
+/// Whether IPVS's rules end flow `f` at a packet in direction `dir` with
+/// TCP `flags`, its backend being `dest` in the worker's service
+/// version, and why (see the module docs). The one statement of those
+/// rules: the general path and the express lane both ask it.
+#[inline(always)]
+fn removal<A: Address>(
+    rules: ConnRules,
+    f: &xvs_conntrack::FlowRef<'_, A>,
+    dir: Direction,
+    flags: u8,
+    dest: DestState,
+) -> Option<Removal> {
+    // IPVS's is_new_conn(): a SYN without ACK, FIN or RST.
+    let all = tcp_flags::SYN | tcp_flags::ACK | tcp_flags::FIN | tcp_flags::RST;
+    // The flags first: a packet that is no SYN answers without a read.
+    let new_conn =
+        flags & all == tcp_flags::SYN && dir == Direction::Original && f.proto() == L4Proto::Tcp;
+    match dest {
+        DestState::Removed if rules.expire_nodest_conn => Some(Removal::NoDest),
+        DestState::Quiesced if new_conn && rules.expire_nodest_conn => Some(Removal::Rescheduled),
+        _ if new_conn
+            && rules.conn_reuse_mode
+            && matches!(f.state(), FlowState::TimeWait | FlowState::Close) =>
+        {
+            Some(Removal::Rescheduled)
+        }
+        _ => None,
+    }
 }
 
 fn answer(r: Answer) -> Verdict {

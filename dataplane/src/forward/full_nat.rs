@@ -14,22 +14,35 @@ use crate::wire::Nat;
 /// What a packet of `f` in direction `dir` becomes.
 #[inline]
 pub fn route<A: Address>(f: &FlowRef<'_, A>, dir: Direction) -> Route<A> {
+    let (nat, side) = mapping(f, dir);
+    Route {
+        rewrite: Rewrite::Nat(nat),
+        side,
+        next_hop: match dir {
+            Direction::Original => NextHop::Neighbour(f.backend().addr),
+            Direction::Reply => NextHop::Mac(f.client_mac()),
+        },
+    }
+}
+
+/// The rewrite of a packet of `f` in direction `dir` and the side it
+/// leaves on ([`route`]'s, for a caller that has the next hop already).
+#[inline]
+pub fn mapping<A: Address>(f: &FlowRef<'_, A>, dir: Direction) -> (Nat<A>, Side) {
     match dir {
-        Direction::Original => Route {
-            rewrite: Rewrite::Nat(Nat {
+        Direction::Original => (
+            Nat {
                 src: f.snat(),
                 dst: f.backend(),
-            }),
-            side: Side::Backend,
-            next_hop: NextHop::Neighbour(f.backend().addr),
-        },
-        Direction::Reply => Route {
-            rewrite: Rewrite::Nat(Nat {
+            },
+            Side::Backend,
+        ),
+        Direction::Reply => (
+            Nat {
                 src: f.vip(),
                 dst: f.client(),
-            }),
-            side: Side::Client,
-            next_hop: NextHop::Mac(f.client_mac()),
-        },
+            },
+            Side::Client,
+        ),
     }
 }

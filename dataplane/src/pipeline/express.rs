@@ -17,8 +17,10 @@
 //!   next hops and rewrites);
 //! - a service beyond the dense counter array, or a backend without a
 //!   counter line;
-//! - a backend removed from its service, when `expire_nodest_conn` ends
-//!   its flows;
+//! - a packet that IPVS's rules end its flow at (without a SYN, only a
+//!   backend removed from its service under `expire_nodest_conn`;
+//!   debug builds check that against `removal`, the rule the general
+//!   path asks);
 //! - to the backend: no next hop cached in its counter line for the
 //!   neighbour table's current generation (the general path resolves
 //!   and caches it);
@@ -32,9 +34,9 @@
 use smoltcp::wire::{EthernetAddress, EthernetFrame};
 use xvs_conntrack::{tcp_flags, Direction, FlowId, Packet};
 
-use super::{sent, Core, Half, Verdict};
+use super::{removal, sent, Core, Half, Verdict};
 use crate::family::{Family, IpPacket};
-use crate::forward::{full_nat, Plan, Rewrite};
+use crate::forward::{full_nat, Plan};
 use crate::traffic::DestState;
 use crate::wire::L4;
 
@@ -68,11 +70,20 @@ impl<A: Family> Half<A> {
             .services
             .traffic(f.service())?
             .line(worker, f.backend_id())?;
-        if core.cfg.rules.expire_nodest_conn && line.state() == DestState::Removed {
+        // For a packet without SYN, IPVS's rules (`removal`) end a flow
+        // only when its backend was removed under `expire_nodest_conn`:
+        // that one test here (the whole rule cost 31 instructions a
+        // packet), checked against the rule in debug builds, the tests'.
+        let dest = line.state();
+        let ends = core.cfg.rules.expire_nodest_conn && dest == DestState::Removed;
+        debug_assert_eq!(
+            ends,
+            removal(core.cfg.rules, &f, dir, flags, dest).is_some()
+        );
+        if ends {
             return None;
         }
         let generation = self.neighbours.generation();
-        let route = full_nat::route(&f, dir);
         let next = match dir {
             Direction::Original => line.next_hop(generation)?,
             Direction::Reply => {
@@ -83,9 +94,7 @@ impl<A: Family> Half<A> {
                 f.client_mac()
             }
         };
-        let Rewrite::Nat(nat) = route.rewrite else {
-            return None;
-        };
+        let (nat, side) = full_nat::mapping(&f, dir);
         // Taken: from here on the packet is the lane's.
         let len = ip.total_len();
         line.packet(usize::from(dir == Direction::Reply), u64::from(len));
@@ -94,9 +103,8 @@ impl<A: Family> Half<A> {
             len,
         };
         self.track(core, (id, dir), pkt, now, ip.protocol());
-        let ours = core.mac(route.side);
-        let rewritten = ip.forward(buf, &nat, ours, EthernetAddress(next));
-        let verdict = sent(rewritten, ip, route.side);
+        let rewritten = ip.forward(buf, &nat, core.mac(side), EthernetAddress(next));
+        let verdict = sent(rewritten, ip, side);
         core.counters.express += u64::from(matches!(verdict, Verdict::Forward { .. }));
         Some(verdict)
     }
