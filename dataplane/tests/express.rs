@@ -18,7 +18,9 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use smoltcp::wire::{EthernetAddress, IpAddress};
-use support::{config, rr_service, run, tcp, tcp_segment, udp as udp4, udp_datagram, GW_MAC};
+use support::{
+    config, endpoints, rr_service, run, tcp, tcp_segment, udp as udp4, udp_datagram, GW_MAC,
+};
 use xvs_config::{ConnRules, Family, PortRange, Protocol, Service, UnknownPort};
 use xvs_conntrack::tcp_flags::{ACK, FIN, RST, SYN};
 
@@ -31,7 +33,7 @@ use xvs_dataplane::pipeline::{
 };
 use xvs_dataplane::services::CompiledService;
 use xvs_dataplane::sync::SyncQueue;
-use xvs_dataplane::wire::{classify, ndp, Frame, L4};
+use xvs_dataplane::wire::ndp;
 
 const VIP: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
 const CLIENT: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 10);
@@ -233,25 +235,6 @@ fn general(c: &Counters) -> Counters {
 /// A TCP or UDP frame's source and destination.
 type Ends = ((IpAddr, u16), (IpAddr, u16));
 
-/// Source and destination of a TCP or UDP frame of either family.
-fn ends(frame: &[u8]) -> Ends {
-    fn ports<A: xvs_config::Address>(l4: L4<A>) -> (u16, u16) {
-        match l4 {
-            L4::Tcp {
-                src_port, dst_port, ..
-            }
-            | L4::Udp { src_port, dst_port } => (src_port, dst_port),
-            other => panic!("{other:?}"),
-        }
-    }
-    let (src, dst, (sp, dp)) = match classify(frame) {
-        Ok(Frame::Ipv4(ip)) => (IpAddr::from(ip.src), IpAddr::from(ip.dst), ports(ip.l4)),
-        Ok(Frame::Ipv6(ip)) => (IpAddr::from(ip.src), IpAddr::from(ip.dst), ports(ip.l4)),
-        other => panic!("{other:?}"),
-    };
-    ((src, sp), (dst, dp))
-}
-
 /// A client's flow: its port (of four), TCP or UDP, IPv4 or IPv6.
 #[derive(Debug, Clone, Copy)]
 struct Flow {
@@ -369,11 +352,7 @@ fn frame(p: &Packet, last: &[Option<Ends>; 16]) -> Vec<u8> {
         }
     };
     match (src, dst) {
-        ((IpAddr::V4(s), sp), (IpAddr::V4(d), dp)) if udp => {
-            let mut f = udp4(src_mac, (s, sp), (d, dp));
-            set_ttl(&mut f, p.ttl);
-            f
-        }
+        ((IpAddr::V4(s), sp), (IpAddr::V4(d), dp)) if udp => udp4(src_mac, (s, sp), (d, dp), p.ttl),
         ((IpAddr::V4(s), sp), (IpAddr::V4(d), dp)) => {
             tcp(src_mac, (s, sp), (d, dp), p.flags, p.ttl)
         }
@@ -423,13 +402,6 @@ fn segment6(
     f
 }
 
-/// Sets an IPv4 frame's TTL, keeping its header checksum right.
-fn set_ttl(f: &mut [u8], ttl: u8) {
-    f[22] = ttl;
-    let mut h = smoltcp::wire::Ipv4Packet::new_unchecked(&mut f[14..34]);
-    h.fill_checksum();
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(1000))]
 
@@ -446,7 +418,7 @@ proptest! {
                     prop_assert_eq!(&ra, &rb, "{:?}", s);
                     for (p, (v, out)) in packets.iter().zip(&ra) {
                         if let (None, Verdict::Forward { to: Side::Backend, .. }) = (p.reply, v) {
-                            last[p.flow.slot()] = Some(ends(out));
+                            last[p.flow.slot()] = Some(endpoints(out));
                         }
                     }
                 }
@@ -508,8 +480,8 @@ fn established_packets_both_ways_take_the_express_lane() {
             0,
             "a new flow takes the general path"
         );
-        last[flow.slot()] = Some(ends(&out));
-        let to = ends(&out).1 .0;
+        last[flow.slot()] = Some(endpoints(&out));
+        let to = endpoints(&out).1 .0;
         assert_eq!(
             to,
             if v6 {
@@ -600,13 +572,13 @@ fn a_removed_backend_s_flow_ends_when_the_rule_comes_on_though_its_hop_is_cached
         } else {
             BACKENDS.map(IpAddr::from)
         };
-        assert_eq!(ends(&first.1).1 .0, backends[0]);
+        assert_eq!(endpoints(&first.1).1 .0, backends[0]);
         assert_eq!(
-            ends(&kept.1).1 .0,
+            endpoints(&kept.1).1 .0,
             backends[0],
             "kept while the rule is off"
         );
-        assert_eq!(ends(&after.1).1 .0, backends[1], "scheduled afresh");
+        assert_eq!(endpoints(&after.1).1 .0, backends[1], "scheduled afresh");
         assert_eq!(
             (a.p.counters().express, b.p.counters().express),
             (1, 0),

@@ -325,7 +325,7 @@ fn without_expire_nodest_conn_flows_to_a_removed_backend_go_on() {
 #[test]
 fn udp_to_a_removed_backend_is_scheduled_afresh() {
     let mut g = Gw::new(ConnRules::default(), UnknownPort::Drop);
-    let dgram = udp(CLIENT_MAC, (CLIENT, 5000), (VIP, 53));
+    let dgram = udp(CLIENT_MAC, (CLIENT, 5000), (VIP, 53), 64);
     let (_, first) = run(&mut g.p, &dgram, 1);
     assert_eq!(to(&first), B0);
     g.set_udp(&[(B1, 1)]);
@@ -392,7 +392,7 @@ fn a_first_packet_with_a_bad_l4_checksum_creates_nothing() {
         run(&mut g.p, &f, 1).0,
         Verdict::Drop(DropReason::L4BadChecksum)
     );
-    let mut d = udp(CLIENT_MAC, (CLIENT, 5000), (VIP, 53));
+    let mut d = udp(CLIENT_MAC, (CLIENT, 5000), (VIP, 53), 64);
     d[40] ^= 1;
     assert_eq!(
         run(&mut g.p, &d, 1).0,
@@ -419,7 +419,7 @@ fn an_unknown_port_drops_or_rejects_as_configured() {
     assert!(
         matches!(classify(&rst), Ok(Frame::Ipv4(ip)) if matches!(ip.l4, L4::Tcp { flags, .. } if flags.rst()))
     );
-    let (v, unreach) = run(&mut g.p, &udp(CLIENT_MAC, (CLIENT, 5000), (VIP, 54)), 1);
+    let (v, unreach) = run(&mut g.p, &udp(CLIENT_MAC, (CLIENT, 5000), (VIP, 54), 64), 1);
     assert!(matches!(v, Verdict::Answer(_)), "{v:?}");
     assert_eq!((unreach[34], unreach[35]), (3, 3), "port unreachable");
     assert_eq!(g.p.counters().rejected, 2);

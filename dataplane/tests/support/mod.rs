@@ -4,7 +4,7 @@
 // Each test file uses what it needs of this module.
 #![allow(dead_code)]
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use smoltcp::wire::{EthernetAddress, IpAddress, Ipv4Packet, TcpPacket, UdpPacket};
 use xvs_config::{
@@ -109,11 +109,7 @@ pub(crate) fn tcp(
     flags: u8,
     ttl: u8,
 ) -> Vec<u8> {
-    let mut f = vec![0u8; 54];
-    f[0..6].copy_from_slice(&GW_MAC);
-    f[6..12].copy_from_slice(&src_mac);
-    f[12..14].copy_from_slice(&[0x08, 0x00]);
-    ip_header(&mut f, 40, 6, ttl, src.0, dst.0);
+    let mut f = ipv4_frame(src_mac, 20, 6, ttl, (src.0, dst.0));
     let (s, d) = (IpAddress::Ipv4(src.0), IpAddress::Ipv4(dst.0));
     tcp_segment(&mut f[34..54], (s, src.1), (d, dst.1), flags);
     f
@@ -145,42 +141,72 @@ pub(crate) fn udp_datagram(dgram: &mut [u8], src: (IpAddress, u16), dst: (IpAddr
     UdpPacket::new_unchecked(dgram).fill_checksum(&src.0, &dst.0);
 }
 
-/// An Ethernet/IPv4/UDP frame with 4 payload bytes and a valid checksum.
-pub(crate) fn udp(src_mac: [u8; 6], src: (Ipv4Addr, u16), dst: (Ipv4Addr, u16)) -> Vec<u8> {
-    let mut f = vec![0u8; 46];
-    f[0..6].copy_from_slice(&GW_MAC);
-    f[6..12].copy_from_slice(&src_mac);
-    f[12..14].copy_from_slice(&[0x08, 0x00]);
-    ip_header(&mut f, 32, 17, 64, src.0, dst.0);
+/// An Ethernet/IPv4/UDP frame with 4 payload bytes and valid checksums.
+pub(crate) fn udp(
+    src_mac: [u8; 6],
+    src: (Ipv4Addr, u16),
+    dst: (Ipv4Addr, u16),
+    ttl: u8,
+) -> Vec<u8> {
+    let mut f = ipv4_frame(src_mac, 12, 17, ttl, (src.0, dst.0));
     let (s, d) = (IpAddress::Ipv4(src.0), IpAddress::Ipv4(dst.0));
     udp_datagram(&mut f[34..46], (s, src.1), (d, dst.1));
     f
 }
 
-fn ip_header(f: &mut [u8], total: u16, proto: u8, ttl: u8, src: Ipv4Addr, dst: Ipv4Addr) {
+/// An Ethernet/IPv4 frame from `src_mac` to the gateway with room for
+/// `l4_len` bytes of protocol `proto` after a 20-byte header (its
+/// checksum valid).
+fn ipv4_frame(
+    src_mac: [u8; 6],
+    l4_len: u16,
+    proto: u8,
+    ttl: u8,
+    (src, dst): (Ipv4Addr, Ipv4Addr),
+) -> Vec<u8> {
+    let mut f = vec![0u8; 34 + usize::from(l4_len)];
+    f[0..6].copy_from_slice(&GW_MAC);
+    f[6..12].copy_from_slice(&src_mac);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
     let h = &mut f[14..34];
     h[0] = 0x45;
-    h[2..4].copy_from_slice(&total.to_be_bytes());
+    h[2..4].copy_from_slice(&(20 + l4_len).to_be_bytes());
     h[6] = 0x40;
     h[8] = ttl;
     h[9] = proto;
     h[12..16].copy_from_slice(&src.octets());
     h[16..20].copy_from_slice(&dst.octets());
     Ipv4Packet::new_unchecked(h).fill_checksum();
+    f
 }
 
-/// Source and destination of a TCP or UDP frame.
+/// Source and destination of an IPv4 TCP or UDP frame.
 pub(crate) fn ends(frame: &[u8]) -> ((Ipv4Addr, u16), (Ipv4Addr, u16)) {
-    let Ok(Frame::Ipv4(ip)) = classify(frame) else {
-        panic!("not IPv4: {frame:?}")
+    let v4 = |(a, port): (IpAddr, u16)| match a {
+        IpAddr::V4(a) => (a, port),
+        IpAddr::V6(_) => panic!("not IPv4: {frame:?}"),
     };
-    match ip.l4 {
-        L4::Tcp {
-            src_port, dst_port, ..
+    let (src, dst) = endpoints(frame);
+    (v4(src), v4(dst))
+}
+
+/// Source and destination of a TCP or UDP frame of either family.
+pub(crate) fn endpoints(frame: &[u8]) -> ((IpAddr, u16), (IpAddr, u16)) {
+    fn ports<A: Address>(l4: L4<A>) -> (u16, u16) {
+        match l4 {
+            L4::Tcp {
+                src_port, dst_port, ..
+            }
+            | L4::Udp { src_port, dst_port } => (src_port, dst_port),
+            other => panic!("{other:?}"),
         }
-        | L4::Udp { src_port, dst_port } => ((ip.src, src_port), (ip.dst, dst_port)),
-        other => panic!("{other:?}"),
     }
+    let (src, dst, (sp, dp)) = match classify(frame) {
+        Ok(Frame::Ipv4(ip)) => (IpAddr::from(ip.src), IpAddr::from(ip.dst), ports(ip.l4)),
+        Ok(Frame::Ipv6(ip)) => (IpAddr::from(ip.src), IpAddr::from(ip.dst), ports(ip.l4)),
+        other => panic!("{other:?}"),
+    };
+    ((src, sp), (dst, dp))
 }
 
 /// The backend address a forwarded frame went to.
