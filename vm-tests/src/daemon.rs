@@ -334,6 +334,18 @@ pub fn nonzero_samples(text: &str, prefixes: &[&str]) -> String {
     lines.join("\n")
 }
 
+/// The sum of the samples of family `name` in Prometheus text `text`
+/// (every label set; 0 if it has none).
+pub fn sample_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|r| r.starts_with(['{', ' ']))
+        })
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
 /// `key=value` of a summary line (the daemon's worker lines, the load
 /// clients' summaries).
 pub fn field(line: &str, key: &str) -> Option<u64> {
@@ -373,6 +385,18 @@ mod tests {
         assert_eq!(drops(line, "tcp_no_flow"), 2);
         assert_eq!(drops(line, "no_flow"), 0);
         assert_eq!(drops("worker 0: drops=[]", "x"), 0);
+    }
+
+    #[test]
+    fn a_family_sums_over_its_label_sets_and_no_other_family() {
+        let text = "# TYPE xvs_rx_frames_total counter\n\
+                    xvs_rx_frames_total{worker=\"0\"} 5\n\
+                    xvs_rx_frames_total{worker=\"1\"} 7\n\
+                    xvs_rx_frames_total_extra{worker=\"0\"} 100\n\
+                    xvs_flows 3\n";
+        assert_eq!(sample_sum(text, "xvs_rx_frames_total"), 12.0);
+        assert_eq!(sample_sum(text, "xvs_flows"), 3.0);
+        assert_eq!(sample_sum(text, "xvs_absent"), 0.0);
     }
 
     #[test]

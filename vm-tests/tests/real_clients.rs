@@ -393,6 +393,16 @@ fn after_a_delete_stats_match_the_backends_kernels_and_the_listing() {
             "{addr}"
         );
     }
+    // wrk's keep-alive requests to nginx are established full-NAT
+    // packets: most of what was forwarded took the express lane, as an
+    // operator reads it off /metrics.
+    let text = lab.gw.get("/metrics");
+    let express = xvs_vm_tests::daemon::sample_sum(&text, "xvs_express_frames_total");
+    let forwarded = xvs_vm_tests::daemon::sample_sum(&text, "xvs_forwarded_frames_total");
+    assert!(
+        express > forwarded / 2.0 && express < forwarded,
+        "express {express} of {forwarded} forwarded"
+    );
     // /metrics, read by the official client library's parser, says the
     // same as the listing, and the delete's update latency was observed.
     if !xvs_vm_tests::prom::available() {
