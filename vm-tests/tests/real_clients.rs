@@ -369,29 +369,47 @@ fn after_a_delete_stats_match_the_backends_kernels_and_the_listing() {
             svc["stats"][k]
         );
     }
-    // ActiveConn / InActConn against the listing, with no traffic.
-    let conns: serde_json::Value =
-        serde_json::from_str(&lab.gw.adm_ok(&["-Lnc", "--json"])).unwrap();
-    let listed = |addr: &str, established: bool| {
-        conns["connections"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|c| {
-                c["backend"].as_str().unwrap() == addr
-                    && (c["state"] == "ESTABLISHED") == established
-            })
-            .count() as u64
+    // ActiveConn / InActConn against the listing, with no traffic. The
+    // two are read one after the other while flows still time out (a
+    // closing flow's seconds run out between the reads), so the service
+    // is read between two listings that agree: counts that differ then
+    // are a defect, not a race.
+    let listed = |conns: &serde_json::Value| {
+        let mut by: std::collections::BTreeMap<(String, bool), u64> = Default::default();
+        for c in conns["connections"].as_array().unwrap() {
+            let key = (
+                c["backend"].as_str().unwrap().to_string(),
+                c["state"] == "ESTABLISHED",
+            );
+            *by.entry(key).or_default() += 1;
+        }
+        by
     };
-    let svc = lab.service_json();
+    let listing = || -> serde_json::Value {
+        serde_json::from_str(&lab.gw.adm_ok(&["-Lnc", "--json"])).unwrap()
+    };
+    let (svc, counts) = (0..10)
+        .find_map(|_| {
+            let before = listed(&listing());
+            let svc = lab.service_json();
+            let after = listed(&listing());
+            if before == after {
+                return Some((svc, after));
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            None
+        })
+        .expect("the connection listing settles within ten reads");
     for b in svc["backends"].as_array().unwrap() {
         let addr = format!("{}:{}", b["address"].as_str().unwrap(), b["port"]);
-        assert_eq!(b["active"].as_u64().unwrap(), listed(&addr, true), "{addr}");
-        assert_eq!(
-            b["inactive"].as_u64().unwrap(),
-            listed(&addr, false),
-            "{addr}"
-        );
+        let n = |established: bool| {
+            counts
+                .get(&(addr.clone(), established))
+                .copied()
+                .unwrap_or(0)
+        };
+        assert_eq!(b["active"].as_u64().unwrap(), n(true), "{addr}");
+        assert_eq!(b["inactive"].as_u64().unwrap(), n(false), "{addr}");
     }
     // wrk's keep-alive requests to nginx are established full-NAT
     // packets: most of what was forwarded took the express lane, as an
