@@ -92,14 +92,61 @@ pub struct Daemon {
 /// binaries (`testnet` is the path of one of them), or in `XVS_BIN_DIR`
 /// (an absolute path: e.g. the release build, to measure it, or another
 /// build, to run today's tests against it).
+///
+/// Beside the tests, the daemon must be at least as new as every source
+/// file it is built from, or this panics saying which is newer:
+/// `cargo test -p xvs-vm-tests` builds the tests' own binaries, not the
+/// daemon's, and a test run against an older daemon passes or fails for
+/// that build's reasons (`cargo build --workspace --bins` first, as
+/// `make test` does).
 pub fn bins(testnet: &str) -> PathBuf {
     match std::env::var_os("XVS_BIN_DIR") {
         Some(d) => PathBuf::from(d),
-        None => Path::new(testnet)
-            .parent()
-            .map(Path::to_owned)
-            .unwrap_or_default(),
+        None => {
+            let dir = Path::new(testnet)
+                .parent()
+                .map(Path::to_owned)
+                .unwrap_or_default();
+            static FRESH: std::sync::Once = std::sync::Once::new();
+            FRESH.call_once(|| {
+                let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+                if let Err(e) = fresh(&dir.join("xvs"), &root, &DAEMON_SOURCES) {
+                    panic!("{e}: run `cargo build --workspace --bins` first");
+                }
+            });
+            dir
+        }
     }
+}
+
+/// The source folders of the crates `xvs` is built from, under the
+/// workspace root.
+const DAEMON_SOURCES: [&str; 4] = [
+    "control/src",
+    "dataplane/src",
+    "conntrack/src",
+    "config/src",
+];
+
+/// Whether the binary `bin` is at least as new as every file under
+/// `root`'s `sources`; else which file is newer.
+fn fresh(bin: &Path, root: &Path, sources: &[&str]) -> Result<(), String> {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let Some(built) = modified(bin) else {
+        return Err(format!("no daemon at {}", bin.display()));
+    };
+    let mut dirs: Vec<PathBuf> = sources.iter().map(|s| root.join(s)).collect();
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if modified(&p).is_some_and(|m| m > built) {
+                return Err(format!("{} is older than {}", bin.display(), p.display()));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The folder a test's daemon uses (`kind` tells tests apart).
@@ -375,6 +422,35 @@ pub fn drops(line: &str, reason: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_daemon_older_than_a_source_file_is_named_stale() {
+        let root = std::env::temp_dir().join(format!("xvs-fresh-{}", std::process::id()));
+        let src = root.join("crate/src/deep");
+        std::fs::create_dir_all(&src).unwrap();
+        let file = src.join("lib.rs");
+        std::fs::write(&file, "// source").unwrap();
+        let bin = root.join("xvs");
+        assert!(
+            fresh(&bin, &root, &["crate/src"])
+                .unwrap_err()
+                .contains("no daemon"),
+            "no binary yet"
+        );
+        std::fs::write(&bin, "binary").unwrap();
+        let now = std::fs::metadata(&bin).unwrap().modified().unwrap();
+        let set = |p: &Path, t| {
+            let f = std::fs::File::options().write(true).open(p).unwrap();
+            f.set_modified(t).unwrap();
+        };
+        set(&file, now - Duration::from_secs(60));
+        set(&bin, now);
+        assert_eq!(fresh(&bin, &root, &["crate/src"]), Ok(()));
+        set(&file, now + Duration::from_secs(60));
+        let e = fresh(&bin, &root, &["crate/src"]).unwrap_err();
+        assert!(e.contains("deep/lib.rs"), "{e}");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 
     #[test]
     fn fields_and_drops_of_a_worker_line() {
