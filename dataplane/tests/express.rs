@@ -8,6 +8,11 @@
 //! every step their verdicts, the frames they send and their counters are
 //! equal; at the end, their flow tables, the services' traffic counters,
 //! the flow events and the sync records too.
+//!
+//! The same check holds the worker's batches (every frame looked up
+//! before any runs, up to 48 of them) to the same traffic one frame at a
+//! time: a lookup made stale by an earlier frame of the batch (a flow
+//! ended, its slot taken) must be noticed.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
@@ -17,6 +22,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 use smoltcp::wire::{EthernetAddress, IpAddress};
 use support::{
     config, endpoints, rr_service, run, tcp, tcp_segment, udp as udp4, udp_datagram, GW_MAC,
@@ -173,28 +179,25 @@ impl Gw {
         }
     }
 
-    /// `frames` through the gateway at `now`, one at a time or as one
-    /// batch the worker's way: each verdict and frame as sent.
-    fn send(&mut self, frames: &[Vec<u8>], batched: bool, now: u32) -> Vec<(Verdict, Vec<u8>)> {
-        let out = if batched {
-            let prepared: Vec<Prepared> = frames.iter().map(|f| Prepared::of(f)).collect();
-            let mut looked = vec![Lookup::NotYet; frames.len()];
-            self.p.lookup_prepared(&prepared, &mut looked);
-            frames
-                .iter()
-                .zip(&prepared)
-                .zip(&looked)
-                .map(|((f, prep), &look)| {
-                    let mut buf = vec![0u8; 2048];
-                    buf[..f.len()].copy_from_slice(f);
-                    let v = self
-                        .p
-                        .process_prepared(Side::Client, &mut buf, now, prep, look);
-                    sent(v, buf)
-                })
-                .collect()
-        } else {
-            frames.iter().map(|f| run(&mut self.p, f, now)).collect()
+    /// `frames` through the gateway at `now`, the way `mode` says: each
+    /// verdict and frame as sent.
+    fn send(&mut self, frames: &[Vec<u8>], mode: Mode, now: u32) -> Vec<(Verdict, Vec<u8>)> {
+        let prepared: Vec<Prepared> = frames.iter().map(|f| Prepared::of(f)).collect();
+        let mut looked = vec![Lookup::NotYet; frames.len()];
+        let process = |p: &mut Pipeline, j: usize, look: Lookup| {
+            let mut buf = vec![0u8; 2048];
+            buf[..frames[j].len()].copy_from_slice(&frames[j]);
+            let v = p.process_prepared(Side::Client, &mut buf, now, &prepared[j], look);
+            sent(v, buf)
+        };
+        let out = match mode {
+            Mode::Single => frames.iter().map(|f| run(&mut self.p, f, now)).collect(),
+            Mode::Batch => {
+                self.p.lookup_prepared(&prepared, &mut looked);
+                (0..frames.len())
+                    .map(|j| process(&mut self.p, j, looked[j]))
+                    .collect()
+            }
         };
         self.p.flush_sync();
         out
@@ -260,11 +263,21 @@ struct Packet {
     reply: Option<u8>,
 }
 
+/// How a step's frames reach the gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// One at a time ([`Pipeline::process`]).
+    Single,
+    /// Looked up together, then processed, the worker's way
+    /// ([`Pipeline::lookup_prepared`]).
+    Batch,
+}
+
 #[derive(Debug, Clone)]
 enum Step {
     Packets {
         packets: Vec<Packet>,
-        batched: bool,
+        mode: Mode,
     },
     /// Backend weights (`u32::MAX`: removed).
     Backends([u32; 2]),
@@ -313,10 +326,24 @@ fn weight() -> impl Strategy<Value = u32> {
     prop_oneof![3 => Just(1u32), 1 => Just(0u32), 1 => Just(u32::MAX)]
 }
 
+/// A step's packets: a few, one at a time or looked up together, or a
+/// long batch (up to 48 frames: many of one flow, a flow opened, used
+/// and closed within one batch, looked up before any of it ran).
+fn packets() -> impl Strategy<Value = Step> {
+    let few = prop::collection::vec(packet(), 1..6);
+    let many = prop::collection::vec(packet(), 1..48);
+    prop_oneof![
+        2 => (few, any::<bool>()).prop_map(|(packets, batch)| Step::Packets {
+            packets,
+            mode: if batch { Mode::Batch } else { Mode::Single },
+        }),
+        1 => many.prop_map(|packets| Step::Packets { packets, mode: Mode::Batch }),
+    ]
+}
+
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        12 => (prop::collection::vec(packet(), 1..6), any::<bool>())
-            .prop_map(|(packets, batched)| Step::Packets { packets, batched }),
+        12 => packets(),
         2 => [weight(), weight()].prop_map(Step::Backends),
         1 => (0..2usize, 0..3u8, any::<bool>()).prop_map(|(b, mac, v6)| Step::Resolve { b, mac, v6 }),
         2 => any::<bool>().prop_map(Step::ExpireNodest),
@@ -402,47 +429,88 @@ fn segment6(
     f
 }
 
+/// Runs `steps` through two gateways, `b`'s packets the way `b_mode`
+/// maps the step's, checking after every step that their verdicts,
+/// frames and counters (the express lane's own aside) agree, and at the
+/// end everything else too.
+fn agree(
+    steps: &[Step],
+    a: &mut Gw,
+    b: &mut Gw,
+    b_mode: fn(Mode) -> Mode,
+) -> Result<(), TestCaseError> {
+    let mut last = [None; 16];
+    let mut now = 1;
+    for s in steps {
+        match s {
+            Step::Packets { packets, mode } => {
+                let fs: Vec<_> = packets.iter().map(|p| frame(p, &last)).collect();
+                let (ra, rb) = (a.send(&fs, *mode, now), b.send(&fs, b_mode(*mode), now));
+                prop_assert_eq!(&ra, &rb, "{:?}", s);
+                for (p, (v, out)) in packets.iter().zip(&ra) {
+                    if let (
+                        None,
+                        Verdict::Forward {
+                            to: Side::Backend, ..
+                        },
+                    ) = (p.reply, v)
+                    {
+                        last[p.flow.slot()] = Some(endpoints(out));
+                    }
+                }
+            }
+            Step::Backends(w) => {
+                a.set_backends(*w);
+                b.set_backends(*w);
+            }
+            Step::Resolve {
+                b: which,
+                mac,
+                v6: false,
+            } => {
+                prop_assert_eq!(a.arp(*which, *mac), b.arp(*which, *mac));
+            }
+            Step::Resolve {
+                b: which,
+                mac,
+                v6: true,
+            } => {
+                prop_assert_eq!(a.na(*which, *mac), b.na(*which, *mac));
+            }
+            Step::ExpireNodest(on) => {
+                let rules = ConnRules {
+                    expire_nodest_conn: *on,
+                    ..ConnRules::default()
+                };
+                a.p.set_rules(rules, UnknownPort::Drop);
+                b.p.set_rules(rules, UnknownPort::Drop);
+            }
+            Step::Wait(secs) => now += secs,
+        }
+        prop_assert_eq!(general(a.p.counters()), general(b.p.counters()), "{:?}", s);
+    }
+    prop_assert_eq!(a.state(now), b.state(now));
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(1000))]
 
     #[test]
     fn the_express_lane_and_the_general_path_agree(steps in prop::collection::vec(step(), 1..40)) {
         let (mut a, mut b) = (Gw::new(true), Gw::new(false));
-        let mut last = [None; 16];
-        let mut now = 1;
-        for s in &steps {
-            match s {
-                Step::Packets { packets, batched } => {
-                    let fs: Vec<_> = packets.iter().map(|p| frame(p, &last)).collect();
-                    let (ra, rb) = (a.send(&fs, *batched, now), b.send(&fs, *batched, now));
-                    prop_assert_eq!(&ra, &rb, "{:?}", s);
-                    for (p, (v, out)) in packets.iter().zip(&ra) {
-                        if let (None, Verdict::Forward { to: Side::Backend, .. }) = (p.reply, v) {
-                            last[p.flow.slot()] = Some(endpoints(out));
-                        }
-                    }
-                }
-                Step::Backends(w) => {
-                    a.set_backends(*w);
-                    b.set_backends(*w);
-                }
-                Step::Resolve { b: which, mac, v6: false } => {
-                    prop_assert_eq!(a.arp(*which, *mac), b.arp(*which, *mac));
-                }
-                Step::Resolve { b: which, mac, v6: true } => {
-                    prop_assert_eq!(a.na(*which, *mac), b.na(*which, *mac));
-                }
-                Step::ExpireNodest(on) => {
-                    let rules = ConnRules { expire_nodest_conn: *on, ..ConnRules::default() };
-                    a.p.set_rules(rules, UnknownPort::Drop);
-                    b.p.set_rules(rules, UnknownPort::Drop);
-                }
-                Step::Wait(secs) => now += secs,
-            }
-            prop_assert_eq!(general(a.p.counters()), general(b.p.counters()), "{:?}", s);
-            prop_assert_eq!(b.p.counters().express, 0);
-        }
-        prop_assert_eq!(a.state(now), b.state(now));
+        agree(&steps, &mut a, &mut b, |mode| mode)?;
+        prop_assert_eq!(b.p.counters().express, 0);
+    }
+
+    /// A batch's lookups, all done before any of its frames runs (the
+    /// worker's way), answer as a lookup right before each frame would:
+    /// the same traffic one frame at a time gets the same verdicts,
+    /// frames, counters, flows, events and sync records.
+    #[test]
+    fn batches_agree_with_one_frame_at_a_time(steps in prop::collection::vec(step(), 1..40)) {
+        let (mut a, mut b) = (Gw::new(true), Gw::new(true));
+        agree(&steps, &mut a, &mut b, |_| Mode::Single)?;
     }
 }
 
@@ -554,15 +622,15 @@ fn a_removed_backend_s_flow_ends_when_the_rule_comes_on_though_its_hop_is_cached
                 g.arp(1, 1);
             }
             g.p.set_rules(lenient, UnknownPort::Drop);
-            let first = g.send(&[frame(&p, &last)], true, 1);
+            let first = g.send(&[frame(&p, &last)], Mode::Batch, 1);
             g.set_backends([u32::MAX, 1]);
             // Twice: the first packet after the new version caches the
             // hop again (a version clears the cached ones), the second is
             // the lane's (with the lane on).
-            g.send(&[frame(&p, &last)], true, 1);
-            let kept = g.send(&[frame(&p, &last)], true, 1);
+            g.send(&[frame(&p, &last)], Mode::Batch, 1);
+            let kept = g.send(&[frame(&p, &last)], Mode::Batch, 1);
             g.p.set_rules(ConnRules::default(), UnknownPort::Drop);
-            let after = g.send(&[frame(&p, &last)], true, 1);
+            let after = g.send(&[frame(&p, &last)], Mode::Batch, 1);
             outs.push([first, kept, after].map(|mut r| r.remove(0)));
         }
         assert_eq!(outs[0], outs[1]);
