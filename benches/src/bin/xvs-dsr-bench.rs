@@ -76,11 +76,7 @@ fn cpu_seconds(pid: u32) -> Result<f64, String> {
 
 /// Frames xvs's workers received, from its `/metrics`.
 fn rx_frames(metrics: &str) -> u64 {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with("xvs_rx_frames_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
+    daemon::sample_sum(metrics, "xvs_rx_frames_total") as u64
 }
 
 fn config(t: &Topology, forward: &str) -> String {
