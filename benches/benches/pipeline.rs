@@ -662,7 +662,7 @@ impl Batch {
     fn new() -> Batch {
         Batch {
             frames: Frames::new(),
-            preps: Vec::with_capacity(Frames::COUNT),
+            preps: vec![Prepared::EMPTY; Frames::COUNT],
             looked: vec![xvs_dataplane::pipeline::Lookup::NotYet; Frames::COUNT],
         }
     }
@@ -693,14 +693,17 @@ impl Batch {
     /// Classifies, looks up and processes the first `n` frames.
     fn process(&mut self, p: &mut Pipeline, n: usize, len: usize, now: u32) -> Duration {
         let start = Instant::now();
-        self.preps.clear();
-        for packet in self.frames.packets().take(n) {
-            self.preps.push(Prepared::of(&packet[..len]));
+        for (prep, packet) in self.preps.iter_mut().zip(self.frames.packets().take(n)) {
+            prep.classify(&packet[..len]);
         }
-        p.lookup_prepared(&self.preps, &mut self.looked[..n]);
-        let items = self.frames.packets().zip(&self.preps).zip(&self.looked);
+        p.lookup_prepared(&self.preps[..n], &mut self.looked[..n]);
+        let items = self
+            .frames
+            .packets()
+            .zip(&self.preps[..n])
+            .zip(&self.looked);
         for (j, ((packet, prep), look)) in items.enumerate() {
-            p.prefetch_ahead(&self.preps, &self.looked[..n], j);
+            p.prefetch_ahead(&self.preps[..n], &self.looked[..n], j);
             black_box(p.process_prepared(Side::Client, packet, now, prep, *look));
         }
         start.elapsed()

@@ -196,10 +196,26 @@ impl Prepared {
     }
 
     /// Classifies `frame` (no state is touched).
+    #[inline]
     pub fn of(frame: &[u8]) -> Prepared {
         Prepared {
             frame: classify(frame),
         }
+    }
+
+    /// A placeholder (an empty frame's classification) for a batch's
+    /// array, overwritten by [`Prepared::classify`] before it is read.
+    pub const EMPTY: Prepared = Prepared {
+        frame: Err(DropReason::EthTruncated),
+    };
+
+    /// [`Prepared::of`] written in place: the classification is stored
+    /// straight into `self` (a slot of the batch's array) instead of
+    /// being built aside and copied in (84 bytes, field by field, 45
+    /// instructions of a 670-instruction established packet).
+    #[inline]
+    pub fn classify(&mut self, frame: &[u8]) {
+        crate::wire::classify_into(frame, &mut self.frame);
     }
 
     /// The flow key of a whole TCP or UDP packet of family `A`.

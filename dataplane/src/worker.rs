@@ -318,7 +318,7 @@ impl<P: PacketIo> Worker<P> {
             serving: true,
             last_now: 0,
             keep: Vec::with_capacity(BATCH),
-            preps: Vec::with_capacity(BATCH),
+            preps: vec![Prepared::EMPTY; BATCH],
             looked: Vec::with_capacity(BATCH),
             tallies: WorkerTallies::default(),
             rx: vec![P::Frame::default(); BATCH],
@@ -557,7 +557,13 @@ impl<P: PacketIo> Worker<P> {
         drop: &mut Vec<P::Frame>,
     ) {
         self.keep.clear();
-        self.preps.clear();
+        // Classified in place into the batch's array (taken out of `self`
+        // for the loop: no allocation, the array is put back below).
+        let mut all = std::mem::take(&mut self.preps);
+        if all.len() < descs.len() {
+            all.resize(descs.len(), Prepared::EMPTY);
+        }
+        let mut n = 0;
         for k in 0..descs.len() {
             // The headers are fetched a few frames ahead of the one
             // classified: the kernel's copy wrote them on another core,
@@ -566,26 +572,28 @@ impl<P: PacketIo> Worker<P> {
             self.port.prefetch_ahead(descs, k);
             let desc = &mut descs[k];
             // Classified once: for the hand-off and for the verdict.
+            let prep = &mut all[n];
             // SAFETY: `desc` was just received on this port (or filled
             // from the hand-off ring) and is referenced nowhere else.
-            let prep = unsafe {
+            unsafe {
                 self.port
-                    .with_frame(desc, |buf, len| Prepared::of(&buf[..len]))
+                    .with_frame(desc, |buf, len| prep.classify(&buf[..len]))
             };
-            if from_port && self.hand_off(desc, &prep, ingress) {
+            if from_port && self.hand_off(desc, prep, ingress) {
                 drop.push(*desc);
                 continue;
             }
             self.keep.push(k);
-            self.preps.push(prep);
+            n += 1;
         }
+        let preps = &all[..n];
         self.looked.clear();
-        self.looked.resize(self.preps.len(), Lookup::NotYet);
-        self.pipeline.lookup_prepared(&self.preps, &mut self.looked);
-        for j in 0..self.keep.len() {
-            self.pipeline.prefetch_ahead(&self.preps, &self.looked, j);
+        self.looked.resize(n, Lookup::NotYet);
+        self.pipeline.lookup_prepared(preps, &mut self.looked);
+        for j in 0..n {
+            self.pipeline.prefetch_ahead(preps, &self.looked, j);
             let desc = &mut descs[self.keep[j]];
-            let (prep, looked) = (&self.preps[j], self.looked[j]);
+            let (prep, looked) = (&preps[j], self.looked[j]);
             let pipeline = &mut self.pipeline;
             // SAFETY: as above.
             let verdict = unsafe {
@@ -598,13 +606,14 @@ impl<P: PacketIo> Worker<P> {
             if !self.place(*desc, ingress, verdict, outs, drop) {
                 let held = Held {
                     desc: *desc,
-                    prep: self.preps[j],
+                    prep: preps[j],
                     side: ingress,
                     since: now,
                 };
                 self.hold(held, true, drop);
             }
         }
+        self.preps = all;
     }
 
     /// Sends the frame `desc`, received on `side`, where its `verdict`

@@ -22,7 +22,9 @@ pub mod nat6;
 pub mod ndp;
 
 pub use arp::{Arp, ArpOp};
-pub use classify::{classify, Fragment, Frame, IcmpError, Inner, Ipv4, TcpFlags, L4};
+pub use classify::{
+    classify, classify_into, Fragment, Frame, IcmpError, Inner, Ipv4, TcpFlags, L4,
+};
 pub use drop_reason::{DropReason, Drops};
 pub use icmp_error::IcmpErrorNat;
 pub use ipv6::Ipv6;
