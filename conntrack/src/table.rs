@@ -484,6 +484,21 @@ impl<A: Address> FlowTable<A> {
         now: u32,
         obs: &mut impl Observer<A>,
     ) -> FlowState {
+        self.on_packet_states(id, dir, pkt, now, obs).1
+    }
+
+    /// [`FlowTable::on_packet`], returning the states before and after
+    /// the packet (the one before is read anyway: a caller that reports
+    /// changes needs no read of its own).
+    #[inline(always)]
+    pub fn on_packet_states(
+        &mut self,
+        id: FlowId,
+        dir: Direction,
+        pkt: Packet,
+        now: u32,
+        obs: &mut impl Observer<A>,
+    ) -> (FlowState, FlowState) {
         let e = &mut self.slab.entries[id.0 as usize];
         let d = dir as usize;
         e.packets[d] = e.packets[d].wrapping_add(1);
@@ -494,7 +509,7 @@ impl<A: Address> FlowTable<A> {
         if new != old {
             self.change_state(id.0, old, new, obs);
         }
-        new
+        (old, new)
     }
 
     /// Moves an entry to a new state: gauges, active/inactive counts, age

@@ -905,14 +905,11 @@ impl<A: Family> Half<A> {
         now: u32,
         protocol: u8,
     ) {
-        // The state before is read only when events or sync records are
-        // produced (the entry is in cache: the lookup just verified it).
-        let watched = core.events.is_some() || core.sync.is_some();
-        let before = watched.then(|| self.table.flow(id).state());
         let (table, mut obs) = self.split(core.cfg.worker);
-        let after = table.on_packet(id, dir, pkt, now, &mut obs);
-        if before.is_some_and(|b| b != after)
+        let (before, after) = table.on_packet_states(id, dir, pkt, now, &mut obs);
+        if before != after
             && matches!(after, FlowState::Close | FlowState::TimeWait)
+            && core.events.is_some()
         {
             let f = self.table.flow(id);
             let (src, dst, to) = (f.client(), f.vip(), [f.backend(), f.snat()]);
@@ -920,7 +917,7 @@ impl<A: Family> Half<A> {
         }
         if core.sync.is_some() {
             let f = self.table.flow(id);
-            let changed = before.is_some_and(|b| b != after);
+            let changed = before != after;
             let due = dir == Direction::Original && refresh_due(f.packets()[0]);
             if (changed || due) && !f.is_peer() {
                 core.stage(SyncRecord::of(&f, Op::Update));
