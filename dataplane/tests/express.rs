@@ -654,3 +654,52 @@ fn a_removed_backend_s_flow_ends_when_the_rule_comes_on_though_its_hop_is_cached
         );
     }
 }
+
+/// Sequences the properties above once found wrong, pinned so that they
+/// run every time rather than when the random cases happen on them: a
+/// backend's reply after the client's SYN and ACK (the reply learns the
+/// backend's MAC, the lane must not answer for a hop it has not cached),
+/// and a SYN that reuses a flow's ports after an RST ended it (IPVS's
+/// `conn_reuse_mode`: the lane declines every SYN). Over IPv4 and IPv6,
+/// one frame at a time and in batches, lane against general path and
+/// batch against one at a time.
+#[test]
+fn sequences_once_found_wrong_agree() {
+    let pkt = |port, udp, v6, flags, reply| Packet {
+        flow: Flow { port, udp, v6 },
+        flags,
+        ttl: 64,
+        reply,
+    };
+    for v6 in [false, true] {
+        for mode in [Mode::Single, Mode::Batch] {
+            let reply_after_syn = vec![
+                Step::Packets {
+                    packets: vec![
+                        pkt(0, false, v6, SYN, None),
+                        pkt(1, true, v6, ACK, None),
+                        pkt(0, false, v6, ACK, None),
+                    ],
+                    mode,
+                },
+                Step::Packets {
+                    packets: vec![pkt(0, false, v6, ACK, Some(1)), pkt(1, true, v6, ACK, None)],
+                    mode,
+                },
+            ];
+            let syn_after_rst: Vec<Step> = [SYN, ACK, RST, SYN]
+                .into_iter()
+                .map(|flags| Step::Packets {
+                    packets: vec![pkt(1, false, v6, flags, None)],
+                    mode,
+                })
+                .collect();
+            for steps in [reply_after_syn, syn_after_rst] {
+                let (mut a, mut b) = (Gw::new(true), Gw::new(false));
+                agree(&steps, &mut a, &mut b, |mode| mode).unwrap();
+                let (mut a, mut b) = (Gw::new(true), Gw::new(true));
+                agree(&steps, &mut a, &mut b, |_| Mode::Single).unwrap();
+            }
+        }
+    }
+}
