@@ -274,9 +274,9 @@ impl<A: Address> L4<A> {
 /// Classifies a received frame, or says why it must be dropped.
 ///
 /// Inlined into the caller's loop: most frames are plain IPv4 TCP or UDP
-/// ([`plain_ipv4`]), answered without the general walk's call, its frame
+/// (`plain_ipv4`), answered without the general walk's call, its frame
 /// and its copy of the result; every other frame, and every plain one
-/// that fails a check, goes the general way ([`classify_any`]), which
+/// that fails a check, goes the general way (`classify_any`), which
 /// gives the same answer for a frame the plain way accepts.
 #[inline(always)]
 pub fn classify(frame: &[u8]) -> Result<Frame, DropReason> {
