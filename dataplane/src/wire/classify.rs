@@ -327,18 +327,13 @@ fn plain_ipv4(frame: &[u8]) -> Option<Ipv4> {
         PROTO_UDP => classify_udp(seg, Fragment::Whole).ok()?,
         _ => return None,
     };
-    let addr = |at: usize| Ipv4Addr::new(h[at], h[at + 1], h[at + 2], h[at + 3]);
-    Some(Ipv4 {
-        header_len: IPV4_MIN_HEADER_LEN as u8,
-        total_len: total_len as u16,
-        src: addr(ipv4::SRC),
-        dst: addr(ipv4::DST),
-        ttl: h[ipv4::TTL_PROTO],
-        ident: u16::from_be_bytes([h[ipv4::IDENT], h[ipv4::IDENT + 1]]),
-        protocol,
-        fragment: Fragment::Whole,
+    Some(ipv4_of(
+        h,
+        IPV4_MIN_HEADER_LEN,
+        total_len,
+        Fragment::Whole,
         l4,
-    })
+    ))
 }
 
 /// [`classify`] for any frame: the general walk, out of line.
@@ -398,18 +393,31 @@ fn classify_ipv4(frame: &[u8]) -> Result<Ipv4, DropReason> {
         (_, PROTO_UDP) => classify_udp(payload, fragment)?,
         _ => classify_icmp(payload, ETH_HEADER_LEN + header_len)?,
     };
+    Ok(ipv4_of(h, header_len, total_len, fragment, l4))
+}
+
+/// The packet whose fixed header is `h`, with the lengths, fragment
+/// status and L4 header its checks found.
+#[inline(always)]
+fn ipv4_of(
+    h: &[u8; IPV4_MIN_HEADER_LEN],
+    header_len: usize,
+    total_len: usize,
+    fragment: Fragment,
+    l4: L4,
+) -> Ipv4 {
     let addr = |at: usize| Ipv4Addr::new(h[at], h[at + 1], h[at + 2], h[at + 3]);
-    Ok(Ipv4 {
+    Ipv4 {
         header_len: header_len as u8,
         total_len: total_len as u16,
         src: addr(ipv4::SRC),
         dst: addr(ipv4::DST),
         ttl: h[ipv4::TTL_PROTO],
         ident: u16::from_be_bytes([h[ipv4::IDENT], h[ipv4::IDENT + 1]]),
-        protocol,
+        protocol: h[ipv4::TTL_PROTO + 1],
         fragment,
         l4,
-    })
+    }
 }
 
 /// Verifies an IPv4 header checksum: the fixed 20 bytes `fixed` and the
