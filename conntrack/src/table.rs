@@ -474,24 +474,11 @@ impl<A: Address> FlowTable<A> {
     }
 
     /// Accounts a packet of a tracked flow: counters, last seen, and (TCP)
-    /// the state transition. Returns the state after the packet.
-    #[inline(always)]
-    pub fn on_packet(
-        &mut self,
-        id: FlowId,
-        dir: Direction,
-        pkt: Packet,
-        now: u32,
-        obs: &mut impl Observer<A>,
-    ) -> FlowState {
-        self.on_packet_states(id, dir, pkt, now, obs).1
-    }
-
-    /// [`FlowTable::on_packet`], returning the states before and after
-    /// the packet (the one before is read anyway: a caller that reports
+    /// the state transition. Returns the states before and after the
+    /// packet (the one before is read anyway: a caller that reports
     /// changes needs no read of its own).
     #[inline(always)]
-    pub fn on_packet_states(
+    pub fn on_packet(
         &mut self,
         id: FlowId,
         dir: Direction,

@@ -206,13 +206,14 @@ fn tcp_lifecycle_reports_active_and_inactive() {
     assert_eq!(c.conns[&1], (0, 1), "a new flow is inactive");
     t.on_packet(id, Direction::Reply, flags(SYN | ACK), 1, &mut c);
     assert_eq!(
-        t.on_packet(id, Direction::Original, flags(ACK), 1, &mut c),
+        t.on_packet(id, Direction::Original, flags(ACK), 1, &mut c)
+            .1,
         FlowState::Established
     );
     assert_eq!(c.conns[&1], (1, 0), "ESTABLISHED is active");
     assert_eq!(
         t.on_packet(id, Direction::Original, flags(FIN | ACK), 2, &mut c),
-        FlowState::CloseWait
+        (FlowState::Established, FlowState::CloseWait)
     );
     assert_eq!(c.conns[&1], (0, 1));
     t.on_packet(id, Direction::Reply, flags(FIN | ACK), 2, &mut c);

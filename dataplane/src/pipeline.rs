@@ -906,7 +906,7 @@ impl<A: Family> Half<A> {
         protocol: u8,
     ) {
         let (table, mut obs) = self.split(core.cfg.worker);
-        let (before, after) = table.on_packet_states(id, dir, pkt, now, &mut obs);
+        let (before, after) = table.on_packet(id, dir, pkt, now, &mut obs);
         if before != after
             && matches!(after, FlowState::Close | FlowState::TimeWait)
             && core.events.is_some()
