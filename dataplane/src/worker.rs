@@ -563,7 +563,6 @@ impl<P: PacketIo> Worker<P> {
         if all.len() < descs.len() {
             all.resize(descs.len(), Prepared::EMPTY);
         }
-        let mut n = 0;
         for k in 0..descs.len() {
             // The headers are fetched a few frames ahead of the one
             // classified: the kernel's copy wrote them on another core,
@@ -571,8 +570,9 @@ impl<P: PacketIo> Worker<P> {
             // turn.
             self.port.prefetch_ahead(descs, k);
             let desc = &mut descs[k];
-            // Classified once: for the hand-off and for the verdict.
-            let prep = &mut all[n];
+            // Classified once: for the hand-off and for the verdict, into
+            // the slot after the frames kept so far.
+            let prep = &mut all[self.keep.len()];
             // SAFETY: `desc` was just received on this port (or filled
             // from the hand-off ring) and is referenced nowhere else.
             unsafe {
@@ -584,8 +584,8 @@ impl<P: PacketIo> Worker<P> {
                 continue;
             }
             self.keep.push(k);
-            n += 1;
         }
+        let n = self.keep.len();
         let preps = &all[..n];
         self.looked.clear();
         self.looked.resize(n, Lookup::NotYet);

@@ -280,13 +280,13 @@ impl<A: Address> L4<A> {
 /// gives the same answer for a frame the plain way accepts.
 #[inline(always)]
 pub fn classify(frame: &[u8]) -> Result<Frame, DropReason> {
-    match plain_ipv4(frame) {
-        Some(ip) => Ok(Frame::Ipv4(ip)),
-        None => classify_any(frame),
-    }
+    let mut out = Err(DropReason::EthTruncated);
+    classify_into(frame, &mut out);
+    out
 }
 
-/// [`classify`] into `out`, each way storing its answer there directly.
+/// [`classify`] into `out`, each way storing its answer there directly
+/// (a batch's array slot: nothing built aside and copied in).
 #[inline(always)]
 pub fn classify_into(frame: &[u8], out: &mut Result<Frame, DropReason>) {
     match plain_ipv4(frame) {
@@ -569,6 +569,17 @@ mod tests {
             let ip = plain_ipv4(&f).expect("a plain packet is classified the plain way");
             assert_eq!(Ok(Frame::Ipv4(ip)), classify_any(&f));
         }
+        // A plain packet that fails a check goes the general way, which
+        // names the reason.
+        let mut bad_sum = frame(PROTO_TCP, 0, 0, 0);
+        bad_sum[18] ^= 1;
+        assert_eq!(plain_ipv4(&bad_sum), None);
+        assert_eq!(classify(&bad_sum), Err(DropReason::Ipv4BadChecksum));
+        let long = frame(PROTO_UDP, 0, 0, 0);
+        assert_eq!(
+            classify(&long[..long.len() - 1]),
+            Err(DropReason::Ipv4BadTotalLen)
+        );
         // Fragments, options and other protocols go the general way.
         assert_eq!(plain_ipv4(&frame(PROTO_TCP, 0x2000, 0, 0)), None);
         assert_eq!(plain_ipv4(&frame(PROTO_TCP, 0x0001, 0, 0)), None);
