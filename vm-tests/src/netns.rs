@@ -162,6 +162,27 @@ impl Netns {
             })
     }
 
+    /// The TCP segments this namespace has sent, retransmissions included
+    /// (the kernel counts a retransmitted segment in `RetransSegs`, not in
+    /// `OutSegs`), read once the count has stopped moving: a client that
+    /// closes first acknowledges the server's FIN after its program has
+    /// returned. Reads every 200 ms until two agree, at most 5 s.
+    pub fn tcp_segments_sent_settled(&self) -> Result<u64, CmdError> {
+        let sent = || -> Result<u64, CmdError> {
+            Ok(self.snmp("Tcp", "OutSegs")? + self.snmp("Tcp", "RetransSegs")?)
+        };
+        let mut last = sent()?;
+        for _ in 0..25 {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            let now = sent()?;
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+        Ok(last)
+    }
+
     /// A counter of the namespace's IPv6 stack from `/proc/net/snmp6`
     /// (e.g. `Icmp6OutPktTooBigs`).
     pub fn snmp6(&self, field: &str) -> Result<u64, CmdError> {

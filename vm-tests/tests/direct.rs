@@ -97,7 +97,7 @@ fn direct_routing_replies_bypass_xvs() {
         "{saved}"
     );
 
-    let out_before = t.client.ns.snmp("Tcp", "OutSegs").unwrap();
+    let out_before = t.client.ns.tcp_segments_sent_settled().unwrap();
     let in_before = t.client.ns.snmp("Tcp", "InSegs").unwrap();
     let summary = client_tcp(&t, 200);
     assert!(summary.starts_with("ok=200 failed=0 by="), "{summary}");
@@ -105,7 +105,7 @@ fn direct_routing_replies_bypass_xvs() {
         summary.contains("b0:100") && summary.contains("b1:100"),
         "{summary}"
     );
-    let sent = t.client.ns.snmp("Tcp", "OutSegs").unwrap() - out_before;
+    let sent = t.client.ns.tcp_segments_sent_settled().unwrap() - out_before;
     let received = t.client.ns.snmp("Tcp", "InSegs").unwrap() - in_before;
     // Conntrack keeps the client's direction only: no reply counted.
     let conns = xvs.adm_ok(&["-Lnc"]);

@@ -98,10 +98,10 @@ fn ipip_and_gue_real_servers_answer_the_client_themselves() {
         list.contains("Tunnel") && list.contains("ipip") && list.contains("gue:6080"),
         "{list}"
     );
-    let out_before = t.client.ns.snmp("Tcp", "OutSegs").unwrap();
+    let out_before = t.client.ns.tcp_segments_sent_settled().unwrap();
     let summary = client_tcp(&t, 200, 1000);
     assert_eq!(summary, "ok=200 failed=0 by=gue:100,ipip:100");
-    let sent = t.client.ns.snmp("Tcp", "OutSegs").unwrap() - out_before;
+    let sent = t.client.ns.tcp_segments_sent_settled().unwrap() - out_before;
     let line = xvs.stop_accounted();
     assert_eq!(field(&line, "forwarded"), sent, "{line}");
     assert_eq!(field(&line, "too_big"), 0, "{line}");
