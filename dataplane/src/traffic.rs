@@ -202,11 +202,13 @@ impl TrafficStats {
             .map(|c| &**c)
     }
 
-    /// The address of a cell, for prefetching (never dereferenced here).
+    /// The address of a cell, for prefetching only: computed without the
+    /// range checks a read needs (a prefetch of any address is harmless),
+    /// so for an unknown worker or id it points outside the cells.
     #[inline]
     pub fn cell_addr(&self, worker: usize, id: u32) -> *const u8 {
-        self.cell(worker, id)
-            .map_or(std::ptr::null(), |c| (c as *const Cell).cast())
+        let at = worker * self.backends as usize + id as usize;
+        self.cells.as_ptr().wrapping_add(at).cast()
     }
 
     /// A new connection to backend `id`, seen by `worker`.
@@ -325,6 +327,11 @@ mod tests {
         assert_eq!(s.backend(0), TrafficTotals::default());
         assert_eq!(s.backends(), 3);
         assert!(std::mem::align_of::<CachePadded<Cell>>() >= 64);
+        // A prefetch address is the cell's, for every worker and id.
+        for (w, id) in [(0, 0), (0, 2), (1, 0), (1, 2)] {
+            let cell: *const Cell = s.cell(w, id).unwrap();
+            assert_eq!(s.cell_addr(w, id), cell.cast(), "worker {w} id {id}");
+        }
     }
 
     fn backend(id: u32, weight: u32) -> SchedBackend {

@@ -96,11 +96,19 @@ impl ConnCounts {
     }
 
     /// The address of `worker`'s cell of backend `id`, for prefetching
-    /// (never dereferenced here; null when out of range).
+    /// only: computed without the range checks a read needs (a prefetch
+    /// of any address is harmless), so for an unknown worker or id it
+    /// points outside the cells.
     #[inline]
     pub fn cell_addr(&self, worker: usize, id: u32) -> *const u8 {
-        self.cell(worker, id)
-            .map_or(std::ptr::null(), |c| (c as *const Cell).cast())
+        let id = id as usize;
+        let chunk = worker * self.chunks as usize + id / CHUNK;
+        self.cells
+            .as_ptr()
+            .wrapping_add(chunk)
+            .cast::<Cell>()
+            .wrapping_add(id % CHUNK)
+            .cast()
     }
 
     /// Active (ESTABLISHED) connections of backend `id`, all workers.
@@ -222,7 +230,10 @@ mod tests {
         let gap = first1 as *const Cell as usize - last0 as *const Cell as usize;
         assert!(gap >= 64 - std::mem::size_of::<Cell>(), "{gap}");
         assert!(c.cell(2, 0).is_none() && c.cell(0, 11).is_none());
-        assert_eq!(c.cell_addr(0, 10), (last0 as *const Cell).cast());
-        assert!(c.cell_addr(0, 11).is_null() && c.cell_addr(2, 0).is_null());
+        // A prefetch address is the cell's, for every worker and id.
+        for (w, id) in [(0, 0), (0, 7), (0, 8), (0, 10), (1, 0), (1, 9)] {
+            let cell: *const Cell = c.cell(w, id).unwrap();
+            assert_eq!(c.cell_addr(w, id), cell.cast(), "worker {w} id {id}");
+        }
     }
 }

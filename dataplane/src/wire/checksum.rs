@@ -115,22 +115,42 @@ pub(crate) fn put_addr<A: Address>(buf: &mut [u8], at: usize, a: A) {
 ///
 /// By hand because smoltcp's `checksum::data` adds 16 bits at a time in
 /// an out-of-line loop: verifying a flow's first segment with it cost a
-/// new flow more instructions than its whole SNAT search. Here 32-bit
-/// big-endian words are added into 64 bits (a 2^32-word buffer could not
-/// overflow it): 2^16 ≡ 1 modulo 0xffff, so folding gives the sum of the
-/// 16-bit halves.
+/// new flow more instructions than its whole SNAT search. Here 64-bit
+/// words are added in native order with the carry brought back in (an
+/// add with carry, as the kernel's `csum_partial`): 2^64 ≡ 1 modulo
+/// 0xffff, so the end-around carry keeps the sum's class, and a sum of
+/// byte-swapped words is the byte-swapped sum (RFC 1071 2.(B)), so the
+/// folded native sum, read big-endian, is the big-endian words' sum. It
+/// is 0 only for data of zeros, as the big-endian sum is.
 #[inline]
 pub fn ones_sum(data: &[u8]) -> u64 {
-    let mut words = data.chunks_exact(4);
-    let mut sum: u64 = words
-        .by_ref()
-        .map(|w| u64::from(u32::from_be_bytes([w[0], w[1], w[2], w[3]])))
-        .sum();
-    let tail = words.remainder();
-    let mut last = [0u8; 4];
-    last[..tail.len()].copy_from_slice(tail);
-    sum += u64::from(u32::from_be_bytes(last));
-    sum
+    #[inline(always)]
+    fn add(sum: u64, v: u64) -> u64 {
+        let (s, carry) = sum.overflowing_add(v);
+        s + u64::from(carry)
+    }
+    let (words, tail) = data.as_chunks::<8>();
+    let mut sum = 0u64;
+    for w in words {
+        sum = add(sum, u64::from_ne_bytes(*w));
+    }
+    // The last 0 to 7 bytes, zero-padded on the right (each part sits at
+    // its own offset of the padded word, so every byte keeps its place).
+    let mut last = [0u8; 8];
+    let mut at = 0;
+    if tail.len() & 4 != 0 {
+        last[..4].copy_from_slice(&tail[..4]);
+        at = 4;
+    }
+    if tail.len() & 2 != 0 {
+        last[at..at + 2].copy_from_slice(&tail[at..at + 2]);
+        at += 2;
+    }
+    if tail.len() & 1 != 0 {
+        last[at] = tail[at];
+    }
+    sum = add(sum, u64::from_ne_bytes(last));
+    u64::from(u16::from_be(fold(sum)))
 }
 
 /// A one's-complement sum ([`ones_sum`]s and words added together)
