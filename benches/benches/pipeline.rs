@@ -245,8 +245,8 @@ fn setup<F: Fam>(in_file: bool, load: Load) -> Pipeline {
     );
     // Flow events produced and drained as the daemon does (every worker
     // produces them; the control plane drains them every 20 ms).
-    let events = Arc::new(FlowEvents::default());
-    p.set_events(events.clone());
+    let (sender, events) = FlowEvents::channel();
+    p.set_events(sender);
     xvs_benches::drain::register(&[events]).unwrap();
     for n in 0..load.services {
         let mut s = Service::new(ServiceKey {

@@ -71,7 +71,7 @@ mod tests {
 
     #[test]
     fn a_registered_queue_never_fills_and_a_dropped_one_is_forgotten() {
-        let q = Arc::new(FlowEvents::default());
+        let (mut tx, q) = FlowEvents::channel();
         let ep = xvs_conntrack::Endpoint {
             addr: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)),
             port: 80,
@@ -92,12 +92,12 @@ mod tests {
         // overflowing.
         for _ in 0..40 {
             for _ in 0..500 {
-                q.push(e);
+                tx.push(e);
             }
             std::thread::sleep(DRAIN_EVERY * 2);
         }
         assert_eq!(q.overflow(), 0, "the drain kept up");
-        drop(q);
+        drop((q, tx));
         let list = QUEUES.get().unwrap();
         // At most 250 periods (5 s).
         for _ in 0..250 {

@@ -1,17 +1,22 @@
 //! Flow events for `xvsadm observe` (like `hubble observe`): a new flow, a
 //! flow closing (TCP into CLOSE or TIME_WAIT), a drop with its reason.
 //!
-//! Each worker pushes into its own bounded lock-free queue; the control
-//! plane drains it. A full queue never blocks the worker: the event is
-//! counted as overflow and dropped. New-flow and close events are sampled
-//! (one in `sample`, default every one); drops are never sampled out, so
-//! every drop reason shows up. Invariant: pushing allocates nothing and
-//! takes no lock.
+//! Each worker pushes into its own bounded single-producer ring
+//! ([`EventSender`], the worker's alone); the control plane drains the
+//! shared half ([`FlowEvents`]). A push is a plain store and a release
+//! store of the ring's tail: no read-modify-write, so no locked
+//! instruction (a full fence on x86, which would wait for the new flow's
+//! own stores to reach the cache). A full ring never blocks the worker:
+//! the event is counted as overflow and dropped. New-flow and close
+//! events are sampled (one in `sample`, default every one); drops are
+//! never sampled out, so every drop reason shows up. Invariant: pushing
+//! allocates nothing and takes no lock; draining (the control plane's
+//! side) takes the consumer's lock, which only drains contend for.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 
-use crossbeam_queue::ArrayQueue;
 use xvs_conntrack::Endpoint;
 
 use crate::wire::DropReason;
@@ -79,48 +84,47 @@ impl FlowEvent {
     }
 }
 
-/// One worker's event queue.
+/// One worker's event queue, the control plane's half: drained, its
+/// sampling set, its overflow read.
 #[derive(Debug)]
 pub struct FlowEvents {
-    queue: ArrayQueue<FlowEvent>,
+    ring: Mutex<rtrb::Consumer<FlowEvent>>,
     overflow: AtomicU64,
     sample: AtomicU32,
-    seen: AtomicU64,
 }
 
-impl Default for FlowEvents {
-    fn default() -> Self {
-        FlowEvents {
-            queue: ArrayQueue::new(QUEUE),
-            overflow: AtomicU64::new(0),
-            sample: AtomicU32::new(1),
-            seen: AtomicU64::new(0),
-        }
-    }
+/// One worker's event queue, the worker's half: pushes.
+#[derive(Debug)]
+pub struct EventSender {
+    ring: rtrb::Producer<FlowEvent>,
+    shared: Arc<FlowEvents>,
+    /// New-flow and close events seen, for sampling.
+    seen: u64,
 }
 
 impl FlowEvents {
-    /// Pushes an event (sampled unless it is a drop); a full queue counts
-    /// an overflow instead.
-    #[inline]
-    pub fn push(&self, e: FlowEvent) {
-        if !matches!(e.kind, EventKind::Drop(_)) {
-            let n = self.seen.load(Relaxed);
-            self.seen.store(n + 1, Relaxed);
-            let every = u64::from(self.sample.load(Relaxed).max(1));
-            if !n.is_multiple_of(every) {
-                return;
-            }
-        }
-        if self.queue.push(e).is_err() {
-            self.overflow
-                .store(self.overflow.load(Relaxed) + 1, Relaxed);
-        }
+    /// A queue of [`QUEUE`] events: the worker's half and the shared one.
+    pub fn channel() -> (EventSender, Arc<FlowEvents>) {
+        let (producer, consumer) = rtrb::RingBuffer::new(QUEUE);
+        let shared = Arc::new(FlowEvents {
+            ring: Mutex::new(consumer),
+            overflow: AtomicU64::new(0),
+            sample: AtomicU32::new(1),
+        });
+        let sender = EventSender {
+            ring: producer,
+            shared: shared.clone(),
+            seen: 0,
+        };
+        (sender, shared)
     }
 
     /// Takes every queued event.
     pub fn drain(&self, out: &mut Vec<FlowEvent>) {
-        while let Some(e) = self.queue.pop() {
+        // A drain that panicked leaves the ring as consistent as any pop
+        // does: take it back.
+        let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        while let Ok(e) = ring.pop() {
             out.push(e);
         }
     }
@@ -133,6 +137,32 @@ impl FlowEvents {
     /// Keeps one new-flow or close event in `n` (1 = all).
     pub fn set_sample(&self, n: u32) {
         self.sample.store(n.max(1), Relaxed);
+    }
+}
+
+impl EventSender {
+    /// Pushes an event (sampled unless it is a drop); a full queue counts
+    /// an overflow instead.
+    #[inline]
+    pub fn push(&mut self, e: FlowEvent) {
+        if !matches!(e.kind, EventKind::Drop(_)) {
+            let n = self.seen;
+            self.seen = n + 1;
+            let every = u64::from(self.shared.sample.load(Relaxed).max(1));
+            if !n.is_multiple_of(every) {
+                return;
+            }
+        }
+        if self.ring.push(e).is_err() {
+            let overflow = &self.shared.overflow;
+            // The worker is the only writer.
+            overflow.store(overflow.load(Relaxed) + 1, Relaxed);
+        }
+    }
+
+    /// The shared half (for the control plane).
+    pub fn shared(&self) -> &Arc<FlowEvents> {
+        &self.shared
     }
 }
 
@@ -155,21 +185,59 @@ mod tests {
 
     #[test]
     fn overflow_is_counted_and_drops_are_never_sampled_out() {
-        let q = FlowEvents::default();
+        let (mut tx, q) = FlowEvents::channel();
         q.set_sample(4);
         for _ in 0..8 {
-            q.push(ev(EventKind::New));
+            tx.push(ev(EventKind::New));
         }
-        q.push(ev(EventKind::Drop(DropReason::NoService)));
+        tx.push(ev(EventKind::Drop(DropReason::NoService)));
         let mut out = Vec::new();
         q.drain(&mut out);
         assert_eq!(out.len(), 3, "2 of 8 new flows sampled, and the drop");
         for _ in 0..QUEUE + 5 {
-            q.push(ev(EventKind::Drop(DropReason::NoService)));
+            tx.push(ev(EventKind::Drop(DropReason::NoService)));
         }
         assert_eq!(q.overflow(), 5);
         out.clear();
         q.drain(&mut out);
         assert_eq!(out.len(), QUEUE);
+    }
+
+    #[test]
+    fn a_worker_thread_s_events_arrive_whole_and_in_order() {
+        let (mut tx, q) = FlowEvents::channel();
+        let n = 3 * QUEUE as u32;
+        let worker = std::thread::spawn(move || {
+            let mut i = 0;
+            while i < n {
+                // Waits for the drain rather than overflowing.
+                if tx.ring.slots() > 0 {
+                    tx.push(FlowEvent {
+                        time: i,
+                        ..ev(EventKind::New)
+                    });
+                    i += 1;
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            tx
+        });
+        let mut out = Vec::new();
+        while out.len() < n as usize {
+            q.drain(&mut out);
+            std::thread::yield_now();
+        }
+        let tx = worker.join().unwrap();
+        assert!(out.iter().enumerate().all(|(i, e)| e.time == i as u32
+            && *e
+                == FlowEvent {
+                    time: e.time,
+                    ..ev(EventKind::New)
+                }));
+        assert_eq!(
+            (out.len(), q.overflow(), tx.seen),
+            (n as usize, 0, u64::from(n))
+        );
     }
 }

@@ -60,7 +60,7 @@ use xvs_conntrack::{
 };
 
 pub use crate::counters::Counters;
-use crate::events::{EventKind, FlowEvent, FlowEvents};
+use crate::events::{EventKind, EventSender, FlowEvent};
 use crate::family::{Answer, Family, IpPacket};
 use crate::forward::{NextHop, Plan, Rewrite, Route};
 use crate::neighbours::Neighbours;
@@ -270,7 +270,7 @@ struct Core {
     pressure_until: u32,
     counters: Counters,
     /// Where flow events go (none: not produced).
-    events: Option<Arc<FlowEvents>>,
+    events: Option<EventSender>,
     /// Where sync records go (none: no flow synchronisation).
     sync: Option<Arc<SyncQueue>>,
     /// This batch's sync records, published together at its end
@@ -310,7 +310,7 @@ impl Core {
     /// Pushes a flow event, when events are produced.
     #[inline]
     fn event<A: Address>(
-        &self,
+        &mut self,
         now: u32,
         kind: EventKind,
         protocol: u8,
@@ -318,10 +318,11 @@ impl Core {
         dst: Endpoint<A>,
         [backend, snat]: [Endpoint<A>; 2],
     ) {
-        if let Some(ev) = &self.events {
+        let worker = self.cfg.worker as u16;
+        if let Some(ev) = &mut self.events {
             ev.push(FlowEvent {
                 time: now,
-                worker: self.cfg.worker as u16,
+                worker,
                 kind,
                 protocol,
                 src: FlowEvent::wide(src),
@@ -1847,8 +1848,11 @@ impl Pipeline {
         (done, skipped)
     }
 
-    /// Sends flow events to `events` from now on.
-    pub fn set_events(&mut self, events: Arc<FlowEvents>) {
+    /// Sends flow events to `events` (the worker's half of a
+    /// [`FlowEvents::channel`]) from now on.
+    ///
+    /// [`FlowEvents::channel`]: crate::events::FlowEvents::channel
+    pub fn set_events(&mut self, events: EventSender) {
         self.core.events = Some(events);
     }
 

@@ -628,8 +628,8 @@ impl Dataplane {
             }
             // In worker order (the vector holds one per queue).
             let mut pipeline = pipelines.remove(0);
-            let ev = Arc::new(FlowEvents::default());
-            pipeline.set_events(ev.clone());
+            let (sender, ev) = FlowEvents::channel();
+            pipeline.set_events(sender);
             events.push(ev);
             let (tx, rx) = bounded(CONTROL_QUEUE);
             let wake =

@@ -126,9 +126,9 @@ impl Gw {
         for s in &v6 {
             p.upsert_service(s.clone());
         }
-        let events = Arc::new(FlowEvents::default());
+        let (sender, events) = FlowEvents::channel();
         let sync = Arc::new(SyncQueue::new(1 << 16));
-        p.set_events(events.clone());
+        p.set_events(sender);
         p.set_sync(Some(sync.clone()));
         let mut gw = Gw {
             p,
