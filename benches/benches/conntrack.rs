@@ -209,7 +209,10 @@ fn conntrack(c: &mut Criterion) {
         g.bench_function("insert_new", |b| {
             b.iter_custom(|iters| {
                 timed_inserts(&mut t, size, &mut next, iters, |t, f, p| {
-                    t.insert_new(f, p, 0, &mut ()).unwrap()
+                    let orig = FlowKey::between(f.client, f.vip, f.proto);
+                    let reply = FlowKey::between(f.backend, f.snat, f.proto);
+                    let hashes = [t.key_hash(&orig), t.key_hash(&reply)];
+                    t.insert_new(f, hashes, p, 0, &mut ()).unwrap()
                 })
             })
         });

@@ -412,7 +412,14 @@ impl<A: Address> FlowTable<A> {
     /// The flow a packet with `key` belongs to, and its direction.
     #[inline(always)]
     pub fn lookup(&mut self, key: &FlowKey<A>) -> Option<(FlowId, Direction)> {
-        let hash = self.hash(key);
+        self.lookup_hashed(key, self.hash(key))
+    }
+
+    /// [`FlowTable::lookup`] with the key's hash ([`FlowTable::key_hash`])
+    /// computed by the caller, who keeps it for [`FlowTable::insert_new`].
+    #[inline(always)]
+    pub fn lookup_hashed(&mut self, key: &FlowKey<A>, hash: u64) -> Option<(FlowId, Direction)> {
+        debug_assert_eq!(hash, self.hash(key));
         let entries = &self.slab.entries;
         let hit = self.index.find(hash, |v| {
             let e = &entries[(v & !DIR_BIT) as usize];
@@ -595,26 +602,31 @@ impl<A: Address> FlowTable<A> {
         now: u32,
         obs: &mut impl Observer<A>,
     ) -> Result<FlowId, InsertError> {
-        self.insert_flow(new, pkt, now, obs, true)
+        self.insert_flow(new, None, pkt, now, obs, true)
     }
 
     /// As [`FlowTable::insert`], for a caller that has just looked both
     /// keys up and found neither tracked (the data plane does: a lookup
     /// miss, then a SNAT port whose reply key is free): the table does not
-    /// probe for them again. Checked in debug builds.
+    /// probe for them again, nor hash them again (`hashes`: the original
+    /// and the reply key's [`FlowTable::key_hash`], as the caller looked
+    /// them up). Both checked in debug builds.
     pub fn insert_new(
         &mut self,
         new: &NewFlow<A>,
+        hashes: [u64; 2],
         pkt: Packet,
         now: u32,
         obs: &mut impl Observer<A>,
     ) -> Result<FlowId, InsertError> {
-        self.insert_flow(new, pkt, now, obs, cfg!(debug_assertions))
+        let check = cfg!(debug_assertions);
+        self.insert_flow(new, Some(hashes), pkt, now, obs, check)
     }
 
     fn insert_flow(
         &mut self,
         new: &NewFlow<A>,
+        hashes: Option<[u64; 2]>,
         pkt: Packet,
         now: u32,
         obs: &mut impl Observer<A>,
@@ -622,7 +634,8 @@ impl<A: Address> FlowTable<A> {
     ) -> Result<FlowId, InsertError> {
         let orig = FlowKey::between(new.client, new.vip, new.proto);
         let reply = FlowKey::between(new.backend, new.snat, new.proto);
-        let (h_orig, h_reply) = (self.hash(&orig), self.hash(&reply));
+        let [h_orig, h_reply] = hashes.unwrap_or_else(|| [self.hash(&orig), self.hash(&reply)]);
+        debug_assert_eq!([h_orig, h_reply], [self.hash(&orig), self.hash(&reply)]);
         let entries = &self.slab.entries;
         let taken = |h: u64, k: &FlowKey<A>| {
             self.index
@@ -728,7 +741,7 @@ impl<A: Address> FlowTable<A> {
                     tcp_flags: crate::state::tcp_flags::SYN,
                     len: 0,
                 };
-                self.insert_flow(new, syn, now, obs, true)?
+                self.insert_flow(new, None, syn, now, obs, true)?
             }
         };
         let e = &mut self.slab.entries[id.0 as usize];

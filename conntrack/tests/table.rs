@@ -175,7 +175,10 @@ fn insert_new_tracks_a_flow_whose_keys_the_caller_checked() {
     let reply = FlowKey::between(f.backend, f.snat, L4Proto::Udp);
     assert_eq!(t.lookup(&orig), None);
     assert_eq!(t.lookup(&reply), None);
-    let id = t.insert_new(&f, Packet::default(), 0, &mut ()).unwrap();
+    let hashes = [t.key_hash(&orig), t.key_hash(&reply)];
+    let id = t
+        .insert_new(&f, hashes, Packet::default(), 0, &mut ())
+        .unwrap();
     assert_eq!(t.lookup(&orig), Some((id, Direction::Original)));
     assert_eq!(t.lookup(&reply), Some((id, Direction::Reply)));
     t.check_invariants().unwrap();

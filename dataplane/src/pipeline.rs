@@ -816,9 +816,11 @@ impl<A: Family> Half<A> {
                 let Some(key) = ip.key() else {
                     return Verdict::Drop(DropReason::UnsupportedProtocol);
                 };
+                // Hashed once: a new flow's insert takes the hash too.
+                let h = self.table.key_hash(&key);
                 let hit = match looked {
                     Lookup::Hit(id, dir, _) if self.table.holds(id, dir, &key) => Some((id, dir)),
-                    _ => self.table.lookup(&key),
+                    _ => self.table.lookup_hashed(&key, h),
                 };
                 // A flow found now (not by the batch) may take the
                 // express lane too (the single-frame path).
@@ -827,7 +829,7 @@ impl<A: Family> Half<A> {
                         return v;
                     }
                 }
-                (hit, Some(key))
+                (hit, Some((key, h)))
             }
         };
         // Whether the destination is owned, as the batch's lookup found
@@ -883,7 +885,8 @@ impl<A: Family> Half<A> {
             None if self.is_snat(ip.dst()) => return Verdict::Drop(DropReason::ReplyNoFlow),
             // A new flow is inserted with its first packet accounted.
             None => {
-                let Some(key) = key.or_else(|| ip.key()) else {
+                let key = key.or_else(|| ip.key().map(|k| (k, self.table.key_hash(&k))));
+                let Some(key) = key else {
                     return Verdict::Drop(DropReason::UnsupportedProtocol);
                 };
                 match self.new_flow(core, buf, ip, key, src_mac, pkt, now, looked) {
@@ -1085,7 +1088,7 @@ impl<A: Family> Half<A> {
         core: &mut Core,
         buf: &mut [u8],
         ip: &A::Ip,
-        key: FlowKey<A>,
+        (key, h_orig): (FlowKey<A>, u64),
         src_mac: [u8; 6],
         first: Packet,
         now: u32,
@@ -1166,12 +1169,13 @@ impl<A: Family> Half<A> {
         xvs_conntrack::prefetch(svc.counts.cell_addr(worker, b.id));
         xvs_conntrack::prefetch(svc.stats.cell_addr(worker, b.id));
         // A plan without SNAT keeps the client as the reply destination.
-        let snat = if b.plan.takes_snat() {
+        let (snat, h_reply) = if b.plan.takes_snat() {
             let fields = (&mut self.snat, &mut self.table, &self.services);
             Self::snat_port(fields, core, backend, key.proto, now)
                 .ok_or(Verdict::Drop(DropReason::SnatExhausted))?
         } else {
-            key.source()
+            let reply = FlowKey::between(backend, key.source(), key.proto);
+            (key.source(), self.table.key_hash(&reply))
         };
         let new = NewFlow {
             client: key.source(),
@@ -1189,7 +1193,8 @@ impl<A: Family> Half<A> {
         // Both keys were just found free: the orig key missed above, the
         // reply key in snat_port.
         let evicted = self.table.stats().early_drop;
-        let inserted = self.table.insert_new(&new, first, now, &mut obs);
+        let hashes = [h_orig, h_reply];
+        let inserted = self.table.insert_new(&new, hashes, first, now, &mut obs);
         let table = &self.table;
         if table.stats().early_drop != evicted || table.len() >= table.capacity() / 8 * 7 {
             core.pressure_until = now + PRESSURE_HOLD;
@@ -1228,7 +1233,8 @@ impl<A: Family> Half<A> {
     /// were tried, the first held by a flow that is only a handshake or
     /// already closed ([`FlowState::is_reclaimable`]: a SYN flood's or
     /// TIME_WAIT's), which is ended (counted as `reclaim`) to free it.
-    /// ESTABLISHED flows are never reclaimed.
+    /// ESTABLISHED flows are never reclaimed. With the endpoint, the hash
+    /// its reply key was looked up with (for the insert).
     ///
     /// Of the family's state it takes only the endpoints, the flows and
     /// (shared) the services: a new flow keeps its service borrowed
@@ -1241,17 +1247,19 @@ impl<A: Family> Half<A> {
         backend: Endpoint<A>,
         proto: L4Proto,
         now: u32,
-    ) -> Option<Endpoint<A>> {
+    ) -> Option<(Endpoint<A>, u64)> {
         let mut victim = None;
         for tried in 0..SNAT_TRIES.min(snat.total()) {
             if tried >= RECLAIM_AFTER && victim.is_some() {
                 break;
             }
             let (end, at) = snat.advance()?;
-            match table.lookup(&FlowKey::between(backend, end, proto)) {
-                None => return Some(end),
+            let reply = FlowKey::between(backend, end, proto);
+            let h = table.key_hash(&reply);
+            match table.lookup_hashed(&reply, h) {
+                None => return Some((end, h)),
                 Some((id, _)) if victim.is_none() && table.flow(id).state().is_reclaimable() => {
-                    victim = Some((id, end, at));
+                    victim = Some((id, (end, h), at));
                 }
                 Some(_) => {}
             }
