@@ -152,6 +152,20 @@ pub enum Lookup {
 pub const NO_SERVICE: u32 = u32::MAX;
 
 /// How many frames ahead of the one processed
+/// Of the services the misses of a run of frames named (`services`,
+/// [`NO_SERVICE`] for a frame that is no miss to a service): how many
+/// are `service` and how many are any, the new flows expected before the
+/// frame after them (`service` is never [`NO_SERVICE`]).
+#[inline(always)]
+fn new_flows_among<'a>(services: impl IntoIterator<Item = &'a u32>, service: u32) -> (usize, u32) {
+    let (mut same, mut ahead) = (0, 0);
+    for &s in services {
+        same += usize::from(s == service);
+        ahead += u32::from(s != NO_SERVICE);
+    }
+    (same, ahead)
+}
+
 /// [`Pipeline::prefetch_ahead`] fetches a new flow's reply-key bucket: far
 /// enough for the line to arrive (a DRAM miss is a few frames' work), near
 /// enough that the guess it rests on still holds.
@@ -281,6 +295,13 @@ struct Core {
     /// Whether established full-NAT packets take the express lane
     /// (`express`); off, every packet takes the general path.
     express: bool,
+    /// By position in the batch last looked up
+    /// ([`Pipeline::lookup_prepared`]; its first
+    /// [`xvs_conntrack::BATCH`] frames): the service a miss named, else
+    /// [`NO_SERVICE`]. What [`Pipeline::prefetch_ahead`] counts the new
+    /// flows between two frames over: dense, where the lookups' enum is
+    /// not.
+    miss_services: [u32; xvs_conntrack::BATCH],
 }
 
 /// Sync records a batch stages before they are published.
@@ -624,7 +645,13 @@ impl<A: Family> Half<A> {
     }
 
     /// Looks a batch's keys up at once (see [`Pipeline::lookup_prepared`]).
-    fn lookup_batch(&mut self, prepared: &[Prepared], out: &mut [Lookup], worker: usize) {
+    fn lookup_batch(
+        &mut self,
+        prepared: &[Prepared],
+        out: &mut [Lookup],
+        miss_services: &mut [u32; xvs_conntrack::BATCH],
+        worker: usize,
+    ) {
         let LookupScratch {
             keys,
             at,
@@ -632,9 +659,10 @@ impl<A: Family> Half<A> {
             miss,
             found,
         } = &mut *self.scratch;
-        for (prep, out) in prepared
+        for (c, (prep, out)) in prepared
             .chunks(xvs_conntrack::BATCH)
             .zip(out.chunks_mut(xvs_conntrack::BATCH))
+            .enumerate()
         {
             let mut n = 0;
             for (i, p) in prep.iter().enumerate() {
@@ -712,6 +740,9 @@ impl<A: Family> Half<A> {
                     owned: pos.is_some() || self.owned.contains(&k.dst),
                     service: *found,
                 };
+                if c == 0 {
+                    miss_services[at[m.key]] = *found;
+                }
             }
             let found = &found[..misses];
             let slots = || found.iter().filter_map(|&pos| self.services.at(pos));
@@ -1389,6 +1420,7 @@ impl Pipeline {
                 sync: None,
                 staged: Vec::with_capacity(STAGED),
                 express: true,
+                miss_services: [NO_SERVICE; xvs_conntrack::BATCH],
             },
             v4,
             v6,
@@ -1615,9 +1647,11 @@ impl Pipeline {
     pub fn lookup_prepared(&mut self, prepared: &[Prepared], out: &mut [Lookup]) {
         out.fill(Lookup::NotYet);
         let worker = self.core.cfg.worker;
-        self.v4.lookup_batch(prepared, out, worker);
+        let services = &mut self.core.miss_services;
+        services.fill(NO_SERVICE);
+        self.v4.lookup_batch(prepared, out, services, worker);
         if !self.v6.table.is_empty() {
-            self.v6.lookup_batch(prepared, out, worker);
+            self.v6.lookup_batch(prepared, out, services, worker);
         }
     }
 
@@ -1646,7 +1680,9 @@ impl Pipeline {
         if let (Some(prep), Some(&Lookup::Miss { service, .. })) = (prepared.get(t), looked.get(t))
         {
             if service != NO_SERVICE {
-                self.prefetch_reply_of(prep, looked, service, j, t);
+                // The dense copy agrees with the lookups it was made with.
+                debug_assert!(self.core.miss_services.get(t).is_none_or(|&s| s == service));
+                self.prefetch_reply_of(prep, service, j, t);
             }
         }
     }
@@ -1654,23 +1690,18 @@ impl Pipeline {
     /// [`Pipeline::prefetch_frame`]'s fetch for frame `t` (`prep`), a miss
     /// to the service at `service`.
     #[inline(never)]
-    fn prefetch_reply_of(
-        &self,
-        prep: &Prepared,
-        looked: &[Lookup],
-        service: u32,
-        j: usize,
-        t: usize,
-    ) {
-        let (mut same, mut ahead) = (0, 0);
-        for l in &looked[j..t] {
-            if let Lookup::Miss { service: s, .. } = *l {
-                if s != NO_SERVICE {
-                    ahead += 1;
-                    same += usize::from(s == service);
-                }
-            }
-        }
+    fn prefetch_reply_of(&self, prep: &Prepared, service: u32, j: usize, t: usize) {
+        // Over the dense copy of the lookups' services, a window of the
+        // usual width is counted without a branch (frames past the
+        // copy's first BATCH are not counted: a guess either way).
+        let services = &self.core.miss_services;
+        let (same, ahead) = match services.get(j..t) {
+            Some(w) => match <&[u32; PREFETCH_AHEAD]>::try_from(w) {
+                Ok(w) => new_flows_among(w, service),
+                Err(_) => new_flows_among(w, service),
+            },
+            None => (0, 0),
+        };
         let worker = self.core.cfg.worker;
         match prep.frame {
             Ok(Frame::Ipv4(ref ip)) => {
