@@ -151,7 +151,6 @@ pub enum Lookup {
 /// [`Lookup::Miss`]'s service when the destination names none.
 pub const NO_SERVICE: u32 = u32::MAX;
 
-/// How many frames ahead of the one processed
 /// Of the services the misses of a run of frames named (`services`,
 /// [`NO_SERVICE`] for a frame that is no miss to a service): how many
 /// are `service` and how many are any, the new flows expected before the
@@ -166,6 +165,7 @@ fn new_flows_among<'a>(services: impl IntoIterator<Item = &'a u32>, service: u32
     (same, ahead)
 }
 
+/// How many frames ahead of the one processed
 /// [`Pipeline::prefetch_ahead`] fetches a new flow's reply-key bucket: far
 /// enough for the line to arrive (a DRAM miss is a few frames' work), near
 /// enough that the guess it rests on still holds.
