@@ -602,7 +602,7 @@ impl<A: Address> FlowTable<A> {
         now: u32,
         obs: &mut impl Observer<A>,
     ) -> Result<FlowId, InsertError> {
-        self.insert_flow(new, None, pkt, now, obs, true)
+        self.insert_flow(new, None, pkt, now, obs)
     }
 
     /// As [`FlowTable::insert`], for a caller that has just looked both
@@ -619,8 +619,7 @@ impl<A: Address> FlowTable<A> {
         now: u32,
         obs: &mut impl Observer<A>,
     ) -> Result<FlowId, InsertError> {
-        let check = cfg!(debug_assertions);
-        self.insert_flow(new, Some(hashes), pkt, now, obs, check)
+        self.insert_flow(new, Some(hashes), pkt, now, obs)
     }
 
     fn insert_flow(
@@ -630,10 +629,12 @@ impl<A: Address> FlowTable<A> {
         pkt: Packet,
         now: u32,
         obs: &mut impl Observer<A>,
-        check: bool,
     ) -> Result<FlowId, InsertError> {
         let orig = FlowKey::between(new.client, new.vip, new.proto);
         let reply = FlowKey::between(new.backend, new.snat, new.proto);
+        // Keys the caller looked up (it gives their hashes) are not
+        // probed again, but in debug builds.
+        let check = hashes.is_none() || cfg!(debug_assertions);
         let [h_orig, h_reply] = hashes.unwrap_or_else(|| [self.hash(&orig), self.hash(&reply)]);
         debug_assert_eq!([h_orig, h_reply], [self.hash(&orig), self.hash(&reply)]);
         let entries = &self.slab.entries;
@@ -741,7 +742,7 @@ impl<A: Address> FlowTable<A> {
                     tcp_flags: crate::state::tcp_flags::SYN,
                     len: 0,
                 };
-                self.insert_flow(new, None, syn, now, obs, true)?
+                self.insert_flow(new, None, syn, now, obs)?
             }
         };
         let e = &mut self.slab.entries[id.0 as usize];

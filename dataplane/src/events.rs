@@ -159,11 +159,6 @@ impl EventSender {
             overflow.store(overflow.load(Relaxed) + 1, Relaxed);
         }
     }
-
-    /// The shared half (for the control plane).
-    pub fn shared(&self) -> &Arc<FlowEvents> {
-        &self.shared
-    }
 }
 
 #[cfg(test)]
@@ -224,10 +219,20 @@ mod tests {
             tx
         });
         let mut out = Vec::new();
-        while out.len() < n as usize {
+        // Bounded: 5,000 empty drains in a row (5 s without an event)
+        // end the wait.
+        let mut idle = 0;
+        while out.len() < n as usize && idle < 5_000 {
+            let before = out.len();
             q.drain(&mut out);
-            std::thread::yield_now();
+            if out.len() == before {
+                idle += 1;
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            } else {
+                idle = 0;
+            }
         }
+        assert_eq!(out.len(), n as usize, "events lost or stuck");
         let tx = worker.join().unwrap();
         assert!(out.iter().enumerate().all(|(i, e)| e.time == i as u32
             && *e
