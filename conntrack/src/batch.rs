@@ -77,11 +77,8 @@ impl<A: Address> FlowTable<A> {
             for &(_, v, _) in cand.iter().take(keys.len()) {
                 if let Some(e) = self.slab.entries.get(slot_of(v) as usize) {
                     // Every line of the entry, not only the key's: a hit's
-                    // packet next writes its counters, clock and links,
-                    // which lie past the key (an 88-byte entry straddles
-                    // two lines at most strides; waiting for the second
-                    // line alone cost on_packet a whole miss per
-                    // established packet).
+                    // packet next writes its counters and clock (one line
+                    // for IPv4, two for IPv6).
                     prefetch_lines(e as *const Entry<A>);
                 }
             }
@@ -110,7 +107,14 @@ impl<A: Address> FlowTable<A> {
 /// need not be valid: nothing is read).
 #[inline(always)]
 pub fn prefetch_lines<T>(p: *const T) {
-    prefetch_bytes(p.cast::<u8>(), size_of::<T>());
+    if align_of::<T>().is_multiple_of(64) {
+        // Line-aligned: its lines start every 64 bytes from `p`.
+        for at in (0..size_of::<T>()).step_by(64) {
+            prefetch(p.cast::<u8>().wrapping_add(at));
+        }
+    } else {
+        prefetch_bytes(p.cast::<u8>(), size_of::<T>());
+    }
 }
 
 /// Hints the CPU to bring in every cache line of the `len` bytes at

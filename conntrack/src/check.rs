@@ -9,6 +9,7 @@ impl<A: xvs_config::Address> FlowTable<A> {
     /// Checks every structural invariant; returns the first violation.
     pub fn check_invariants(&self) -> Result<(), String> {
         let entries = &self.slab.entries;
+        let cold = &self.slab.cold;
         let live: Vec<u32> = (0..entries.len() as u32)
             .filter(|&i| entries[i as usize].is_live())
             .collect();
@@ -83,14 +84,17 @@ impl<A: xvs_config::Address> FlowTable<A> {
             let (mut at, mut prev) = (head.first, NIL);
             while at != NIL {
                 let e = &entries[at as usize];
-                if !e.is_live() || e.wheel_slot as usize != w || e.links[WHEEL][1] != prev {
+                if !e.is_live()
+                    || e.wheel_slot as usize != w
+                    || cold[at as usize].links[WHEEL][1] != prev
+                {
                     return Err(format!("wheel list {w} broken at slot {at}"));
                 }
                 if std::mem::replace(&mut filed[at as usize], true) {
                     return Err(format!("slot {at} filed twice"));
                 }
                 prev = at;
-                at = e.links[WHEEL][0];
+                at = cold[at as usize].links[WHEEL][0];
             }
             if head.last != prev {
                 return Err(format!("wheel list {w} tail is wrong"));
@@ -112,13 +116,13 @@ impl<A: xvs_config::Address> FlowTable<A> {
                 || e.is_template()
                 || e.state().is_active()
                 || e.flags & FLAG_AGED == 0
-                || e.links[AGE][1] != prev
+                || cold[at as usize].links[AGE][1] != prev
             {
                 return Err(format!("age list broken at slot {at}"));
             }
             aged += 1;
             prev = at;
-            at = e.links[AGE][0];
+            at = cold[at as usize].links[AGE][0];
         }
         let want_aged = live
             .iter()

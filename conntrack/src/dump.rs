@@ -139,7 +139,8 @@ impl<A: Address> FlowInfo<A> {
         }
     }
 
-    fn of(e: &Entry<A>, now: u32) -> FlowInfo<A> {
+    fn of(f: FlowRef<'_, A>, now: u32) -> FlowInfo<A> {
+        let e = f.0;
         FlowInfo {
             client: e.client(),
             vip: e.vip(),
@@ -147,9 +148,9 @@ impl<A: Address> FlowInfo<A> {
             snat: e.snat(),
             proto: e.proto,
             state: e.state(),
-            expires_in: e.deadline().saturating_sub(now),
+            expires_in: f.deadline().saturating_sub(now),
             packets: e.packets,
-            bytes: e.bytes(),
+            bytes: f.bytes(),
             service: e.service,
             backend_id: e.backend_id,
             template: e.is_template(),
@@ -173,9 +174,9 @@ impl<A: Address> FlowTable<A> {
         let end = (cursor as usize)
             .saturating_add(budget as usize)
             .min(entries.len());
-        for e in entries.get(cursor as usize..end).unwrap_or(&[]) {
-            if filter.matches(e) {
-                out.push(FlowInfo::of(e, now));
+        for slot in (cursor as usize).min(end)..end {
+            if filter.matches(&entries[slot]) {
+                out.push(FlowInfo::of(self.slab.flow(slot as u32), now));
             }
         }
         (end < entries.len()).then_some(end as u32)
@@ -206,10 +207,8 @@ impl<A: Address> FlowTable<A> {
 
     /// Every live entry, for tests and small tables (not chunked).
     pub fn iter(&self) -> impl Iterator<Item = FlowRef<'_, A>> {
-        self.slab
-            .entries
-            .iter()
-            .filter(|e| e.is_live())
-            .map(FlowRef)
+        (0..self.slab.capacity())
+            .map(|slot| self.slab.flow(slot))
+            .filter(|f| f.0.is_live())
     }
 }

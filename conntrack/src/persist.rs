@@ -3,8 +3,9 @@
 //! may adopt them, and adoption, which rebuilds everything derived from
 //! the entries.
 //!
-//! Only the entries are kept. The index (keyed with a hasher seeded per
-//! process), the free list, the timer wheel lists, the age list
+//! Only the entries and their cold parts are kept (the cold parts' list
+//! links are kept with them and ignored). The index (keyed with a hasher
+//! seeded per process), the free list, the timer wheel lists, the age list
 //! and the gauges are rebuilt from them at adoption, in one pass: what a
 //! process killed in the middle of an update leaves (a half-linked entry, a
 //! stale list head) cannot survive into the next one. An entry is adopted
@@ -27,14 +28,14 @@ use xvs_config::Address;
 
 use crate::key::{FlowKey, L4Proto};
 use crate::region::{Region, HEADER};
-use crate::slab::{Entry, Slab, FLAG_AGED, FLAG_LIVE, FLAG_TEMPLATE, NIL, WHEEL};
+use crate::slab::{Cold, Entry, Slab, FLAG_AGED, FLAG_LIVE, FLAG_TEMPLATE, NIL};
 use crate::state::Direction;
 use crate::table::{FlowRef, FlowTable, Observer, DIR_BIT};
 use crate::Timeouts;
 
-/// Version of the state file layout: bump it whenever `Entry` or the
-/// header changes (`layout_signature_is_pinned` fails until it is).
-pub const LAYOUT_VERSION: u32 = 2;
+/// Version of the state file layout: bump it whenever `Entry`, `Cold`,
+/// the file's arrangement (`region`) or the header changes (`layout_signature_is_pinned` fails until it is).
+pub const LAYOUT_VERSION: u32 = 3;
 
 const MAGIC: [u8; 8] = *b"XVSFLOWS";
 
@@ -148,8 +149,8 @@ impl Header {
 }
 
 /// A digest of the entry layout: its size and every field's offset, for
-/// family `A`. Part of the header, so a layout change a version bump
-/// forgot is still caught.
+/// family `A`, and the same of its cold part. Part of the header, so a
+/// layout change a version bump forgot is still caught.
 pub fn layout_signature<A: Address>() -> u64 {
     let parts = [
         std::mem::size_of::<Entry<A>>(),
@@ -163,12 +164,13 @@ pub fn layout_signature<A: Address>() -> u64 {
         std::mem::offset_of!(Entry<A>, service),
         std::mem::offset_of!(Entry<A>, backend_id),
         std::mem::offset_of!(Entry<A>, last_seen),
-        std::mem::offset_of!(Entry<A>, timeout),
         std::mem::offset_of!(Entry<A>, client_mac),
-        std::mem::offset_of!(Entry<A>, bytes_hi),
         std::mem::offset_of!(Entry<A>, bytes_lo),
         std::mem::offset_of!(Entry<A>, packets),
-        std::mem::offset_of!(Entry<A>, links),
+        std::mem::size_of::<Cold>(),
+        std::mem::offset_of!(Cold, timeout),
+        std::mem::offset_of!(Cold, bytes_hi),
+        std::mem::offset_of!(Cold, links),
     ];
     digest(parts.iter().map(|&p| p as u64))
 }
@@ -233,8 +235,9 @@ impl<A: FlatAddress> FlowTable<A> {
             boot: boot_digest(),
             identity: u64::from(IDENTITY_SCHEME),
         };
-        let (mut region, had) = Region::<Entry<A>>::file(path, capacity as usize)?;
-        let bytes = (HEADER + capacity as usize * std::mem::size_of::<Entry<A>>()) as u64;
+        let (mut region, cold, had) =
+            Region::<Entry<A>>::file_pair::<Cold>(path, capacity as usize)?;
+        let bytes = Region::<Entry<A>>::pair_bytes::<Cold>(capacity as usize);
         let header = region.header().map(|h| Header::read(h));
         let verdict = match header {
             _ if had == 0 => Opened::Fresh("no state file".into()),
@@ -255,6 +258,7 @@ impl<A: FlatAddress> FlowTable<A> {
                 }
                 Slab {
                     entries: region,
+                    cold,
                     free: NIL,
                     live: 0,
                     released: 0,
@@ -267,7 +271,7 @@ impl<A: FlatAddress> FlowTable<A> {
                     // again (its size or header then say so).
                     want.write(h);
                 }
-                Slab::over(region)
+                Slab::over(region, cold)
             }
         };
         let mut table = FlowTable::with_slab(slab, timeouts, now);
@@ -315,12 +319,14 @@ impl<A: Address> FlowTable<A> {
         for slot in (0..capacity).rev() {
             let e = self.slab.entries[slot as usize];
             let keep = e.flags & FLAG_LIVE != 0
-                && resolve(FlowRef(&e)).is_some_and(|(service, backend)| {
-                    let entry = &mut self.slab.entries[slot as usize];
-                    entry.service = service;
-                    entry.backend_id = backend;
-                    self.adopt_keys(slot)
-                });
+                && resolve(FlowRef(&e, &self.slab.cold[slot as usize])).is_some_and(
+                    |(service, backend)| {
+                        let entry = &mut self.slab.entries[slot as usize];
+                        entry.service = service;
+                        entry.backend_id = backend;
+                        self.adopt_keys(slot)
+                    },
+                );
             if !keep {
                 if e.flags & FLAG_LIVE != 0 {
                     out.dropped += 1;
@@ -328,9 +334,9 @@ impl<A: Address> FlowTable<A> {
                 self.slab.release_unlinked(slot);
                 continue;
             }
+            self.slab.cold[slot as usize].links = [[NIL; 2]; 2];
             let e = &mut self.slab.entries[slot as usize];
             e.flags &= !FLAG_AGED;
-            e.links = [[NIL; 2]; 2];
             let e = *e;
             self.slab.live += 1;
             let state = e.state();
@@ -387,23 +393,12 @@ impl<A: Address> FlowTable<A> {
     }
 }
 
-impl<A: Address> Slab<A> {
-    /// Frees `slot` without touching any list (adoption rebuilds them).
-    pub(crate) fn release_unlinked(&mut self, slot: u32) {
-        let free = self.free;
-        let e = &mut self.entries[slot as usize];
-        *e = Entry::FREE;
-        e.links[WHEEL][0] = free;
-        self.free = slot;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// The entry layout is pinned to the state file's layout version: a
-    /// change to [`Entry`] fails here until [`LAYOUT_VERSION`] is bumped
+    /// change to [`Entry`] or [`Cold`] fails here until [`LAYOUT_VERSION`] is bumped
     /// and the new signatures are written down.
     #[test]
     fn layout_signature_is_pinned() {
@@ -416,11 +411,11 @@ mod tests {
                 layout_signature::<Ipv6Addr>()
             ),
             (
-                2,
-                88,
-                3_357_201_085_506_562_853,
-                136,
-                9_261_486_008_361_045_509
+                3,
+                64,
+                11_490_108_099_567_468_775,
+                128,
+                7_277_026_578_654_797_895
             ),
             "the flow entry layout changed: bump LAYOUT_VERSION and update this test"
         );

@@ -1,12 +1,15 @@
 //! The memory a flow table's entries live in: an anonymous block in
 //! transparent huge pages (a table that ends with its process), or a file
 //! mapped shared (a table that outlives it: the file holds a header page,
-//! then the entries, and a later process maps the same bytes).
+//! then the entries, then their cold parts, and a later process maps the
+//! same bytes).
 //!
 //! Invariants: a [`Region`] is `len` values of `T` at a fixed address for
-//! its whole life (it never grows or moves); a file region's values start
-//! one header page ([`HEADER`] bytes) into the file, which is exactly
-//! `HEADER + len * size_of::<T>()` bytes long. Values of a file region are
+//! its whole life (it never grows or moves); a file holds a pair of
+//! regions ([`Region::file_pair`]): the first's values start one header
+//! page ([`HEADER`] bytes) into the file, the second's at the first page
+//! boundary after them, and the file is exactly
+//! [`Region::pair_bytes`] long. Values of a file region are
 //! whatever the file holds: the caller validates what it reads before it
 //! treats them as `T` (see `slab::sanitise`), and `T` must be plain old
 //! data but for that validation.
@@ -31,6 +34,8 @@ enum Owner<T> {
     File {
         base: NonNull<u8>,
         len: usize,
+        /// Whether the mapping starts with the header page.
+        header: bool,
         _file: File,
     },
 }
@@ -59,11 +64,27 @@ impl<T: Copy> Region<T> {
         }
     }
 
+    /// The length of the file a pair of regions of `len` values each,
+    /// `T` then `U`, takes (see the module docs).
+    pub(crate) fn pair_bytes<U>(len: usize) -> u64 {
+        (Self::second_offset(len) + len * std::mem::size_of::<U>()) as u64
+    }
+
+    /// Where the second region of a pair starts in its file.
+    fn second_offset(len: usize) -> usize {
+        (HEADER + len * std::mem::size_of::<T>()).next_multiple_of(HEADER)
+    }
+
     /// Maps `path` (created, or resized and zeroed when its length is not
-    /// the one `len` values take) shared. Returns the region and the
-    /// length the file had (its bytes are kept when it is this one).
-    pub(crate) fn file(path: &Path, len: usize) -> std::io::Result<(Region<T>, u64)> {
-        let bytes = HEADER + len * std::mem::size_of::<T>();
+    /// the one a pair of `len` values takes) shared, as `len` values of
+    /// `T` after a header page and `len` values of `U` after them.
+    /// Returns the two regions and the length the file had (its bytes are
+    /// kept when it is this one).
+    pub(crate) fn file_pair<U: Copy>(
+        path: &Path,
+        len: usize,
+    ) -> std::io::Result<(Region<T>, Region<U>, u64)> {
+        let bytes = Self::pair_bytes::<U>(len);
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -72,53 +93,34 @@ impl<T: Copy> Region<T> {
             .mode(0o600)
             .open(path)?;
         let had = file.metadata()?.len();
-        if had != bytes as u64 {
+        if had != bytes {
             file.set_len(0)?;
-            file.set_len(bytes as u64)?;
+            file.set_len(bytes)?;
         }
-        // SAFETY: a shared mapping of the whole file, at an address the
-        // kernel picks; no existing memory is affected.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: advice on the mapping just made (huge pages where the
-        // filesystem offers them: tmpfs mounted with huge=).
-        unsafe { libc::madvise(base, bytes, libc::MADV_HUGEPAGE) };
-        let base = NonNull::new(base.cast::<u8>()).ok_or(std::io::ErrorKind::InvalidData)?;
-        // SAFETY: HEADER is within the mapping and page-aligned, so the
-        // values start aligned for any T of alignment up to a page.
-        let ptr = unsafe { NonNull::new_unchecked(base.as_ptr().add(HEADER).cast::<T>()) };
-        Ok((
-            Region {
-                ptr,
-                len,
-                owner: Owner::File {
-                    base,
-                    len: bytes,
-                    _file: file,
-                },
-            },
-            had,
-        ))
+        let second = Self::second_offset(len);
+        let first = map(
+            &file,
+            0,
+            HEADER + len * std::mem::size_of::<T>(),
+            HEADER,
+            len,
+        )?;
+        let second = map(&file, second, len * std::mem::size_of::<U>(), 0, len)?;
+        Ok((first, second, had))
     }
 
     /// The header page of a file region.
     pub(crate) fn header(&mut self) -> Option<&mut [u8; HEADER]> {
         match &mut self.owner {
             Owner::Anon(_) => None,
-            // SAFETY: the mapping starts with HEADER bytes, exclusively
-            // ours through `&mut self`.
-            Owner::File { base, .. } => Some(unsafe { &mut *base.as_ptr().cast::<[u8; HEADER]>() }),
+            Owner::File {
+                base, header: true, ..
+            } => {
+                // SAFETY: the mapping starts with HEADER bytes, exclusively
+                // ours through `&mut self`.
+                Some(unsafe { &mut *base.as_ptr().cast::<[u8; HEADER]>() })
+            }
+            Owner::File { .. } => None,
         }
     }
 
@@ -158,4 +160,52 @@ impl<T> Drop for Region<T> {
             unsafe { libc::munmap(base.as_ptr().cast(), *len) };
         }
     }
+}
+
+/// Maps `bytes` of `file` from `offset` (page-aligned) shared, as a region
+/// of `len` values of `T` starting `skip` bytes in (0, or [`HEADER`] for a
+/// mapping that starts with the header page).
+fn map<T>(
+    file: &File,
+    offset: usize,
+    bytes: usize,
+    skip: usize,
+    len: usize,
+) -> std::io::Result<Region<T>> {
+    // A mapping is never empty (a zero-capacity table maps one page past
+    // its values and reads none of it).
+    let bytes = bytes.max(1);
+    // SAFETY: a shared mapping of the file, at an address the kernel
+    // picks; no existing memory is affected.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            offset as libc::off_t,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: advice on the mapping just made (huge pages where the
+    // filesystem offers them: tmpfs mounted with huge=).
+    unsafe { libc::madvise(base, bytes, libc::MADV_HUGEPAGE) };
+    let base = NonNull::new(base.cast::<u8>()).ok_or(std::io::ErrorKind::InvalidData)?;
+    // SAFETY: `skip` (0 or HEADER) is within the mapping (or its end, for
+    // no values) and page-aligned, so the values start aligned for any T
+    // of alignment up to a page.
+    let ptr = unsafe { NonNull::new_unchecked(base.as_ptr().add(skip).cast::<T>()) };
+    Ok(Region {
+        ptr,
+        len,
+        owner: Owner::File {
+            base,
+            len: bytes,
+            header: skip == HEADER,
+            _file: file.try_clone()?,
+        },
+    })
 }

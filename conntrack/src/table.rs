@@ -30,8 +30,8 @@ use xvs_config::Address;
 
 use crate::key::{Endpoint, FlowKey, L4Proto};
 use crate::slab::{
-    Entry, ListHead, Slab, AGE, FLAG_AGED, FLAG_ONE_WAY, FLAG_PEER, FLAG_QUIESCED, FLAG_TEMPLATE,
-    NIL, WHEEL,
+    bytes_of, Cold, Entry, ListHead, Slab, AGE, FLAG_AGED, FLAG_ONE_WAY, FLAG_PEER, FLAG_QUIESCED,
+    FLAG_TEMPLATE, NIL, WHEEL,
 };
 use crate::state::{tcp_next, Direction, FlowState};
 use crate::stats::{Removal, Stats};
@@ -111,9 +111,18 @@ pub trait Observer<A: Address = Ipv4Addr> {
 
 impl<A: Address> Observer<A> for () {}
 
-/// Read access to one live entry.
+impl<A: Address> Slab<A> {
+    /// Read access to the entry in `slot` and its cold part.
+    #[inline(always)]
+    pub(crate) fn flow(&self, slot: u32) -> FlowRef<'_, A> {
+        let i = slot as usize;
+        FlowRef(&self.entries[i], &self.cold[i])
+    }
+}
+
+/// Read access to one live entry (and its cold part).
 #[derive(Debug, Clone, Copy)]
-pub struct FlowRef<'a, A: Address = Ipv4Addr>(pub(crate) &'a Entry<A>);
+pub struct FlowRef<'a, A: Address = Ipv4Addr>(pub(crate) &'a Entry<A>, pub(crate) &'a Cold);
 
 impl<A: Address> FlowRef<'_, A> {
     /// Client end.
@@ -154,7 +163,7 @@ impl<A: Address> FlowRef<'_, A> {
     }
     /// Bytes `[original, reply]`.
     pub fn bytes(&self) -> [u64; 2] {
-        self.0.bytes()
+        bytes_of(self.0, self.1)
     }
     /// Time of the last packet.
     pub fn last_seen(&self) -> u32 {
@@ -162,7 +171,7 @@ impl<A: Address> FlowRef<'_, A> {
     }
     /// Time at which the entry expires unless a packet comes.
     pub fn deadline(&self) -> u32 {
-        self.0.deadline()
+        self.0.last_seen.saturating_add(self.1.timeout)
     }
     /// Whether this is a persistence template.
     pub fn is_template(&self) -> bool {
@@ -356,13 +365,13 @@ impl<A: Address> FlowTable<A> {
 
     /// Heap bytes a table of `capacity` entries takes (what
     /// [`FlowTable::memory_bytes`] will say once it is built), without
-    /// building it: the slab (`capacity` entries of 88 bytes for IPv4,
-    /// 136 for IPv6), the index for two keys per entry (about 14 bytes
+    /// building it: the slab (`capacity` entries of 64 bytes for IPv4,
+    /// 128 for IPv6, and their 24-byte cold parts), the index for two keys per entry (about 14 bytes
     /// per entry, `Index`), and the wheel. To refuse a capacity the
     /// host cannot hold before allocating anything.
     pub fn footprint(capacity: u32) -> u64 {
         let capacity = u64::from(capacity.min(MAX_CAPACITY));
-        capacity * std::mem::size_of::<Entry<A>>() as u64
+        capacity * (std::mem::size_of::<Entry<A>>() + std::mem::size_of::<Cold>()) as u64
             + Index::bytes_for(2 * capacity as usize)
             + (WHEEL_SLOTS * std::mem::size_of::<ListHead>()) as u64
     }
@@ -370,7 +379,7 @@ impl<A: Address> FlowTable<A> {
     /// Heap bytes the table holds (slab, index, wheel): its whole
     /// footprint, whatever the number of live entries.
     pub fn memory_bytes(&self) -> usize {
-        self.slab.entries.len() * std::mem::size_of::<Entry<A>>()
+        self.slab.entries.len() * (std::mem::size_of::<Entry<A>>() + std::mem::size_of::<Cold>())
             + self.index.allocation_size()
             + self.wheel.len() * std::mem::size_of::<ListHead>()
     }
@@ -458,19 +467,22 @@ impl<A: Address> FlowTable<A> {
 
     /// Read access to a live entry.
     pub fn flow(&self, id: FlowId) -> FlowRef<'_, A> {
-        FlowRef(&self.slab.entries[id.0 as usize])
+        self.slab.flow(id.0)
     }
 
     /// Caps a live flow's timeout in its current state at `secs` (a state
     /// change sets it from the state again), filing it earlier.
     pub fn shorten(&mut self, id: FlowId, secs: u32) {
-        let Some(e) = self.slab.entries.get_mut(id.0 as usize) else {
+        let (Some(e), Some(c)) = (
+            self.slab.entries.get(id.0 as usize),
+            self.slab.cold.get_mut(id.0 as usize),
+        ) else {
             return;
         };
-        if !e.is_live() || e.timeout <= secs {
+        if !e.is_live() || c.timeout <= secs {
             return;
         }
-        e.timeout = secs;
+        c.timeout = secs;
         self.unfile(id.0);
         self.file(id.0);
     }
@@ -493,10 +505,10 @@ impl<A: Address> FlowTable<A> {
         now: u32,
         obs: &mut impl Observer<A>,
     ) -> (FlowState, FlowState) {
-        let e = &mut self.slab.entries[id.0 as usize];
         let d = dir as usize;
+        self.slab.add_bytes(id.0, d, pkt.len);
+        let e = &mut self.slab.entries[id.0 as usize];
         e.packets[d] = e.packets[d].wrapping_add(1);
-        e.add_bytes(d, pkt.len);
         e.last_seen = now;
         let old = e.state();
         let new = tcp_next(old, dir, pkt.tcp_flags, e.flags & FLAG_ONE_WAY != 0);
@@ -520,9 +532,9 @@ impl<A: Address> FlowTable<A> {
         self.states[old.index()] -= 1;
         self.states[new.index()] += 1;
         let timeout = new.timeout(&self.timeouts);
+        self.slab.cold[slot as usize].timeout = timeout;
         let e = &mut self.slab.entries[slot as usize];
         e.state = new as u8;
-        e.timeout = timeout;
         let (service, backend) = (e.service, e.backend_id);
         match (old.is_active(), new.is_active()) {
             (false, true) => {
@@ -553,7 +565,13 @@ impl<A: Address> FlowTable<A> {
 
     /// Files an entry in the wheel at its deadline (never in the past).
     pub(crate) fn file(&mut self, slot: u32) {
-        let deadline = self.slab.entries[slot as usize].deadline();
+        self.file_at(slot, self.slab.deadline(slot));
+    }
+
+    /// Files an entry in the wheel at `deadline`, its deadline (the
+    /// caller that has just set it need not read it back).
+    #[inline(always)]
+    fn file_at(&mut self, slot: u32, deadline: u32) {
         let at = deadline.max(self.cursor.wrapping_add(1));
         let w = at as usize % WHEEL_SLOTS;
         self.slab.push_back(WHEEL, &mut self.wheel[w], slot);
@@ -567,7 +585,7 @@ impl<A: Address> FlowTable<A> {
         let w = e.wheel_slot;
         if let Some(sw) = self.sweep {
             if sw.slot == w && sw.stop == slot {
-                let prev = e.links[WHEEL][1];
+                let prev = self.slab.cold[slot as usize].links[WHEEL][1];
                 self.sweep = (prev != NIL).then_some(Sweep {
                     slot: w,
                     stop: prev,
@@ -675,10 +693,11 @@ impl<A: Address> FlowTable<A> {
         e.service = new.service;
         e.backend_id = new.backend_id;
         e.state = state as u8;
-        e.timeout = state.timeout(&self.timeouts);
         e.last_seen = now;
         e.packets[0] = 1;
-        e.set_first_bytes(pkt.len);
+        self.slab.set_first_bytes(slot, pkt.len);
+        let timeout = state.timeout(&self.timeouts);
+        self.slab.cold[slot as usize].timeout = timeout;
         self.index_insert(h_orig, slot);
         if two_way {
             self.index_insert(h_reply, slot | DIR_BIT);
@@ -692,7 +711,7 @@ impl<A: Address> FlowTable<A> {
             obs.conn_counts(new.service, new.backend_id, 0, 1);
             self.age_add(slot);
         }
-        self.file(slot);
+        self.file_at(slot, now.saturating_add(timeout));
         Ok(FlowId(slot))
     }
 
@@ -753,7 +772,7 @@ impl<A: Address> FlowTable<A> {
             self.change_state(id.0, old, state, obs);
         } else {
             // Refiled from now.
-            e.timeout = old.timeout(&self.timeouts);
+            self.slab.cold[id.0 as usize].timeout = old.timeout(&self.timeouts);
             self.unfile(id.0);
             self.file(id.0);
         }
@@ -813,7 +832,7 @@ impl<A: Address> FlowTable<A> {
     /// caller has counted the removal.
     pub(crate) fn remove_slot(&mut self, slot: u32, why: Removal, obs: &mut impl Observer<A>) {
         let e = self.slab.entries[slot as usize];
-        obs.removed(FlowRef(&e), why);
+        obs.removed(self.slab.flow(slot), why);
         let state = e.state();
         if !e.is_template() {
             let (a, i) = if state.is_active() { (-1, 0) } else { (0, -1) };
@@ -843,10 +862,11 @@ impl<A: Address> FlowTable<A> {
             self.index.prefetch(self.hash(&e.key(Direction::Reply)));
         }
         if e.flags & FLAG_AGED != 0 {
-            // The unlink writes their links, which may sit on either of
-            // an entry's lines: every line, as the batch lookup fetches.
-            for n in e.links[AGE].into_iter().filter(|&n| n != NIL) {
-                crate::batch::prefetch_lines(&self.slab.entries[n as usize] as *const Entry<A>);
+            // The unlink writes their links, in their cold parts.
+            for n in self.slab.cold[slot as usize].links[AGE] {
+                if let Some(c) = self.slab.cold.get(n as usize) {
+                    crate::batch::prefetch_lines(c as *const Cold);
+                }
             }
         }
     }
@@ -887,7 +907,7 @@ impl<A: Address> FlowTable<A> {
                     self.sweep = None;
                 }
                 work += 1;
-                if self.slab.entries[slot as usize].deadline() <= self.cursor {
+                if self.slab.deadline(slot) <= self.cursor {
                     self.stats.expire += 1;
                     expired += 1;
                     self.prefetch_removal(slot);
@@ -955,7 +975,7 @@ impl<A: Address> FlowTable<A> {
     pub fn template_lookup(&mut self, key: &FlowKey<A>, now: u32) -> Option<(u32, Endpoint<A>)> {
         let slot = self.find_template(self.hash(key), key)?;
         let e = &self.slab.entries[slot as usize];
-        (e.deadline() > now).then(|| (e.backend_id, e.backend()))
+        (self.slab.deadline(slot) > now).then(|| (e.backend_id, e.backend()))
     }
 
     /// Creates or refreshes the template `key` → backend, living `timeout`
@@ -993,13 +1013,13 @@ impl<A: Address> FlowTable<A> {
                 slot
             }
         };
+        let shrinks = now.saturating_add(timeout) < self.slab.deadline(slot);
+        self.slab.cold[slot as usize].timeout = timeout;
         let e = &mut self.slab.entries[slot as usize];
-        let shrinks = now.saturating_add(timeout) < e.deadline();
         e.service = service;
         e.backend_id = backend_id;
         e.set_endpoint(2, backend);
         e.last_seen = now;
-        e.timeout = timeout;
         if shrinks {
             self.unfile(slot);
             self.file(slot);

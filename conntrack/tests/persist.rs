@@ -89,6 +89,10 @@ fn resolve(f: xvs_conntrack::FlowRef<'_>) -> Option<(u32, u32)> {
 fn a_reopened_table_adopts_every_flow_with_new_ids() {
     let file = Scratch::new("adopt");
     let t0 = Timeouts::default();
+    // Each flow's counters and deadline as the first process leaves them
+    // (the byte counters' high bits and the timeout live apart from the
+    // rest of the entry, and must come back with it).
+    let mut kept = HashMap::new();
     {
         let (mut t, opened) = FlowTable::<Ipv4Addr>::open_state(&file.0, ID, 64, t0, 1000).unwrap();
         assert_eq!(opened, Opened::Fresh("no state file".into()));
@@ -103,6 +107,20 @@ fn a_reopened_table_adopts_every_flow_with_new_ids() {
                 t.on_packet(id, Direction::Reply, pkt(SYN | ACK), 1001, &mut ());
                 t.on_packet(id, Direction::Original, pkt(ACK), 1001, &mut ());
             }
+            if n == 4 {
+                // Past 4 GiB in both directions.
+                for dir in [Direction::Original, Direction::Reply] {
+                    let big = Packet {
+                        tcp_flags: ACK,
+                        len: u32::MAX,
+                    };
+                    t.on_packet(id, dir, big, 1001, &mut ());
+                    t.on_packet(id, dir, big, 1001, &mut ());
+                }
+                assert!(t.flow(id).bytes().iter().all(|&b| b > 1 << 33));
+            }
+            let f = t.flow(id);
+            kept.insert(n, (f.packets(), f.bytes(), f.deadline()));
         }
         let key = FlowTable::<Ipv4Addr>::template_key(
             Ipv4Addr::new(198, 18, 0, 0),
@@ -152,6 +170,7 @@ fn a_reopened_table_adopts_every_flow_with_new_ids() {
         };
         assert_eq!(e.state(), want, "flow {n}");
         assert_eq!(e.last_seen(), if n % 2 == 0 { 1001 } else { 1000 });
+        assert_eq!(kept[&n], (e.packets(), e.bytes(), e.deadline()), "flow {n}");
     }
     // The connection counts the schedulers start from, by new id.
     let total: (i64, i64) = counts
@@ -247,7 +266,7 @@ fn what_a_crash_mid_update_leaves_is_dropped_not_trusted() {
     // Scribble over the entries: slot 0's protocol byte becomes one no
     // entry has, and slot 1 becomes a copy of slot 2 (a duplicate key),
     // and slot 9 (free) is marked live with nothing in it.
-    let entry = 88u64; // an IPv4 entry
+    let entry = 64u64; // an IPv4 entry
     let mut bytes = std::fs::read(&file.0).unwrap();
     let at = |slot: u64| 4096 + slot * entry;
     let proto_offset = 4 * 4 + 4 * 2 + 2;
