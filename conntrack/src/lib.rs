@@ -16,6 +16,7 @@ mod huge;
 mod index;
 mod key;
 mod keyed;
+mod migrate;
 mod persist;
 mod region;
 mod slab;

@@ -17,7 +17,9 @@
 //! Invariants: a file is adopted only when its header matches this build
 //! and this configuration exactly ([`LAYOUT_VERSION`] and the entry layout
 //! signature, capacity, address family, worker index and count, SNAT
-//! identity, boot, [`IDENTITY_SCHEME`]); otherwise it is reset and the
+//! identity, boot, [`IDENTITY_SCHEME`]), or when it is of the layout
+//! before this one and matches in everything else (it is then rewritten
+//! in this layout first: `migrate`); otherwise it is reset and the
 //! reason returned. Time in the entries is seconds of CLOCK_MONOTONIC, the
 //! same in every process of one boot, so deadlines carry over unchanged.
 
@@ -27,8 +29,9 @@ use std::path::Path;
 use xvs_config::Address;
 
 use crate::key::{FlowKey, L4Proto};
+use crate::migrate;
 use crate::region::{Region, HEADER};
-use crate::slab::{Cold, Entry, Slab, FLAG_AGED, FLAG_LIVE, FLAG_TEMPLATE, NIL};
+use crate::slab::{Cold, Entry, Regions, Slab, FLAG_AGED, FLAG_LIVE, FLAG_TEMPLATE, NIL};
 use crate::state::Direction;
 use crate::table::{FlowRef, FlowTable, Observer, DIR_BIT};
 use crate::Timeouts;
@@ -196,6 +199,12 @@ fn boot_digest() -> u64 {
 pub enum Opened {
     /// Its entries were kept: adopt them ([`FlowTable::adopt`]).
     Kept,
+    /// It was of the layout version `from`, and its entries were
+    /// rewritten in this build's layout and kept: adopt them.
+    Migrated {
+        /// The file's layout version before.
+        from: u32,
+    },
     /// It was (re)initialised empty, for this reason.
     Fresh(String),
 }
@@ -235,24 +244,36 @@ impl<A: FlatAddress> FlowTable<A> {
             boot: boot_digest(),
             identity: u64::from(IDENTITY_SCHEME),
         };
-        let (mut region, cold, had) =
-            Region::<Entry<A>>::file_pair::<Cold>(path, capacity as usize)?;
-        let bytes = Region::<Entry<A>>::pair_bytes::<Cold>(capacity as usize);
-        let header = region.header().map(|h| Header::read(h));
-        let verdict = match header {
-            _ if had == 0 => Opened::Fresh("no state file".into()),
-            _ if had != bytes => Opened::Fresh(format!(
-                "capacity or entry size changed (state file {had} bytes, now {bytes})"
-            )),
-            Some(Some(h)) => match h.mismatch(&want) {
-                None => Opened::Kept,
-                Some(why) => Opened::Fresh(why),
-            },
-            _ => Opened::Fresh("no state header".into()),
+        let (mut region, cold, verdict) = match migrate_v2::<A>(path, capacity, &want)? {
+            Some((region, cold)) => (
+                region,
+                cold,
+                Opened::Migrated {
+                    from: migrate::FROM as u32,
+                },
+            ),
+            None => {
+                let (mut region, cold, had) =
+                    Region::<Entry<A>>::file_pair::<Cold>(path, capacity as usize)?;
+                let bytes = Region::<Entry<A>>::pair_bytes::<Cold>(capacity as usize);
+                let header = region.header().map(|h| Header::read(h));
+                let verdict = match header {
+                    _ if had == 0 => Opened::Fresh("no state file".into()),
+                    _ if had != bytes => Opened::Fresh(format!(
+                        "capacity or entry size changed (state file {had} bytes, now {bytes})"
+                    )),
+                    Some(Some(h)) => match h.mismatch(&want) {
+                        None => Opened::Kept,
+                        Some(why) => Opened::Fresh(why),
+                    },
+                    _ => Opened::Fresh("no state header".into()),
+                };
+                (region, cold, verdict)
+            }
         };
         let mut insane = 0;
         let slab = match verdict {
-            Opened::Kept => {
+            Opened::Kept | Opened::Migrated { .. } => {
                 for i in 0..capacity as usize {
                     insane += u32::from(!sanitise(region.raw(i)));
                 }
@@ -275,9 +296,36 @@ impl<A: FlatAddress> FlowTable<A> {
             }
         };
         let mut table = FlowTable::with_slab(slab, timeouts, now);
-        table.pending = (verdict == Opened::Kept).then_some(insane);
+        table.pending = (!matches!(verdict, Opened::Fresh(_))).then_some(insane);
         Ok((table, verdict))
     }
+}
+
+/// The regions of `path` migrated to this layout, if it is a layout-2
+/// file that `want` would have adopted but for its layout (see
+/// `migrate`); `None` for any other file.
+fn migrate_v2<A: FlatAddress>(
+    path: &Path,
+    capacity: u32,
+    want: &Header,
+) -> std::io::Result<Option<Regions<A>>> {
+    use std::os::unix::fs::FileExt;
+    let len = std::fs::metadata(path).map_or(0, |m| m.len());
+    if len != migrate::bytes::<A>(capacity) {
+        return Ok(None);
+    }
+    let mut page = [0u8; HEADER];
+    std::fs::File::open(path)?.read_exact_at(&mut page, 0)?;
+    let old = Header {
+        layout: migrate::FROM,
+        signature: migrate::signature::<A>(),
+        ..*want
+    };
+    if Header::read(&page) != Some(old) {
+        return Ok(None);
+    }
+    want.write(&mut page);
+    migrate::from_v2::<A>(path, capacity, &page).map(Some)
 }
 
 /// Resets a slot that does not hold a sane entry to a free one (false).

@@ -223,6 +223,9 @@ impl ListHead {
     }
 }
 
+/// The memory of a slab: its entries and their cold parts.
+pub(crate) type Regions<A> = (Region<Entry<A>>, Region<Cold>);
+
 /// Entries, their cold parts and the free list.
 pub(crate) struct Slab<A: Address> {
     pub(crate) entries: Region<Entry<A>>,

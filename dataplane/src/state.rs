@@ -231,8 +231,15 @@ pub fn open_table<A: xvs_conntrack::FlatAddress>(
     let path = dir.join(name);
     let (table, opened) =
         FlowTable::open_state(&path, identity(cfg, worker), capacity, timeouts, now)?;
-    if let Opened::Fresh(why) = opened {
-        restored.fresh = Some(why);
+    match opened {
+        Opened::Fresh(why) => restored.fresh = Some(why),
+        Opened::Migrated { from } => tracing::info!(
+            file = %path.display(),
+            from,
+            to = xvs_conntrack::LAYOUT_VERSION,
+            "flow state file rewritten in this build's layout"
+        ),
+        Opened::Kept => {}
     }
     restored.file = Some(path);
     Ok((table, restored))
