@@ -17,7 +17,7 @@ ifeq ($(shell id -u),0)
 export XVS_REQUIRE_PRIVILEGED := 1
 endif
 
-.PHONY: all deps build deb test lint unit upgrade-build leak-baseline leak-check vm-test vm-bench fuzz-build fuzz bench e2e-bench vm-image demo clean
+.PHONY: all deps build deb test lint unit upgrade-build layout-upgrade-test leak-baseline leak-check vm-test vm-bench fuzz-build fuzz bench e2e-bench vm-image demo clean
 
 all: build
 
@@ -48,6 +48,21 @@ upgrade-build:
 
 unit: upgrade-build
 	XVS_UPGRADE_DIR=$(UPGRADE_DIR) $(CARGO) test --workspace
+
+## layout-upgrade-test: live flows through the last build of the state
+## file's previous layout (bb5d48b, layout 2), then this build on its file
+## (rewritten in this layout); needs the repository's history, so it is
+## not part of `make test`.
+LAYOUT_FROM := bb5d48b
+LAYOUT_DIR := $(TARGET_DIR)/layout-from
+layout-upgrade-test: deps
+	$(CARGO) build --workspace --bins
+	rm -rf $(LAYOUT_DIR)/src && git worktree prune
+	git worktree add --detach $(LAYOUT_DIR)/src $(LAYOUT_FROM)
+	cd $(LAYOUT_DIR)/src && CARGO_TARGET_DIR=$(LAYOUT_DIR)/target $(CARGO) build -p xvs-control --bins
+	XVS_UPGRADE_FROM=$(LAYOUT_DIR)/target/debug $(CARGO) test -p xvs-vm-tests --test restart \
+	  flows_survive_an_upgrade_from_the_layout_before -- --nocapture; rc=$$?; \
+	  git worktree remove --force $(LAYOUT_DIR)/src; exit $$rc
 
 # Nothing a test created may outlive the suite: namespaces are named xvst-*,
 # flow state mounts xvs-flows (those of the tests' daemons live under /tmp).

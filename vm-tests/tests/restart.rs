@@ -189,11 +189,11 @@ impl Gateway {
     }
 }
 
-/// The scenario every variant shares: 200 streams, the instance ended by
-/// `signal`, `next` (a binary directory) started on the same
-/// configuration, and every stream checked. Returns the figures line it
-/// prints.
-fn survive(name: &str, signal: i32, next: &Path, shape: Gateway) -> String {
+/// The scenario every variant shares: 200 streams through the build in
+/// `first` (a binary directory), the instance ended by `signal`, `next`
+/// started on the same configuration, and every stream checked. Returns
+/// the figures line it prints.
+fn survive(name: &str, signal: i32, first: &Path, next: &Path, shape: Gateway) -> String {
     let t = Topology::build(shape.spec()).unwrap();
     let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
     let scratch = ScratchDir::new(&t, &format!("restart-{name}")).unwrap();
@@ -216,7 +216,7 @@ fn survive(name: &str, signal: i32, next: &Path, shape: Gateway) -> String {
             .unwrap();
     }
     prepare(scratch.path(), &text);
-    let (gw, _) = Daemon::start(&t, "rs", &bins(), &text, &[]).unwrap();
+    let (gw, _) = Daemon::start(&t, "rs", first, &text, &[]).unwrap();
     let status: serde_json::Value = serde_json::from_str(&gw.get("/v1/status")).unwrap();
     assert!(status["restart"]["plain_pages"].is_null(), "{status}");
     let capture = Capture::start(&t, scratch.path());
@@ -288,7 +288,7 @@ fn flows_survive_kill_9_and_a_restart() {
     if !privileged("flows_survive_kill_9_and_a_restart") {
         return;
     }
-    survive("sigkill", libc::SIGKILL, &bins(), Gateway::OneArm);
+    survive("sigkill", libc::SIGKILL, &bins(), &bins(), Gateway::OneArm);
 }
 
 /// Two arms and two workers: the program on both interfaces, a state file
@@ -298,7 +298,13 @@ fn flows_survive_kill_9_on_two_arms_with_two_workers() {
     if !privileged("flows_survive_kill_9_on_two_arms_with_two_workers") {
         return;
     }
-    survive("twoarm", libc::SIGKILL, &bins(), Gateway::TwoArmTwoWorkers);
+    survive(
+        "twoarm",
+        libc::SIGKILL,
+        &bins(),
+        &bins(),
+        Gateway::TwoArmTwoWorkers,
+    );
 }
 
 /// SIGABRT is what systemd's watchdog sends a hung xvs.
@@ -307,7 +313,7 @@ fn flows_survive_an_abort_and_a_restart() {
     if !privileged("flows_survive_an_abort_and_a_restart") {
         return;
     }
-    survive("sigabrt", libc::SIGABRT, &bins(), Gateway::OneArm);
+    survive("sigabrt", libc::SIGABRT, &bins(), &bins(), Gateway::OneArm);
 }
 
 /// A `systemctl restart`: SIGTERM, then a start.
@@ -316,7 +322,7 @@ fn flows_survive_a_clean_restart() {
     if !privileged("flows_survive_a_clean_restart") {
         return;
     }
-    survive("sigterm", libc::SIGTERM, &bins(), Gateway::OneArm);
+    survive("sigterm", libc::SIGTERM, &bins(), &bins(), Gateway::OneArm);
 }
 
 /// An upgrade: the running build stopped, a second build of `xvs` (the
@@ -343,7 +349,26 @@ fn flows_survive_an_upgrade_to_another_build() {
         version(&next),
         "the upgrade target is the same build"
     );
-    survive("upgrade", libc::SIGTERM, &next, Gateway::OneArm);
+    survive("upgrade", libc::SIGTERM, &bins(), &next, Gateway::OneArm);
+}
+
+/// An upgrade from an earlier release whose flow state file has the
+/// layout before this build's (`XVS_UPGRADE_FROM`: the directory of its
+/// `xvs`; layout 2 is bb5d48b's, built by `git worktree add` and `cargo
+/// build -p xvs-control --bins`): this build rewrites the file in its
+/// own layout and every stream goes on.
+#[test]
+fn flows_survive_an_upgrade_from_the_layout_before() {
+    if !privileged("flows_survive_an_upgrade_from_the_layout_before") {
+        return;
+    }
+    let Some(from) = std::env::var_os("XVS_UPGRADE_FROM").map(PathBuf::from) else {
+        eprintln!("skipping: no earlier release (XVS_UPGRADE_FROM unset)");
+        return;
+    };
+    // `survive` holds the new build to adopting every flow the old one
+    // had: a file it could not read would start it empty.
+    survive("layout", libc::SIGTERM, &from, &bins(), Gateway::OneArm);
 }
 
 /// The second build's folder, from `XVS_UPGRADE_DIR` (required to exist
