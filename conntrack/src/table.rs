@@ -366,9 +366,10 @@ impl<A: Address> FlowTable<A> {
     /// Heap bytes a table of `capacity` entries takes (what
     /// [`FlowTable::memory_bytes`] will say once it is built), without
     /// building it: the slab (`capacity` entries of 64 bytes for IPv4,
-    /// 128 for IPv6, and their 24-byte cold parts), the index for two keys per entry (about 14 bytes
-    /// per entry, `Index`), and the wheel. To refuse a capacity the
-    /// host cannot hold before allocating anything.
+    /// 128 for IPv6, and their 24-byte cold parts), the index for two
+    /// keys per entry (about 14 bytes per entry, `Index`), and the
+    /// wheel. To refuse a capacity the host cannot hold before
+    /// allocating anything.
     pub fn footprint(capacity: u32) -> u64 {
         let capacity = u64::from(capacity.min(MAX_CAPACITY));
         capacity * (std::mem::size_of::<Entry<A>>() + std::mem::size_of::<Cold>()) as u64
