@@ -25,12 +25,17 @@ packages=(
   qemu-system-x86 qemu-utils debootstrap e2fsprogs
 )
 
-missing=()
-for p in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
-done
+# The packages of the list not installed now.
+missing_now() {
+  local p
+  for p in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+      echo "$p"
+    fi
+  done
+}
+
+mapfile -t missing < <(missing_now)
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "deps: all ${#packages[@]} packages present"
@@ -46,3 +51,18 @@ echo "deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+# Installing can remove a package of the list that was present: one from
+# another release that conflicts with what was just installed (a
+# backported qemu-utils against the release's qemu-system-x86). Those are
+# installed again, from the release the rest came from.
+mapfile -t removed < <(missing_now)
+if [ ${#removed[@]} -gt 0 ]; then
+  echo "deps: installing again what that install removed: ${removed[*]}"
+  apt-get install -y -qq --no-install-recommends "${removed[@]}"
+fi
+mapfile -t still < <(missing_now)
+if [ ${#still[@]} -gt 0 ]; then
+  echo "deps: could not install: ${still[*]}" >&2
+  exit 1
+fi
