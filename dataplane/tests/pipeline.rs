@@ -847,3 +847,61 @@ fn a_peer_s_template_and_delete_records_are_applied() {
     assert_eq!(backup.apply_sync(&[delete(own)], 3), (0, 1));
     assert!(flows(&backup).iter().any(|f| f.client.port == 2000));
 }
+
+/// A new flow's SNAT port is found with one probe of the flow index while
+/// the range has room in the cursor's order: the cursor meets the
+/// endpoint used longest ago, which a flow deleted since has freed.
+/// Sixteen ports, twelve flows (endpoints 0 to 11), the first four
+/// deleted (`conntrack -D`): the next eight new flows take endpoints 12
+/// to 15, then 0 to 3 again, each with exactly two index misses (its own
+/// key, then the one SNAT endpoint it probes).
+#[test]
+fn a_new_flow_probes_one_snat_endpoint_while_the_range_has_room() {
+    let mut p = Pipeline::new(
+        PipelineConfig {
+            snat_addrs: vec![SNAT],
+            snat_ports: PortRange {
+                first: 2000,
+                last: 2015,
+            },
+            ..config()
+        },
+        0,
+    );
+    p.own(VIP);
+    p.upsert_service(Arc::new(CompiledService::new(
+        1,
+        &service(80, Protocol::Tcp, 8080, 1),
+        1,
+        None,
+    )));
+    run(&mut p, ARP_REPLY_FROM_BACKEND, 0);
+    let client = |i: u8| Ipv4Addr::new(198, 18, 0, 100 + i);
+    let new_flow = |p: &mut Pipeline, i: u8| {
+        let misses = p.conntrack_stats().miss;
+        let mut buf = syn_from_client(client(i), 40_000);
+        let len = buf.len();
+        let v = p.process(&mut buf, len, 1);
+        assert!(matches!(v, Verdict::Forward { .. }), "{v:?}");
+        (source_of(&buf).1, p.conntrack_stats().miss - misses)
+    };
+    for i in 0..12 {
+        assert_eq!(new_flow(&mut p, i), (2000 + u16::from(i), 2));
+    }
+    for i in 0..4 {
+        let filter = xvs_conntrack::Filter::<std::net::IpAddr> {
+            client: Some(client(i).into()),
+            ..xvs_conntrack::Filter::default()
+        };
+        let (deleted, _) = p.delete_matching(&filter, xvs_config::Family::V4, 0, u32::MAX);
+        assert_eq!(deleted, 1);
+    }
+    let ports: Vec<(u16, u64)> = (12..20).map(|i| new_flow(&mut p, i)).collect();
+    let expected: Vec<(u16, u64)> = (2012..2016)
+        .chain(2000..2004)
+        .map(|port| (port, 2))
+        .collect();
+    assert_eq!(ports, expected);
+    assert_eq!(p.flows(), 16);
+    assert_counters_add_up(&p);
+}
