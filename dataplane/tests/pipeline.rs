@@ -53,6 +53,21 @@ fn pipeline() -> Pipeline {
     p
 }
 
+/// A pipeline of `cfg` with one full-NAT TCP service (VIP:80 to the
+/// backend's 8080), the backend's Ethernet address already learnt.
+fn web_pipeline(cfg: PipelineConfig) -> Pipeline {
+    let mut p = Pipeline::new(cfg, 0);
+    p.own(VIP);
+    p.upsert_service(Arc::new(CompiledService::new(
+        1,
+        &service(80, Protocol::Tcp, 8080, 1),
+        1,
+        None,
+    )));
+    run(&mut p, ARP_REPLY_FROM_BACKEND, 0);
+    p
+}
+
 fn assert_counters_add_up(p: &Pipeline) {
     let c = p.counters();
     assert_eq!(
@@ -555,26 +570,15 @@ fn source_of(frame: &[u8]) -> (Ipv4Addr, u16) {
 #[test]
 fn every_snat_address_adds_the_port_slice_and_replies_find_their_flow() {
     const SNAT2: Ipv4Addr = Ipv4Addr::new(198, 18, 2, 2);
-    let mut p = Pipeline::new(
-        PipelineConfig {
-            snat_addrs: vec![SNAT, SNAT2],
-            snat_ports: PortRange {
-                first: 2000,
-                last: 2001,
-            },
-            capacity: 64,
-            ..config()
+    let mut p = web_pipeline(PipelineConfig {
+        snat_addrs: vec![SNAT, SNAT2],
+        snat_ports: PortRange {
+            first: 2000,
+            last: 2001,
         },
-        0,
-    );
-    p.own(VIP);
-    p.upsert_service(Arc::new(CompiledService::new(
-        1,
-        &service(80, Protocol::Tcp, 8080, 1),
-        1,
-        None,
-    )));
-    run(&mut p, ARP_REPLY_FROM_BACKEND, 0);
+        capacity: 64,
+        ..config()
+    });
     // Two addresses x two ports: four flows to the one backend, each
     // from its own SNAT endpoint, the second address once the first's
     // ports are taken.
@@ -857,25 +861,14 @@ fn a_peer_s_template_and_delete_records_are_applied() {
 /// key, then the one SNAT endpoint it probes).
 #[test]
 fn a_new_flow_probes_one_snat_endpoint_while_the_range_has_room() {
-    let mut p = Pipeline::new(
-        PipelineConfig {
-            snat_addrs: vec![SNAT],
-            snat_ports: PortRange {
-                first: 2000,
-                last: 2015,
-            },
-            ..config()
+    let mut p = web_pipeline(PipelineConfig {
+        snat_addrs: vec![SNAT],
+        snat_ports: PortRange {
+            first: 2000,
+            last: 2015,
         },
-        0,
-    );
-    p.own(VIP);
-    p.upsert_service(Arc::new(CompiledService::new(
-        1,
-        &service(80, Protocol::Tcp, 8080, 1),
-        1,
-        None,
-    )));
-    run(&mut p, ARP_REPLY_FROM_BACKEND, 0);
+        ..config()
+    });
     let client = |i: u8| Ipv4Addr::new(198, 18, 0, 100 + i);
     let new_flow = |p: &mut Pipeline, i: u8| {
         let misses = p.conntrack_stats().miss;
