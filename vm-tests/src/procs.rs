@@ -7,6 +7,13 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// How long `xvs-testnet streams` may take to say it is ready: it says so
+/// once every stream is up or has failed, and a stream fails after at
+/// most 5 s to connect and 30 s for the banner (its default
+/// `--timeout-ms`). Waiting less would end a test on one slow stream
+/// without the stream's own error (a slow one is named on stderr).
+pub const STREAMS_READY: Duration = Duration::from_secs(40);
+
 /// A running process, killed on drop.
 #[derive(Debug)]
 pub struct Spawned {

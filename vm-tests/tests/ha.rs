@@ -19,7 +19,7 @@ use xvs_vm_tests::daemon::{bins, field, Daemon, ScratchDir};
 use xvs_vm_tests::netns::Netns;
 use xvs_vm_tests::nginx::Nginx;
 use xvs_vm_tests::privileged;
-use xvs_vm_tests::procs::Spawned;
+use xvs_vm_tests::procs::{Spawned, STREAMS_READY};
 use xvs_vm_tests::topology::{backend_addr, link, one_arm_head, Spec, Topology, SNAT_ADDR};
 use xvs_vm_tests::wrk::Wrk;
 
@@ -89,9 +89,7 @@ fn streams(t: &Topology, seconds: u32) -> Spawned {
         "--seconds",
         &seconds.to_string(),
     ]);
-    Spawned::start(cmd, "streams", Duration::from_secs(20))
-        .unwrap()
-        .0
+    Spawned::start(cmd, "streams", STREAMS_READY).unwrap().0
 }
 
 /// (connections ok, longest stall in ms, output) of finished streams.

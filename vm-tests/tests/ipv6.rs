@@ -15,7 +15,7 @@ use xvs_vm_tests::daemon::{drops, field, Daemon};
 use xvs_vm_tests::netns::Netns;
 use xvs_vm_tests::nginx::Nginx;
 use xvs_vm_tests::privileged;
-use xvs_vm_tests::procs::Spawned;
+use xvs_vm_tests::procs::{Spawned, STREAMS_READY};
 use xvs_vm_tests::topology::{
     address, backend_addr, backend_addr6, link, Spec, Topology, CLIENT_ADDR6, SNAT_ADDR6, VIP6,
 };
@@ -698,7 +698,7 @@ fn ipv6_flows_survive_kill_9_and_a_restart() {
         "--seconds",
         "6",
     ]);
-    let (streams, _) = Spawned::start(cmd, "streams", Duration::from_secs(20)).unwrap();
+    let (streams, _) = Spawned::start(cmd, "streams", STREAMS_READY).unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     let before = lab.gw.adm_ok(&["-Lnc"]);
     let ours = |text: &str| -> Vec<String> {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use xvs_vm_tests::capture::Capture;
 use xvs_vm_tests::daemon::{Daemon, ScratchDir};
 use xvs_vm_tests::privileged;
-use xvs_vm_tests::procs::Spawned;
+use xvs_vm_tests::procs::{Spawned, STREAMS_READY};
 use xvs_vm_tests::topology::{backend_addr, one_arm_head, Arms, Spec, Topology};
 
 const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
@@ -82,9 +82,7 @@ fn streams(t: &Topology, seconds: u64) -> Vec<Spawned> {
                 "--seconds",
                 &seconds.to_string(),
             ]);
-            Spawned::start(cmd, "streams", Duration::from_secs(20))
-                .unwrap()
-                .0
+            Spawned::start(cmd, "streams", STREAMS_READY).unwrap().0
         })
         .collect()
 }
@@ -801,11 +799,7 @@ fn flows_of_kubernetes_services_survive_kill_9() {
         "--seconds",
         "10",
     ]);
-    let clients = vec![
-        Spawned::start(cmd, "streams", Duration::from_secs(20))
-            .unwrap()
-            .0,
-    ];
+    let clients = vec![Spawned::start(cmd, "streams", STREAMS_READY).unwrap().0];
     std::thread::sleep(Duration::from_secs(2));
     let before = flows(&gw);
     assert_eq!(before.len(), 50);

@@ -515,6 +515,9 @@ fn hold(to: SocketAddr, seconds: u64, interval: Duration) -> Result<u64, String>
 /// One stream: connects, reports its local port and backend through
 /// `up`, then exchanges messages until `until`; the rounds and the longest
 /// wait for an echo.
+/// A stream's connect and banner taking longer than this is reported.
+const SLOW_SETUP: Duration = Duration::from_secs(2);
+
 #[allow(clippy::disallowed_types)] // a stream measures real time
 fn stream(
     to: SocketAddr,
@@ -523,6 +526,7 @@ fn stream(
     timeout: Duration,
     up: std::sync::mpsc::Sender<String>,
 ) -> Result<(u64, Duration), String> {
+    let started = std::time::Instant::now();
     let conn = TcpStream::connect_timeout(&to, Duration::from_secs(5))
         .map_err(|e| format!("connect: {e}"))?;
     conn.set_read_timeout(Some(timeout))
@@ -534,6 +538,12 @@ fn stream(
     reader
         .read_line(&mut name)
         .map_err(|e| format!("{port}: banner: {e}"))?;
+    // The streams are reported up only once all are: a slow one is
+    // named at once (on stderr), so that a wait for them says which.
+    let setup = started.elapsed();
+    if setup > SLOW_SETUP {
+        eprintln!("streams: {port} up after {} ms", setup.as_millis());
+    }
     let _ = up.send(format!("conn {port} {}", name.trim()));
     let mut w = &conn;
     let (mut rounds, mut stall) = (0u64, Duration::ZERO);
@@ -569,7 +579,13 @@ fn streams(
     let handles: Vec<_> = (0..connections)
         .map(|_| {
             let up = up_tx.clone();
-            std::thread::spawn(move || stream(to, until, interval, timeout, up))
+            std::thread::spawn(move || {
+                let r = stream(to, until, interval, timeout, up);
+                if let Err(e) = &r {
+                    eprintln!("streams: failed {e}");
+                }
+                r
+            })
         })
         .collect();
     drop(up_tx);
