@@ -34,8 +34,6 @@ enum Owner<T> {
     File {
         base: NonNull<u8>,
         len: usize,
-        /// Whether the mapping starts with the header page.
-        header: bool,
         _file: File,
     },
 }
@@ -113,9 +111,9 @@ impl<T: Copy> Region<T> {
     pub(crate) fn header(&mut self) -> Option<&mut [u8; HEADER]> {
         match &mut self.owner {
             Owner::Anon(_) => None,
-            Owner::File {
-                base, header: true, ..
-            } => {
+            // The values start past the mapping's start only in the
+            // mapping that begins with the header page (`map`'s `skip`).
+            Owner::File { base, .. } if self.ptr.cast::<u8>() != *base => {
                 // SAFETY: the mapping starts with HEADER bytes, exclusively
                 // ours through `&mut self`.
                 Some(unsafe { &mut *base.as_ptr().cast::<[u8; HEADER]>() })
@@ -204,7 +202,6 @@ fn map<T>(
         owner: Owner::File {
             base,
             len: bytes,
-            header: skip == HEADER,
             _file: file.try_clone()?,
         },
     })

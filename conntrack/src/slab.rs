@@ -329,10 +329,7 @@ impl<A: Address> Slab<A> {
     /// (`last_seen + timeout`).
     #[inline]
     pub(crate) fn deadline(&self, slot: u32) -> u32 {
-        let i = slot as usize;
-        self.entries[i]
-            .last_seen
-            .saturating_add(self.cold[i].timeout)
+        self.flow(slot).deadline()
     }
 
     /// Counts `len` bytes in direction `d` of `slot` (wrapping at 2^48):
