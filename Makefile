@@ -49,10 +49,10 @@ upgrade-build:
 unit: upgrade-build
 	XVS_UPGRADE_DIR=$(UPGRADE_DIR) $(CARGO) test --workspace
 
-## layout-upgrade-test: live flows through the last build of the state
-## file's previous layout (bb5d48b, layout 2), then this build on its file
-## (rewritten in this layout); needs the repository's history, so it is
-## not part of `make test`.
+## layout-upgrade-test: live flows (200 streams; wrk to nginx) through the
+## last build of the state file's previous layout (bb5d48b, layout 2), then
+## this build on its file (rewritten in this layout); needs the
+## repository's history, so it is not part of `make test`.
 LAYOUT_FROM := bb5d48b
 LAYOUT_DIR := $(TARGET_DIR)/layout-from
 layout-upgrade-test: deps
@@ -61,7 +61,7 @@ layout-upgrade-test: deps
 	git worktree add --detach $(LAYOUT_DIR)/src $(LAYOUT_FROM)
 	cd $(LAYOUT_DIR)/src && CARGO_TARGET_DIR=$(LAYOUT_DIR)/target $(CARGO) build -p xvs-control --bins
 	XVS_UPGRADE_FROM=$(LAYOUT_DIR)/target/debug $(CARGO) test -p xvs-vm-tests --test restart \
-	  flows_survive_an_upgrade_from_the_layout_before -- --nocapture; rc=$$?; \
+	  --test real_clients upgrade_from_the_layout_before -- --nocapture; rc=$$?; \
 	  git worktree remove --force $(LAYOUT_DIR)/src; exit $$rc
 
 # Nothing a test created may outlive the suite: namespaces are named xvst-*,

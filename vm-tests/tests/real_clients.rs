@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -53,6 +53,11 @@ fn lab(extra: &str) -> Lab {
 
 /// [`lab`], one-arm or two-arm.
 fn lab_arms(arms: Arms, extra: &str) -> Lab {
+    lab_of(arms, extra, &bins())
+}
+
+/// [`lab_arms`], its gateway run by the `xvs` in the folder `first`.
+fn lab_of(arms: Arms, extra: &str, first: &Path) -> Lab {
     let t = Topology::build(Spec {
         arms,
         backends: 3,
@@ -71,7 +76,7 @@ fn lab_arms(arms: Arms, extra: &str) -> Lab {
             &format!("mode = \"two-arm\"\nbackend = \"{b}\""),
         );
     }
-    let (gw, ready) = Daemon::start(&t, "real", &bins(), &text, &[]).unwrap();
+    let (gw, ready) = Daemon::start(&t, "real", first, &text, &[]).unwrap();
     assert!(
         ready.starts_with(&format!("ready: 1 services on {}", t.gateway_client_if)),
         "{ready}"
@@ -819,6 +824,32 @@ fn wrk_sees_no_error_while_xvs_is_killed_and_started_again() {
     if !privileged("wrk_sees_no_error_while_xvs_is_killed_and_started_again") {
         return;
     }
+    wrk_across_a_restart(&bins(), libc::SIGKILL);
+}
+
+/// The same through a package upgrade from the release before the state
+/// file's layout changed (`XVS_UPGRADE_FROM`: the folder of its `xvs`,
+/// as `make layout-upgrade-test` builds it): that release serves wrk,
+/// is stopped (SIGTERM, as `systemctl restart` does), and this build
+/// rewrites its flow state file in its own layout and carries every
+/// connection on.
+#[test]
+fn wrk_sees_no_error_across_an_upgrade_from_the_layout_before() {
+    if !privileged("wrk_sees_no_error_across_an_upgrade_from_the_layout_before") {
+        return;
+    }
+    let Some(from) = std::env::var_os("XVS_UPGRADE_FROM").map(PathBuf::from) else {
+        eprintln!("skipping: no earlier release (XVS_UPGRADE_FROM unset)");
+        return;
+    };
+    wrk_across_a_restart(&from, libc::SIGTERM);
+}
+
+/// wrk (keep-alive and `Connection: close`) through a gateway run by the
+/// `xvs` in `first`, ended by `signal` 3 s in, then this build started on
+/// the same configuration and state: the flows adopted, and not one wrk
+/// error or failed answer.
+fn wrk_across_a_restart(first: &Path, signal: i32) {
     /// The state directory, removed when dropped (also on a panic).
     struct StateDir(PathBuf);
     impl Drop for StateDir {
@@ -829,16 +860,20 @@ fn wrk_sees_no_error_while_xvs_is_killed_and_started_again() {
     }
     let state =
         StateDir(std::env::temp_dir().join(format!("xvs-real-restart-{}", std::process::id())));
-    let lab = lab(&format!(
-        "[restart]\nhold = \"5s\"\nstate_dir = \"{}\"\n",
-        state.0.display()
-    ));
+    let lab = lab_of(
+        Arms::One,
+        &format!(
+            "[restart]\nhold = \"5s\"\nstate_dir = \"{}\"\n",
+            state.0.display()
+        ),
+        first,
+    );
     let text = std::fs::read_to_string(&lab.gw.cfg).unwrap();
     let kept = lab.wrk(8, false);
     let closed = lab.wrk(8, true);
     std::thread::sleep(Duration::from_secs(3));
     let Lab { t, nginx, gw } = lab;
-    let (status, _) = gw.kill(libc::SIGKILL);
+    let (status, _) = gw.kill(signal);
     assert!(status.is_some());
     let (gw, _) = Daemon::start(&t, "real", &bins(), &text, &[]).unwrap();
     let status: serde_json::Value = serde_json::from_str(&gw.get("/v1/status")).unwrap();
