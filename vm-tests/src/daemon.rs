@@ -88,6 +88,17 @@ pub struct Daemon {
     pub cfg: PathBuf,
 }
 
+/// The folder of the earlier release's `xvs` that an upgrade test starts
+/// from (`XVS_UPGRADE_FROM`, as `make layout-upgrade-test` builds it), or
+/// `None`, said on stderr, when it is not set (the test then skips).
+pub fn upgrade_from() -> Option<PathBuf> {
+    let from = std::env::var_os("XVS_UPGRADE_FROM").map(PathBuf::from);
+    if from.is_none() {
+        eprintln!("skipping: no earlier release (XVS_UPGRADE_FROM unset)");
+    }
+    from
+}
+
 /// Where a test finds `xvs`, `xvsadm` and `xvs-pktgen`: beside its own
 /// binaries (`testnet` is the path of one of them), or in `XVS_BIN_DIR`
 /// (an absolute path: e.g. the release build, to measure it, or another

@@ -838,8 +838,7 @@ fn wrk_sees_no_error_across_an_upgrade_from_the_layout_before() {
     if !privileged("wrk_sees_no_error_across_an_upgrade_from_the_layout_before") {
         return;
     }
-    let Some(from) = std::env::var_os("XVS_UPGRADE_FROM").map(PathBuf::from) else {
-        eprintln!("skipping: no earlier release (XVS_UPGRADE_FROM unset)");
+    let Some(from) = xvs_vm_tests::daemon::upgrade_from() else {
         return;
     };
     wrk_across_a_restart(&from, libc::SIGTERM);

@@ -360,8 +360,7 @@ fn flows_survive_an_upgrade_from_the_layout_before() {
     if !privileged("flows_survive_an_upgrade_from_the_layout_before") {
         return;
     }
-    let Some(from) = std::env::var_os("XVS_UPGRADE_FROM").map(PathBuf::from) else {
-        eprintln!("skipping: no earlier release (XVS_UPGRADE_FROM unset)");
+    let Some(from) = xvs_vm_tests::daemon::upgrade_from() else {
         return;
     };
     // `survive` holds the new build to adopting every flow the old one
