@@ -355,9 +355,15 @@ fn pipeline(c: &mut Criterion) {
         true,
         BIG,
     );
+    remove_state_dir();
+    report(&base, &rows);
+}
+
+/// Unmounts and removes [`state_dir`] (what `setup` prepared for the
+/// state-file workload; nothing if it did not run).
+fn remove_state_dir() {
     xvs_dataplane::state::unmount_dir(&state_dir());
     let _ = std::fs::remove_dir_all(state_dir());
-    report(&base, &rows);
 }
 
 /// The memory floor, measured in the same run: a random 8-byte read from
@@ -488,6 +494,8 @@ fn measure<F: Fam>(c: &mut Criterion, group: &str, mut p: Pipeline, load: Load) 
                 "{group}: {} new flows in batches of 64, {per:.1} ns each",
                 batches * 64
             );
+            drop(p);
+            remove_state_dir();
             std::process::exit(0);
         }
         // For an instruction count (callgrind): the established batch
@@ -501,6 +509,8 @@ fn measure<F: Fam>(c: &mut Criterion, group: &str, mut p: Pipeline, load: Load) 
         let packets = batches * 64;
         let per = spent.as_nanos() as f64 / packets as f64;
         println!("{group}: {packets} established packets in batches of 64, {per:.1} ns each");
+        drop(p);
+        remove_state_dir();
         std::process::exit(0);
     }
     let mut g = c.benchmark_group(group);
