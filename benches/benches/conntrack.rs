@@ -268,12 +268,13 @@ fn lookups<A: Address>(
         })
     });
     let mut out = vec![None; BATCH];
+    let mut hashes = vec![0; BATCH];
     let mut j = 0usize;
     g.throughput(Throughput::Elements(BATCH as u64));
     g.bench_function("lookup_hit_batch64", |b| {
         b.iter(|| {
             j = (j + BATCH) % (keys.len() - BATCH);
-            t.lookup_batch(black_box(&keys[j..j + BATCH]), &mut out);
+            t.lookup_batch(black_box(&keys[j..j + BATCH]), &mut out, &mut hashes);
             assert!(out[BATCH - 1].is_some());
         })
     });

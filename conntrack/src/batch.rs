@@ -31,12 +31,32 @@ pub const BATCH: usize = 64;
 pub const CACHE_RESIDENT_FLOWS: u32 = 2048;
 
 impl<A: Address> FlowTable<A> {
-    /// Looks up every key of `keys` into the same position of `out`
-    /// (`out.len() >= keys.len()`; extra positions are left alone).
-    pub fn lookup_batch(&mut self, keys: &[FlowKey<A>], out: &mut [Option<(FlowId, Direction)>]) {
-        for (keys, out) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
-            self.lookup_chunk(keys, out);
+    /// Looks up every key of `keys` into the same position of `out`, its
+    /// hash ([`FlowTable::key_hash`]) into the same position of `hashes`
+    /// (both at least `keys.len()` long; extra positions are left alone).
+    /// Returns the mark the lookups were made at: a key missed here is
+    /// still missing while [`FlowTable::absent_since`] says so, without
+    /// a second probe.
+    pub fn lookup_batch(
+        &mut self,
+        keys: &[FlowKey<A>],
+        out: &mut [Option<(FlowId, Direction)>],
+        hashes: &mut [u64],
+    ) -> u32 {
+        let mark = self.fresh.mark();
+        let chunks = keys.chunks(BATCH).zip(out.chunks_mut(BATCH));
+        for ((keys, out), hashes) in chunks.zip(hashes.chunks_mut(BATCH)) {
+            self.lookup_chunk(keys, out, hashes);
         }
+        mark
+    }
+
+    /// Whether a key with `hash` that a lookup at `mark` missed
+    /// ([`FlowTable::lookup_batch`]) is certainly still missing: nothing
+    /// that could be it was inserted since. `false` means "look again".
+    #[inline(always)]
+    pub fn absent_since(&self, mark: u32, hash: u64) -> bool {
+        self.fresh.absent_since(mark, hash)
     }
 
     /// Whether the table is small enough for its working set to stay in
@@ -47,7 +67,12 @@ impl<A: Address> FlowTable<A> {
         self.len() <= CACHE_RESIDENT_FLOWS
     }
 
-    fn lookup_chunk(&mut self, keys: &[FlowKey<A>], out: &mut [Option<(FlowId, Direction)>]) {
+    fn lookup_chunk(
+        &mut self,
+        keys: &[FlowKey<A>],
+        out: &mut [Option<(FlowId, Direction)>],
+        hashes: &mut [u64],
+    ) {
         let mut cand = [(0u64, NIL, false); BATCH];
         let fetch = !self.is_cache_resident();
         // Stage 1: every hash, its bucket line prefetched, so the probes
@@ -83,7 +108,9 @@ impl<A: Address> FlowTable<A> {
                 }
             }
         }
-        for ((key, &(_, v, more)), slot) in keys.iter().zip(&cand).zip(out.iter_mut()) {
+        let looked = keys.iter().zip(&cand).zip(out.iter_mut().zip(hashes));
+        for ((key, &(hash, v, more)), (slot, h)) in looked {
+            *h = hash;
             *slot = if v == NIL {
                 self.stats.miss += 1;
                 None

@@ -12,6 +12,7 @@ mod batch;
 mod check;
 mod counter_table;
 mod dump;
+mod fresh;
 mod huge;
 mod index;
 mod key;

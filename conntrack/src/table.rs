@@ -23,6 +23,7 @@
 
 use std::hash::BuildHasher;
 
+use crate::fresh::Fresh;
 use crate::index::Index;
 use std::net::Ipv4Addr;
 
@@ -238,6 +239,8 @@ pub struct FlowTable<A: Address = Ipv4Addr> {
     /// Live flows per SNAT address, for the addresses given to
     /// [`FlowTable::count_snat`] (kept at every insert and removal).
     pub(crate) snat: SnatTally<A>,
+    /// The hashes inserted since the last batch lookup.
+    pub(crate) fresh: Fresh,
 }
 
 /// Live flows (not templates) whose SNAT end is each of a few addresses.
@@ -286,6 +289,7 @@ impl<A: Address> FlowTable<A> {
                 addrs: Vec::new(),
                 live: Vec::new(),
             },
+            fresh: Fresh::default(),
         }
     }
 
@@ -784,6 +788,7 @@ impl<A: Address> FlowTable<A> {
         // Sized for two keys per entry: never full.
         let added = self.index.insert(hash, value);
         debug_assert!(added, "index full");
+        self.fresh.note(hash);
     }
 
     fn index_remove(&mut self, value: u32) {

@@ -123,9 +123,12 @@ fn batched_lookups_equal_single_ones_below_and_above_the_cache_resident_size() {
         let want: Vec<_> = keys.iter().map(|k| t.lookup(k)).collect();
         let single = t.stats();
         let mut got = vec![None; keys.len()];
-        t.lookup_batch(&keys, &mut got);
+        let mut hashes = vec![0; keys.len()];
+        t.lookup_batch(&keys, &mut got, &mut hashes);
         let batched = t.stats();
         assert_eq!(got, want, "{flows} flows");
+        let hashed: Vec<u64> = keys.iter().map(|k| t.key_hash(k)).collect();
+        assert_eq!(hashes, hashed, "{flows} flows");
         assert_eq!(
             got.iter().flatten().count() as u32,
             2 * flows,
@@ -165,6 +168,42 @@ fn the_epoch_moves_only_when_an_entry_is_freed() {
     let key = FlowKey::between(udp.client, udp.vip, L4Proto::Udp);
     assert_eq!(t.lookup(&key), None, "the UDP flow expired");
     assert_ne!(t.epoch(), e1, "an expiry");
+}
+
+/// A key a batch lookup missed stays "absent since" the lookup's mark
+/// until an insert could have made it present: its own flow's (by either
+/// key), not another's in general, and never a removal; a later batch
+/// lookup that follows an insert takes a new mark.
+#[test]
+fn a_batch_miss_stays_absent_until_its_key_is_inserted() {
+    let mut t = FlowTable::new(1024, Timeouts::default(), 0);
+    let flows: Vec<NewFlow> = (0..40).map(|n| new_flow(n, L4Proto::Udp)).collect();
+    let orig = |f: &NewFlow| FlowKey::between(f.client, f.vip, L4Proto::Udp);
+    let reply = |f: &NewFlow| FlowKey::between(f.backend, f.snat, L4Proto::Udp);
+    let keys: Vec<FlowKey> = flows.iter().flat_map(|f| [orig(f), reply(f)]).collect();
+    let (mut out, mut hashes) = (vec![None; keys.len()], vec![0; keys.len()]);
+    let mark = t.lookup_batch(&keys, &mut out, &mut hashes);
+    assert!(out.iter().all(Option::is_none));
+    assert!(hashes.iter().all(|&h| t.absent_since(mark, h)));
+    // The first flow inserted: both its keys are no longer certain
+    // absences; of the other 78 keys, few look inserted (one shared bit).
+    t.insert(&flows[0], Packet::default(), 0, &mut ()).unwrap();
+    assert!(!t.absent_since(mark, hashes[0]) && !t.absent_since(mark, hashes[1]));
+    let other = hashes[2..]
+        .iter()
+        .filter(|&&h| !t.absent_since(mark, h))
+        .count();
+    assert!(other <= 2, "{other} of 78 other keys look inserted");
+    // A removal adds nothing; a new batch lookup starts afresh.
+    let id = t.lookup(&orig(&flows[0])).unwrap().0;
+    t.remove(id, &mut ());
+    assert!(!t.absent_since(mark, hashes[0]), "still since the old mark");
+    let again = t.lookup_batch(&keys, &mut out, &mut hashes);
+    assert_ne!(again, mark, "an insert came between the two lookups");
+    assert!(hashes.iter().all(|&h| t.absent_since(again, h)));
+    assert!(!t.absent_since(mark, hashes[5]), "the old mark is stale");
+    // With nothing inserted between them, two lookups share a mark.
+    assert_eq!(t.lookup_batch(&keys, &mut out, &mut hashes), again);
 }
 
 #[test]
@@ -617,7 +656,7 @@ fn ipv6_flows_are_tracked_like_ipv4_ones() {
     assert_eq!(t.lookup(&orig.reversed()), None);
     let reply = FlowKey::between(f.backend, f.snat, L4Proto::Tcp);
     let mut out = [None; 2];
-    t.lookup_batch(&[reply, orig], &mut out);
+    t.lookup_batch(&[reply, orig], &mut out, &mut [0; 2]);
     assert_eq!(
         out,
         [

@@ -127,7 +127,8 @@ pub enum Lookup {
     #[default]
     NotYet,
     /// No flow then (a frame of the same batch may create it: looked up
-    /// again), and whether the destination was owned (a miss's next
+    /// again if the table took a key that may be it since, see
+    /// [`FlowTable::absent_since`]), and whether the destination was owned (a miss's next
     /// question, answered with its service lookup; ownership changes
     /// only between batches).
     Miss {
@@ -140,6 +141,11 @@ pub enum Lookup {
         /// ahead ([`Pipeline::prefetch_ahead`]), and whose service is
         /// not looked up again.
         service: u32,
+        /// The key's index hash ([`FlowTable::key_hash`]).
+        hash: u64,
+        /// The mark the table was looked up at
+        /// ([`FlowTable::lookup_batch`]).
+        mark: u32,
     },
     /// This flow, in this direction, found at this release epoch of its
     /// table ([`FlowTable::epoch`]); used only if the epoch is unchanged
@@ -384,6 +390,8 @@ struct LookupScratch<A: Family> {
     at: [usize; xvs_conntrack::BATCH],
     /// Each key's flow, if the table has it.
     hits: [Option<(FlowId, Direction)>; xvs_conntrack::BATCH],
+    /// Each key's index hash.
+    hashes: [u64; xvs_conntrack::BATCH],
     /// The misses, in key order.
     miss: [StagedMiss; xvs_conntrack::BATCH],
     /// Each miss's service position, or [`NO_SERVICE`].
@@ -400,6 +408,7 @@ impl<A: Family> LookupScratch<A> {
             keys: [FlowKey::between(zero, zero, L4Proto::Tcp); xvs_conntrack::BATCH],
             at: [0; xvs_conntrack::BATCH],
             hits: [None; xvs_conntrack::BATCH],
+            hashes: [0; xvs_conntrack::BATCH],
             miss: [StagedMiss::default(); xvs_conntrack::BATCH],
             found: [NO_SERVICE; xvs_conntrack::BATCH],
         })
@@ -656,6 +665,7 @@ impl<A: Family> Half<A> {
             keys,
             at,
             hits,
+            hashes,
             miss,
             found,
         } = &mut *self.scratch;
@@ -675,7 +685,9 @@ impl<A: Family> Half<A> {
             if n == 0 {
                 continue;
             }
-            self.table.lookup_batch(&keys[..n], &mut hits[..n]);
+            let mark = self
+                .table
+                .lookup_batch(&keys[..n], &mut hits[..n], &mut hashes[..n]);
             // The hits' entries are in cache now. The next stages fetch
             // what the packets will touch after them, each a pass ahead
             // of the one that reads it: the service's counter handle,
@@ -739,6 +751,8 @@ impl<A: Family> Half<A> {
                 out[at[m.key]] = Lookup::Miss {
                     owned: pos.is_some() || self.owned.contains(&k.dst),
                     service: *found,
+                    hash: hashes[m.key],
+                    mark,
                 };
                 if c == 0 {
                     miss_services[at[m.key]] = *found;
@@ -847,10 +861,18 @@ impl<A: Family> Half<A> {
                 let Some(key) = ip.key() else {
                     return Verdict::Drop(DropReason::UnsupportedProtocol);
                 };
-                // Hashed once: a new flow's insert takes the hash too.
-                let h = self.table.key_hash(&key);
+                // Hashed once (by the batch's lookup, for a miss): a new
+                // flow's insert takes the hash too.
+                let h = match looked {
+                    Lookup::Miss { hash, .. } => hash,
+                    _ => self.table.key_hash(&key),
+                };
+                debug_assert_eq!(h, self.table.key_hash(&key));
                 let hit = match looked {
                     Lookup::Hit(id, dir, _) if self.table.holds(id, dir, &key) => Some((id, dir)),
+                    // Missing still, unless a frame since inserted it: a
+                    // new flow probes the index once, not twice.
+                    Lookup::Miss { mark, .. } if self.table.absent_since(mark, h) => None,
                     _ => self.table.lookup_hashed(&key, h),
                 };
                 // A flow found now (not by the batch) may take the

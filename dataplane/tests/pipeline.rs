@@ -324,8 +324,8 @@ fn a_batch_looked_up_together_sees_flows_it_creates() {
         matches!(
             looked[..],
             [
-                Lookup::Miss { owned: true, service },
-                Lookup::Miss { owned: true, service: NO_SERVICE }
+                Lookup::Miss { owned: true, service, .. },
+                Lookup::Miss { owned: true, service: NO_SERVICE, .. }
             ] if service != NO_SERVICE
         ),
         "both miss before processing: {looked:?}"
@@ -347,7 +347,7 @@ fn a_batch_looked_up_together_sees_flows_it_creates() {
     let syn = syn_from(50_001);
     let (prepared, looked) = looked_up(&mut p, &[&syn]);
     assert!(
-        matches!(looked[..], [Lookup::Miss { owned: true, service }] if service != NO_SERVICE),
+        matches!(looked[..], [Lookup::Miss { owned: true, service, .. }] if service != NO_SERVICE),
         "{looked:?}"
     );
     let mut buf = syn.clone();
@@ -375,7 +375,8 @@ fn a_batch_looked_up_together_sees_flows_it_creates() {
             looked[..],
             [Lookup::Miss {
                 owned: false,
-                service: NO_SERVICE
+                service: NO_SERVICE,
+                ..
             }]
         ),
         "{looked:?}"
@@ -392,6 +393,41 @@ fn a_batch_looked_up_together_sees_flows_it_creates() {
     assert_counters_add_up(&p);
 }
 
+/// A new flow of a batch probes the index for its own key once (the
+/// batch's lookup), not again when processed, unless a frame before it
+/// inserted a key that may be its own: the same new UDP flow twice in one
+/// batch (a burst) is one flow, its second packet found, not a second
+/// insert refused.
+#[test]
+fn a_batch_s_new_flow_is_probed_once_and_its_repeat_is_found() {
+    let mut p = pipeline();
+    run(&mut p, ARP_REPLY_FROM_BACKEND, 0);
+    let syns = [syn_from(50_001), syn_from(50_002), syn_from(50_003)];
+    let (prepared, looked) = looked_up(&mut p, &syns);
+    let before = p.conntrack_stats();
+    forward_batch(&mut p, &syns, &prepared, &looked);
+    let after = p.conntrack_stats();
+    // Per flow: one SNAT probe (its reply key), no second own-key probe.
+    assert_eq!(
+        (after.insert - before.insert, after.miss - before.miss),
+        (3, 3)
+    );
+    let frames = [UDP, UDP];
+    let (prepared, looked) = looked_up(&mut p, &frames);
+    let before = p.conntrack_stats();
+    let sent = forward_batch(&mut p, &frames, &prepared, &looked);
+    let after = p.conntrack_stats();
+    assert_eq!(sent[0], sent[1], "both packets of the flow leave alike");
+    assert_eq!(
+        (after.insert - before.insert, after.found - before.found),
+        (1, 1),
+        "{after:?}"
+    );
+    assert_eq!(after.insert_failed, before.insert_failed);
+    assert_eq!(p.flows(), 4);
+    assert_counters_add_up(&p);
+}
+
 /// The batch lookup keeps its working arrays from batch to batch: a batch
 /// reads only what it wrote itself (a reply to the SNAT address, which
 /// names no service, after a batch of SYNs that each named one).
@@ -404,12 +440,16 @@ fn a_batch_lookup_reads_nothing_an_earlier_batch_left() {
     let (_, looked) = looked_up(&mut p, &syns);
     assert!(looked.iter().all(names_a_service), "{looked:?}");
     let (_, looked) = looked_up(&mut p, &[TCP_REPLY]);
-    assert_eq!(
-        looked,
-        [Lookup::Miss {
-            owned: true,
-            service: NO_SERVICE
-        }]
+    assert!(
+        matches!(
+            looked[..],
+            [Lookup::Miss {
+                owned: true,
+                service: NO_SERVICE,
+                ..
+            }]
+        ),
+        "{looked:?}"
     );
     let stats = p.conntrack_stats();
     assert_eq!(stats.miss, 4, "{stats:?}");
@@ -524,7 +564,7 @@ fn a_port_0_service_takes_every_port_its_vip_does_not_serve_otherwise() {
 /// A miss to an owned address that names a service: a new flow's.
 fn names_a_service(l: &xvs_dataplane::pipeline::Lookup) -> bool {
     use xvs_dataplane::pipeline::{Lookup, NO_SERVICE};
-    matches!(l, Lookup::Miss { owned: true, service } if *service != NO_SERVICE)
+    matches!(l, Lookup::Miss { owned: true, service, .. } if *service != NO_SERVICE)
 }
 
 /// A batch's frames, looked up ahead (`looked`), processed in order at
