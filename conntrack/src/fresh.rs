@@ -28,7 +28,9 @@ const WORDS: usize = 64;
 /// The hashes inserted since the last mark.
 #[derive(Debug, Clone)]
 pub(crate) struct Fresh {
-    bits: [u64; WORDS],
+    /// Boxed: the table's own fields, which every packet reads, stay
+    /// on as few lines as they were.
+    bits: Box<[u64; WORDS]>,
     /// The current mark's number.
     mark: u32,
     /// Whether any hash was noted since the mark.
@@ -38,7 +40,7 @@ pub(crate) struct Fresh {
 impl Default for Fresh {
     fn default() -> Fresh {
         Fresh {
-            bits: [0; WORDS],
+            bits: Box::new([0; WORDS]),
             mark: 0,
             any: false,
         }
@@ -67,7 +69,7 @@ impl Fresh {
     #[inline]
     pub(crate) fn mark(&mut self) -> u32 {
         if self.any {
-            self.bits = [0; WORDS];
+            *self.bits = [0; WORDS];
             self.any = false;
             self.mark = self.mark.wrapping_add(1);
         }
