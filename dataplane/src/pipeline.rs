@@ -758,28 +758,20 @@ impl<A: Family> Half<A> {
                     miss_services[at[m.key]] = *found;
                 }
             }
-            let found = &found[..misses];
-            let slots = || found.iter().filter_map(|&pos| self.services.at(pos));
             // The slots are in cache (the check read them). Of the
-            // compiled service, what a new flow reads.
-            for slot in slots() {
+            // compiled service, what a new flow reads; its counter
+            // handles; and what the slot keeps the addresses of: the
+            // backend list, and the flow's count cell, whichever backend
+            // it gets (the first and the last backend's lines cover a
+            // small service). All in one pass: none waits for another.
+            for slot in found[..misses]
+                .iter()
+                .filter_map(|&pos| self.services.at(pos))
+            {
                 let hot = CompiledService::<A>::HOT_BYTES;
                 xvs_conntrack::prefetch_bytes(Arc::as_ptr(&slot.svc).cast(), hot);
                 self.services.prefetch_handles(slot.id);
-            }
-            for slot in slots() {
-                xvs_conntrack::prefetch(slot.svc.backends.as_ptr().cast());
-            }
-            // A pass later, once the backend lists arrived: the flow's
-            // count cell, whichever backend it gets (eight backends'
-            // counts share a line, so the first and the last backend's
-            // lines cover a small service).
-            for slot in slots() {
-                let svc = &slot.svc;
-                if let (Some(first), Some(last)) = (svc.backends.first(), svc.backends.last()) {
-                    xvs_conntrack::prefetch(svc.counts.cell_addr(worker, first.id));
-                    xvs_conntrack::prefetch(svc.counts.cell_addr(worker, last.id));
-                }
+                slot.prefetch_ahead();
             }
         }
     }

@@ -416,6 +416,39 @@ pub struct ServiceSlot<A: Address = Ipv4Addr> {
     /// the table is read (persistence reports evictions to every
     /// service's counts), and only this worker's thread touches it.
     pub sched: RefCell<Scheduler>,
+    /// Where a new flow of the service reads after the slot and the
+    /// compiled service's first lines: the backend list's first line,
+    /// and this worker's connection-count cells of the first and the
+    /// last backend (eight backends' cells share a line). Kept here, the
+    /// batch's lookup fetches them with the compiled service, a pass
+    /// after the slot, instead of two more passes, each waiting for the
+    /// line the one before fetched (the list's address is in the
+    /// compiled service, the backends' ids in the list). Addresses only,
+    /// for [`xvs_conntrack::prefetch`] (which never faults), into what
+    /// `svc` keeps alive.
+    pub ahead: [usize; 3],
+}
+
+impl<A: Address> ServiceSlot<A> {
+    /// [`ServiceSlot::ahead`] of `svc` for worker `worker`.
+    fn ahead_of(svc: &CompiledService<A>, worker: usize) -> [usize; 3] {
+        let cell = |b: Option<&SchedBackend<A>>| {
+            b.map_or(0, |b| svc.counts.cell_addr(worker, b.id) as usize)
+        };
+        [
+            svc.backends.as_ptr() as usize,
+            cell(svc.backends.first()),
+            cell(svc.backends.last()),
+        ]
+    }
+
+    /// Starts fetching [`ServiceSlot::ahead`].
+    #[inline(always)]
+    pub fn prefetch_ahead(&self) {
+        for a in self.ahead {
+            xvs_conntrack::prefetch(a as *const u8);
+        }
+    }
 }
 
 /// A service's key in a worker's table: VIP, protocol, port (0: every
@@ -501,9 +534,18 @@ impl<A: Address> ServiceTable<A> {
         }
         let sched = RefCell::new(sched);
         let id = svc.id;
+        let ahead = ServiceSlot::ahead_of(&svc, worker);
         if self
             .by_key
-            .insert(k, ServiceSlot { svc, id, sched })
+            .insert(
+                k,
+                ServiceSlot {
+                    svc,
+                    id,
+                    sched,
+                    ahead,
+                },
+            )
             .is_none()
             && k.2 == 0
         {
@@ -823,6 +865,36 @@ mod tests {
         t.upsert(big, 0);
         assert!(t.traffic(MAX_STATS_ID + 5).is_none());
         assert_eq!(t.dest_state(MAX_STATS_ID + 5, 0, 0), DestState::Available);
+    }
+
+    /// A slot keeps, for its worker, the addresses a new flow's batch
+    /// lookup fetches with it: the version's backend list and its count
+    /// cells of the first and the last backend (the new version's, once
+    /// a worker applies one whose counts moved).
+    #[test]
+    fn a_slot_keeps_what_a_new_flow_reads_after_it_for_its_worker() {
+        let v1 = Arc::new(CompiledService::new(1, &svc(&[10, 11, 12]), 2, None));
+        let mut t = ServiceTable::default();
+        t.upsert(v1.clone(), 1);
+        let want = |v: &CompiledService<Ipv4Addr>, first: u32, last: u32| {
+            [
+                v.backends.as_ptr() as usize,
+                v.counts.cell_addr(1, first) as usize,
+                v.counts.cell_addr(1, last) as usize,
+            ]
+        };
+        assert_eq!(t.by_id(1).unwrap().ahead, want(&v1, 0, 2));
+        assert_ne!(want(&v1, 0, 2), want(&v1, 0, 1), "the last backend's cell");
+        let v2 = Arc::new(CompiledService::update(
+            &v1,
+            &svc(&[10, 12, 13, 14, 15, 16, 17, 18, 19, 20]),
+            false,
+            None,
+        ));
+        assert!(!v1.counts.same(&v2.counts));
+        t.upsert(v2.clone(), 1);
+        let last = v2.backends.last().unwrap().id;
+        assert_eq!(t.by_id(1).unwrap().ahead, want(&v2, 0, last));
     }
 
     /// A key finds its own service, else its VIP's port-0 one, the same
