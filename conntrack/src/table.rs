@@ -170,6 +170,11 @@ impl<A: Address> FlowRef<'_, A> {
     pub fn last_seen(&self) -> u32 {
         self.0.last_seen
     }
+    /// Seconds the entry lives without packets, in its current state
+    /// (or as shortened under pressure).
+    pub fn timeout(&self) -> u32 {
+        self.1.timeout
+    }
     /// Time at which the entry expires unless a packet comes.
     pub fn deadline(&self) -> u32 {
         self.0.last_seen.saturating_add(self.1.timeout)

@@ -55,7 +55,7 @@ impl SyncRecord {
             one_way: f.is_one_way(),
             lag: 0,
             client_mac: f.client_mac(),
-            timeout: f.deadline().saturating_sub(f.last_seen()),
+            timeout: f.timeout(),
             client: w(f.client()),
             vip: w(f.vip()),
             backend: w(f.backend()),
@@ -165,5 +165,47 @@ impl SyncQueue {
     /// Whether none waits.
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+    use xvs_config::Timeouts;
+    use xvs_conntrack::{FlowTable, L4Proto, NewFlow, Packet};
+
+    /// A flow's record carries the timeout it lives on: its state's, or
+    /// the shorter one pressure gave it.
+    #[test]
+    fn a_flows_record_carries_its_timeout_as_shortened() {
+        let t = Timeouts::default();
+        let mut table = FlowTable::new(16, t, 100);
+        let ep = |a: [u8; 4], port| Endpoint {
+            addr: Ipv4Addr::from(a),
+            port,
+        };
+        let new = NewFlow {
+            client: ep([198, 18, 0, 1], 40_000),
+            vip: ep([198, 19, 0, 1], 80),
+            backend: ep([198, 18, 1, 1], 8080),
+            snat: ep([198, 18, 254, 1], 1024),
+            proto: L4Proto::Tcp,
+            service: 1,
+            backend_id: 0,
+            client_mac: [2, 0, 0, 0, 0, 1],
+            plan: 0,
+            one_way: false,
+        };
+        let syn = Packet {
+            tcp_flags: 0x02,
+            len: 60,
+        };
+        let id = table.insert(&new, syn, 100, &mut ()).unwrap();
+        let r = SyncRecord::of(&table.flow(id), Op::Update);
+        assert_eq!(r.timeout, t.syn_recv);
+        table.shorten(id, 3);
+        let r = SyncRecord::of(&table.flow(id), Op::Update);
+        assert_eq!(r.timeout, 3);
     }
 }
