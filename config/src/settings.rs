@@ -278,6 +278,14 @@ pub struct Sync {
     pub peer_timeout_ms: Option<u32>,
 }
 
+/// The shortest `peer_timeout` accepted, in milliseconds: five of a
+/// gateway's hellos (the sync daemon's `HELLO_MS` is held to a fifth of
+/// it), so that a live peer whose datagrams are late by a few hundred
+/// milliseconds is never taken for a silent one.
+pub const MIN_PEER_TIMEOUT_MS: u64 = 500;
+/// The longest `peer_timeout` accepted, in milliseconds.
+pub const MAX_PEER_TIMEOUT_MS: u64 = 600_000;
+
 impl Sync {
     /// Whether the peers are one multicast group.
     pub fn multicast(&self) -> bool {

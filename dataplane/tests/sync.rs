@@ -179,3 +179,26 @@ fn two_daemons_exchange_records_and_hellos_and_count_what_is_bad() {
     a.stop();
     b.stop();
 }
+
+/// A live peer that sends no records is never seen silent for as long as
+/// the shortest `peer_timeout`: its hellos come often enough (with a
+/// hello a second, a one-second timeout took live peers over).
+#[test]
+fn an_idle_live_peer_is_never_silent_for_the_shortest_peer_timeout() {
+    let (pa, pb) = (free_port(), free_port());
+    let a = SyncDaemon::start(&settings(1, pa, pb), None, vec![], Box::new(|_| {})).unwrap();
+    let b = SyncDaemon::start(&settings(2, pb, pa), None, vec![], Box::new(|_| {})).unwrap();
+    assert!(until(|| b.peers().iter().any(|p| p.node == 1)));
+    let (mut longest, end) = (0, Instant::now() + Duration::from_secs(3));
+    while Instant::now() < end {
+        for p in b.peers().iter().filter(|p| p.node == 1) {
+            longest = longest.max(p.silent_ms);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        longest < xvs_config::MIN_PEER_TIMEOUT_MS / 2,
+        "node 1 looked silent for {longest} ms"
+    );
+    drop(a);
+}

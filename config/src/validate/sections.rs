@@ -566,7 +566,13 @@ impl Checker<'_> {
         let peer_timeout_ms = match &raw.peer_timeout {
             None => Some(None),
             Some(t) => match parse_duration_ms(t.get_ref()) {
-                Some(ms) if (500..=600_000).contains(&ms) => Some(Some(ms as u32)),
+                Some(ms)
+                    if (crate::settings::MIN_PEER_TIMEOUT_MS
+                        ..=crate::settings::MAX_PEER_TIMEOUT_MS)
+                        .contains(&ms) =>
+                {
+                    Some(Some(ms as u32))
+                }
                 _ => {
                     self.report(
                         &t.span(),

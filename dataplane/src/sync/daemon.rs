@@ -1,6 +1,7 @@
 //! The sync thread: drains the workers' record queues into datagrams to
-//! the peers, sends a hello every second (the addresses this gateway
-//! serves; the peers' liveness signal), and receives the peers'
+//! the peers, sends a hello every [`HELLO_MS`] (the addresses this
+//! gateway serves; the peers' liveness signal: five of them fit in the
+//! shortest `peer_timeout`), and receives the peers'
 //! datagrams, which it checks whole ([`parse`]) before handing their
 //! records to the workers.
 //!
@@ -40,8 +41,13 @@ pub const FLUSH_MS: u64 = 1;
 /// How long the thread waits for a datagram when the queues were empty,
 /// in milliseconds (records then wait this long at most).
 pub const IDLE_MS: u64 = 10;
-/// Seconds between hellos.
-pub const HELLO_SECS: u64 = 1;
+/// Milliseconds between hellos. A peer's liveness check
+/// (`peer_timeout`, at least [`xvs_config::MIN_PEER_TIMEOUT_MS`]) must
+/// see several in its window: with one hello a second and a one-second
+/// timeout, a live peer's next hello arriving a few milliseconds late
+/// made it look silent, and both gateways took the addresses over.
+pub const HELLO_MS: u64 = 100;
+const _: () = assert!(HELLO_MS * 5 <= xvs_config::MIN_PEER_TIMEOUT_MS);
 
 /// Where received records go: `(records)` of one datagram, each to the
 /// worker that owns its flow (the runtime decides).
@@ -353,7 +359,7 @@ impl Thread {
                     .socket
                     .set_read_timeout(Some(Duration::from_millis(wait)));
             }
-            if last_hello.is_none_or(|t| t.elapsed() >= Duration::from_secs(HELLO_SECS)) {
+            if last_hello.is_none_or(|t| t.elapsed() >= Duration::from_millis(HELLO_MS)) {
                 self.hello();
                 last_hello = Some(Instant::now());
             }
