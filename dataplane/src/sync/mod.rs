@@ -13,8 +13,8 @@
 //!   ([`wire`], versioned, HMAC-SHA256 with the cluster's key) to the
 //!   peers (unicast or a multicast group), every [`daemon::FLUSH_MS`]
 //!   while records flow ([`daemon::IDLE_MS`] when they do not), and sends
-//!   a hello with the addresses it serves every second (the peers'
-//!   liveness check).
+//!   a hello with the addresses it serves every [`daemon::HELLO_MS`]
+//!   (the peers' liveness check).
 //! - Receiving: the same thread parses each datagram whole (anything bad
 //!   is dropped and counted by reason, never installed), and hands the
 //!   records to the workers as control messages; a worker installs a
