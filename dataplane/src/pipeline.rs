@@ -128,9 +128,9 @@ pub enum Lookup {
     NotYet,
     /// No flow then (a frame of the same batch may create it: looked up
     /// again if the table took a key that may be it since, see
-    /// [`FlowTable::absent_since`]), and whether the destination was owned (a miss's next
-    /// question, answered with its service lookup; ownership changes
-    /// only between batches).
+    /// [`FlowTable::absent_since`]), and whether the destination was
+    /// owned (a miss's next question, answered with its service lookup;
+    /// ownership changes only between batches).
     Miss {
         /// The destination was owned at the lookup, or it and the
         /// port named a service (a service's VIP is owned).

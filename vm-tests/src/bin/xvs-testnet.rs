@@ -512,12 +512,12 @@ fn hold(to: SocketAddr, seconds: u64, interval: Duration) -> Result<u64, String>
     Ok(rounds)
 }
 
-/// One stream: connects, reports its local port and backend through
-/// `up`, then exchanges messages until `until`; the rounds and the longest
-/// wait for an echo.
 /// A stream's connect and banner taking longer than this is reported.
 const SLOW_SETUP: Duration = Duration::from_secs(2);
 
+/// One stream: connects, reports its local port and backend through
+/// `up`, then exchanges messages until `until`; the rounds and the longest
+/// wait for an echo.
 #[allow(clippy::disallowed_types)] // a stream measures real time
 fn stream(
     to: SocketAddr,
