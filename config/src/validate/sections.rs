@@ -578,8 +578,10 @@ impl Checker<'_> {
                         &t.span(),
                         "cluster.sync.peer_timeout",
                         format!(
-                            "\"{}\" is not a duration of 500ms to 600s (e.g. \"3s\")",
-                            t.get_ref()
+                            "\"{}\" is not a duration of {}ms to {}s (e.g. \"3s\")",
+                            t.get_ref(),
+                            crate::settings::MIN_PEER_TIMEOUT_MS,
+                            crate::settings::MAX_PEER_TIMEOUT_MS / 1000
                         ),
                     );
                     None
