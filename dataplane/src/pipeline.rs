@@ -792,6 +792,7 @@ impl<A: Family> Half<A> {
         if svc.persist.is_some() {
             return;
         }
+        let (stats, counts) = self.services.handles_of(slot);
         let req = Request {
             client: key.source(),
             vip: key.destination(),
@@ -802,8 +803,8 @@ impl<A: Family> Half<A> {
         let b = &svc.backends[i];
         // The lines the insert writes next: the backend's connection
         // count and traffic counter.
-        xvs_conntrack::prefetch(svc.counts.cell_addr(worker, b.id));
-        xvs_conntrack::prefetch(svc.stats.cell_addr(worker, b.id));
+        xvs_conntrack::prefetch(counts.cell_addr(worker, b.id));
+        xvs_conntrack::prefetch(stats.cell_addr(worker, b.id));
         if !b.plan.takes_snat() {
             return;
         }
@@ -1180,6 +1181,9 @@ impl<A: Family> Half<A> {
             vip: key.destination(),
         };
         let svc = &*slot.svc;
+        // Its counts and counters from the handles line, which the insert
+        // reads anyway, not from the compiled service's later lines.
+        let (stats, counts) = self.services.handles_of(slot);
         let picked = {
             let mut sched = slot.sched.borrow_mut();
             match &svc.persist {
@@ -1191,7 +1195,7 @@ impl<A: Family> Half<A> {
                         &mut sched,
                         &svc.backends,
                         &req,
-                        &svc.counts,
+                        counts,
                         p,
                         core.cfg.rules.expire_quiescent_template,
                         &mut self.table,
@@ -1199,7 +1203,7 @@ impl<A: Family> Half<A> {
                         &mut obs,
                     )
                 }
-                None => sched.pick(&svc.backends, &req, &svc.counts, now),
+                None => sched.pick(&svc.backends, &req, counts, now),
             }
         };
         let Ok(i) = picked else {
@@ -1211,8 +1215,8 @@ impl<A: Family> Half<A> {
         // port is found and the flow inserted: the backend's connection
         // count and traffic counter lines (the latter caches its next
         // hop).
-        xvs_conntrack::prefetch(svc.counts.cell_addr(worker, b.id));
-        xvs_conntrack::prefetch(svc.stats.cell_addr(worker, b.id));
+        xvs_conntrack::prefetch(counts.cell_addr(worker, b.id));
+        xvs_conntrack::prefetch(stats.cell_addr(worker, b.id));
         // A plan without SNAT keeps the client as the reply destination.
         let (snat, h_reply) = if b.plan.takes_snat() {
             let fields = (&mut self.snat, &mut self.table, &self.services);
@@ -1228,7 +1232,7 @@ impl<A: Family> Half<A> {
             backend,
             snat,
             proto: key.proto,
-            service: svc.id,
+            service: slot.id,
             backend_id: b.id,
             client_mac: src_mac,
             plan: b.plan.tag(),
@@ -1253,7 +1257,7 @@ impl<A: Family> Half<A> {
                     self.table.shorten(id, secs);
                 }
                 core.counters.new_flows += 1;
-                svc.stats.conn(worker, b.id);
+                stats.conn(worker, b.id);
                 if core.sync.is_some() {
                     core.stage(SyncRecord::of(&self.table.flow(id), Op::Update));
                     if let Some(p) = &svc.persist {

@@ -43,25 +43,29 @@ const MIN_ID_CAPACITY: usize = 4;
 
 /// A service ready for the data plane.
 ///
-/// Laid out in declaration order (`repr(C)`): the fields a new flow
-/// reads come first, up to `key` ([`CompiledService::HOT_BYTES`]), so
-/// the batch lookup fetches two or three lines of a service instead of
-/// all of it.
+/// Laid out in declaration order (`repr(C)`) on a line of its own
+/// (`align(64)`): what a new flow reads of it comes first and fits that
+/// first line ([`CompiledService::HOT_BYTES`]): the backend list, the
+/// allowed client ranges and persistence. Its connection counts and
+/// traffic counters a new flow takes from the service's handles line
+/// instead ([`ServiceTable::handles_of`]), which its insert and every
+/// packet of it read anyway, so a new flow fetches one line of its
+/// compiled service, not three.
 #[derive(Debug)]
-#[repr(C)]
+#[repr(C, align(64))]
 pub struct CompiledService<A: Address = Ipv4Addr> {
     /// Backends, in the service's order, with their stable ids.
-    pub backends: Vec<SchedBackend<A>>,
-    /// Global connection counts of its backends.
-    pub counts: ConnCounts,
-    /// Traffic counters of its backends (`--stats`).
-    pub stats: TrafficStats,
+    pub backends: Box<[SchedBackend<A>]>,
     /// Allowed client ranges (empty = all).
-    pub source_ranges: Vec<A::Net>,
+    pub source_ranges: Box<[A::Net]>,
     /// Client persistence.
     pub persist: Option<Persist<A>>,
     /// Id, unique among live services.
     pub id: u32,
+    /// Global connection counts of its backends.
+    pub counts: ConnCounts,
+    /// Traffic counters of its backends (`--stats`).
+    pub stats: TrafficStats,
     /// What identifies it.
     pub key: ServiceKey<A>,
     /// The endpoint each backend id stands for (index = id): the live
@@ -90,8 +94,8 @@ fn endpoint_of<A: Address>(b: &xvs_config::Backend<A>) -> Endpoint<A> {
 
 impl<A: Address> CompiledService<A> {
     /// The bytes from its start that a new flow reads (its fields before
-    /// `key`).
-    pub const HOT_BYTES: usize = std::mem::offset_of!(CompiledService<A>, key);
+    /// `id`): within its first line.
+    pub const HOT_BYTES: usize = std::mem::offset_of!(CompiledService<A>, id);
 
     /// Compiles `svc`, a new service, for `workers` workers.
     pub fn new(
@@ -235,7 +239,7 @@ impl<A: Address> CompiledService<A> {
             stats,
             retired,
             ids,
-            backends,
+            backends: backends.into_boxed_slice(),
             scheduler,
             persist: svc.persistence.map(|p| Persist {
                 service: id,
@@ -243,7 +247,7 @@ impl<A: Address> CompiledService<A> {
                 timeout: p.timeout_secs,
                 netmask: p.netmask,
             }),
-            source_ranges: svc.source_ranges.clone(),
+            source_ranges: svc.source_ranges.as_slice().into(),
         }
     }
 
@@ -417,7 +421,7 @@ pub struct ServiceSlot<A: Address = Ipv4Addr> {
     /// service's counts), and only this worker's thread touches it.
     pub sched: RefCell<Scheduler>,
     /// Where a new flow of the service reads after the slot and the
-    /// compiled service's first lines: the backend list's first line,
+    /// compiled service's first line: the backend list's first line,
     /// and this worker's connection-count cells of the first and the
     /// last backend (eight backends' cells share a line). Kept here, the
     /// batch's lookup fetches them with the compiled service, a pass
@@ -592,6 +596,22 @@ impl<A: Address> ServiceTable<A> {
         self.by_id(id).map(|s| (&s.svc.stats, &s.svc.counts))
     }
 
+    /// The traffic counters and connection counts of the service in
+    /// `slot`, as a new flow of it takes them: from the service's handles
+    /// line (the flow's insert and every packet of it read that line
+    /// anyway), else, beyond the dense array, from the compiled service.
+    /// Both are the same cells.
+    #[inline(always)]
+    pub fn handles_of<'a>(
+        &'a self,
+        slot: &'a ServiceSlot<A>,
+    ) -> (&'a TrafficStats, &'a ConnCounts) {
+        match self.hot.get(slot.id as usize) {
+            Some(Some(h)) => (&h.stats, &h.counts),
+            _ => (&slot.svc.stats, &slot.svc.counts),
+        }
+    }
+
     /// The connection counts of service `id`, alive.
     #[inline]
     pub fn counts(&self, id: u32) -> Option<&ConnCounts> {
@@ -745,25 +765,24 @@ mod tests {
     use super::*;
     use xvs_config::{Backend, ForwardMethod};
 
-    /// What a new flow reads of its compiled service is about half of
-    /// it: two lines and a few bytes at most (124 bytes for IPv4, 136
-    /// for IPv6, whose persistence netmask is longer), so the batch
-    /// lookup fetches two or three lines of a service instead of four or
-    /// five. A field added before `key` must keep it so.
+    /// What a new flow reads of its compiled service fits the first of
+    /// its lines, of either family (IPv6's persistence netmask is the
+    /// longest field), and the service starts on a line: a field added
+    /// before `id` must keep it so.
     #[test]
-    fn what_a_new_flow_reads_is_about_half_of_a_service() {
+    fn what_a_new_flow_reads_of_a_service_is_one_line() {
         use std::net::Ipv6Addr;
-        for (hot, all) in [
+        for (hot, align) in [
             (
                 CompiledService::<Ipv4Addr>::HOT_BYTES,
-                size_of::<CompiledService<Ipv4Addr>>(),
+                align_of::<CompiledService<Ipv4Addr>>(),
             ),
             (
                 CompiledService::<Ipv6Addr>::HOT_BYTES,
-                size_of::<CompiledService<Ipv6Addr>>(),
+                align_of::<CompiledService<Ipv6Addr>>(),
             ),
         ] {
-            assert!(hot <= 136 && hot <= all / 2 + 12, "{hot} of {all} bytes");
+            assert!(hot <= 64 && align == 64, "{hot} bytes, aligned to {align}");
         }
     }
 
@@ -865,6 +884,10 @@ mod tests {
         t.upsert(big, 0);
         assert!(t.traffic(MAX_STATS_ID + 5).is_none());
         assert_eq!(t.dest_state(MAX_STATS_ID + 5, 0, 0), DestState::Available);
+        // A new flow of it counts in its own cells all the same.
+        let s = t.by_id(MAX_STATS_ID + 5).unwrap();
+        let (stats, counts) = t.handles_of(s);
+        assert!(stats.same(&s.svc.stats) && counts.same(&s.svc.counts));
     }
 
     /// A slot keeps, for its worker, the addresses a new flow's batch
@@ -895,6 +918,10 @@ mod tests {
         t.upsert(v2.clone(), 1);
         let last = v2.backends.last().unwrap().id;
         assert_eq!(t.by_id(1).unwrap().ahead, want(&v2, 0, last));
+        // A new flow counts in the new version's cells, which the
+        // handles line now holds.
+        let (stats, counts) = t.handles_of(t.by_id(1).unwrap());
+        assert!(counts.same(&v2.counts) && stats.same(&v2.stats));
     }
 
     /// A key finds its own service, else its VIP's port-0 one, the same
