@@ -647,7 +647,7 @@ impl<A: Family> Half<A> {
 
     /// Adds or replaces a service (its next hops are resolved at once).
     fn upsert_service(&mut self, svc: Arc<CompiledService<A>>, worker: usize) {
-        for b in &svc.backends {
+        for b in svc.backends.iter() {
             self.neighbours.resolve(b.endpoint.addr);
         }
         self.services.upsert(svc, worker);
@@ -768,8 +768,6 @@ impl<A: Family> Half<A> {
                 .iter()
                 .filter_map(|&pos| self.services.at(pos))
             {
-                let hot = CompiledService::<A>::HOT_BYTES;
-                xvs_conntrack::prefetch_bytes(Arc::as_ptr(&slot.svc).cast(), hot);
                 self.services.prefetch_handles(slot.id);
                 slot.prefetch_ahead();
             }
@@ -788,8 +786,7 @@ impl<A: Family> Half<A> {
         let Some(slot) = self.services.at(pos) else {
             return;
         };
-        let svc = &slot.svc;
-        if svc.persist.is_some() {
+        if slot.persist().is_some() {
             return;
         }
         let (stats, counts) = self.services.handles_of(slot);
@@ -797,10 +794,10 @@ impl<A: Family> Half<A> {
             client: key.source(),
             vip: key.destination(),
         };
-        let Some(i) = slot.sched.borrow().peek(&svc.backends, &req, same) else {
+        let Some(i) = slot.sched.borrow().peek(&slot.backends, &req, same) else {
             return;
         };
-        let b = &svc.backends[i];
+        let b = &slot.backends[i];
         // The lines the insert writes next: the backend's connection
         // count and traffic counter.
         xvs_conntrack::prefetch(counts.cell_addr(worker, b.id));
@@ -1157,7 +1154,7 @@ impl<A: Family> Half<A> {
                 UnknownPort::Drop => Verdict::Drop(DropReason::NoService),
             });
         };
-        if !slot.svc.allows(ip.src()) {
+        if !slot.allows(ip.src()) {
             return Err(Verdict::Drop(DropReason::SourceDenied));
         }
         // The insert below reports to the service's counts: fetch their
@@ -1180,20 +1177,20 @@ impl<A: Family> Half<A> {
             client: key.source(),
             vip: key.destination(),
         };
-        let svc = &*slot.svc;
-        // Its counts and counters from the handles line, which the insert
-        // reads anyway, not from the compiled service's later lines.
+        // What the flow reads of its service is in the slot and the
+        // handles line (counts and counters, which the insert reads
+        // anyway): the compiled service only for persistence.
         let (stats, counts) = self.services.handles_of(slot);
         let picked = {
             let mut sched = slot.sched.borrow_mut();
-            match &svc.persist {
+            match slot.persist() {
                 Some(p) => {
                     // Persistence may early-drop a flow of any service: it
                     // reports to every service's counts.
                     let mut obs = counts_of(&self.services, core);
                     pick_persistent(
                         &mut sched,
-                        &svc.backends,
+                        &slot.backends,
                         &req,
                         counts,
                         p,
@@ -1203,13 +1200,13 @@ impl<A: Family> Half<A> {
                         &mut obs,
                     )
                 }
-                None => sched.pick(&svc.backends, &req, counts, now),
+                None => sched.pick(&slot.backends, &req, counts, now),
             }
         };
         let Ok(i) = picked else {
             return Err(self.reject(core, buf, ip, key.proto));
         };
-        let b = svc.backends[i];
+        let b = slot.backends[i];
         let backend = b.endpoint_for(key.dst_port);
         // What the flow touches once inserted is fetched while the SNAT
         // port is found and the flow inserted: the backend's connection
@@ -1260,7 +1257,7 @@ impl<A: Family> Half<A> {
                 stats.conn(worker, b.id);
                 if core.sync.is_some() {
                     core.stage(SyncRecord::of(&self.table.flow(id), Op::Update));
-                    if let Some(p) = &svc.persist {
+                    if let Some(p) = slot.persist() {
                         let net = new.client.addr.masked(p.netmask);
                         let r = SyncRecord::template(p.proto, net, new.vip, b.endpoint, p.timeout);
                         core.stage(r);

@@ -54,8 +54,9 @@ const MIN_ID_CAPACITY: usize = 4;
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub struct CompiledService<A: Address = Ipv4Addr> {
-    /// Backends, in the service's order, with their stable ids.
-    pub backends: Box<[SchedBackend<A>]>,
+    /// Backends, in the service's order, with their stable ids (shared
+    /// with every worker's slot, [`ServiceSlot::backends`]).
+    pub backends: Arc<[SchedBackend<A>]>,
     /// Allowed client ranges (empty = all).
     pub source_ranges: Box<[A::Net]>,
     /// Client persistence.
@@ -239,7 +240,7 @@ impl<A: Address> CompiledService<A> {
             stats,
             retired,
             ids,
-            backends: backends.into_boxed_slice(),
+            backends: backends.into(),
             scheduler,
             persist: svc.persistence.map(|p| Persist {
                 service: id,
@@ -409,6 +410,12 @@ impl AnyService {
 }
 
 /// One worker's view of a service.
+///
+/// It holds everything a new flow of a service reads before its
+/// backend's lines, so that for a service without persistence or client
+/// ranges the flow never reads the compiled service itself: its id,
+/// whether it persists or filters clients, the scheduler's state, the
+/// backend list (shared), and where the flow's count cell will be.
 #[derive(Debug)]
 pub struct ServiceSlot<A: Address = Ipv4Addr> {
     /// The shared compiled service.
@@ -416,41 +423,77 @@ pub struct ServiceSlot<A: Address = Ipv4Addr> {
     /// `svc.id`, beside the pointer: a lookup that only needs the id
     /// does not wait for the compiled service's line.
     pub id: u32,
+    /// Whether `svc` has persistence ([`ServiceSlot::persist`]).
+    persistent: bool,
+    /// Whether `svc` takes every client (no source ranges,
+    /// [`ServiceSlot::allows`]).
+    open: bool,
     /// This worker's scheduler state. In a cell: a pick mutates it while
     /// the table is read (persistence reports evictions to every
     /// service's counts), and only this worker's thread touches it.
     pub sched: RefCell<Scheduler>,
-    /// Where a new flow of the service reads after the slot and the
-    /// compiled service's first line: the backend list's first line,
-    /// and this worker's connection-count cells of the first and the
-    /// last backend (eight backends' cells share a line). Kept here, the
-    /// batch's lookup fetches them with the compiled service, a pass
-    /// after the slot, instead of two more passes, each waiting for the
-    /// line the one before fetched (the list's address is in the
-    /// compiled service, the backends' ids in the list). Addresses only,
-    /// for [`xvs_conntrack::prefetch`] (which never faults), into what
-    /// `svc` keeps alive.
-    pub ahead: [usize; 3],
+    /// `svc.backends`, the same list: the scheduler reads it, and the
+    /// batch's lookup fetches its first line, with no wait on the
+    /// compiled service's line.
+    pub backends: Arc<[SchedBackend<A>]>,
+    /// This worker's connection-count cells of the first and the last
+    /// backend (eight backends' cells share a line): where a new flow's
+    /// count will be. Kept here, the batch's lookup fetches them with the
+    /// backend list, a pass after the slot, instead of a pass later
+    /// (their addresses depend on the backends' ids in the list).
+    /// Addresses only, for [`xvs_conntrack::prefetch`] (which never
+    /// faults), into what `svc` keeps alive.
+    pub ahead: [usize; 2],
 }
 
 impl<A: Address> ServiceSlot<A> {
-    /// [`ServiceSlot::ahead`] of `svc` for worker `worker`.
-    fn ahead_of(svc: &CompiledService<A>, worker: usize) -> [usize; 3] {
+    /// The slot of `svc` for worker `worker`, with the scheduler's state
+    /// `sched`.
+    fn new(svc: Arc<CompiledService<A>>, sched: Scheduler, worker: usize) -> ServiceSlot<A> {
         let cell = |b: Option<&SchedBackend<A>>| {
             b.map_or(0, |b| svc.counts.cell_addr(worker, b.id) as usize)
         };
-        [
-            svc.backends.as_ptr() as usize,
-            cell(svc.backends.first()),
-            cell(svc.backends.last()),
-        ]
+        ServiceSlot {
+            id: svc.id,
+            persistent: svc.persist.is_some(),
+            open: svc.source_ranges.is_empty(),
+            sched: RefCell::new(sched),
+            backends: svc.backends.clone(),
+            ahead: [cell(svc.backends.first()), cell(svc.backends.last())],
+            svc,
+        }
     }
 
-    /// Starts fetching [`ServiceSlot::ahead`].
+    /// Whether the service takes a flow from `client`
+    /// ([`CompiledService::allows`]; read only when it has ranges).
+    #[inline(always)]
+    pub fn allows(&self, client: A) -> bool {
+        self.open || self.svc.allows(client)
+    }
+
+    /// The service's persistence (read only when it has some).
+    #[inline(always)]
+    pub fn persist(&self) -> Option<&Persist<A>> {
+        if self.persistent {
+            self.svc.persist.as_ref()
+        } else {
+            None
+        }
+    }
+
+    /// Starts fetching what a new flow reads after the slot: the backend
+    /// list's first line and [`ServiceSlot::ahead`]; and, only for a
+    /// service that persists or filters clients, the compiled service's
+    /// first line ([`CompiledService::HOT_BYTES`]).
     #[inline(always)]
     pub fn prefetch_ahead(&self) {
+        xvs_conntrack::prefetch(self.backends.as_ptr().cast());
         for a in self.ahead {
             xvs_conntrack::prefetch(a as *const u8);
+        }
+        if self.persistent || !self.open {
+            let hot = CompiledService::<A>::HOT_BYTES;
+            xvs_conntrack::prefetch_bytes(Arc::as_ptr(&self.svc).cast(), hot);
         }
     }
 }
@@ -536,20 +579,10 @@ impl<A: Address> ServiceTable<A> {
         if let Some(old) = self.by_key.get(&k) {
             sched.carry(&old.sched.borrow(), &old.svc.backends, &svc.backends);
         }
-        let sched = RefCell::new(sched);
         let id = svc.id;
-        let ahead = ServiceSlot::ahead_of(&svc, worker);
         if self
             .by_key
-            .insert(
-                k,
-                ServiceSlot {
-                    svc,
-                    id,
-                    sched,
-                    ahead,
-                },
-            )
+            .insert(k, ServiceSlot::new(svc, sched, worker))
             .is_none()
             && k.2 == 0
         {
@@ -890,10 +923,11 @@ mod tests {
         assert!(stats.same(&s.svc.stats) && counts.same(&s.svc.counts));
     }
 
-    /// A slot keeps, for its worker, the addresses a new flow's batch
-    /// lookup fetches with it: the version's backend list and its count
-    /// cells of the first and the last backend (the new version's, once
-    /// a worker applies one whose counts moved).
+    /// A slot keeps, for its worker, what a new flow's batch lookup
+    /// fetches with it: the version's backend list itself, and the
+    /// addresses of its count cells of the first and the last backend
+    /// (the new version's, once a worker applies one whose counts
+    /// moved).
     #[test]
     fn a_slot_keeps_what_a_new_flow_reads_after_it_for_its_worker() {
         let v1 = Arc::new(CompiledService::new(1, &svc(&[10, 11, 12]), 2, None));
@@ -901,11 +935,11 @@ mod tests {
         t.upsert(v1.clone(), 1);
         let want = |v: &CompiledService<Ipv4Addr>, first: u32, last: u32| {
             [
-                v.backends.as_ptr() as usize,
                 v.counts.cell_addr(1, first) as usize,
                 v.counts.cell_addr(1, last) as usize,
             ]
         };
+        assert!(Arc::ptr_eq(&t.by_id(1).unwrap().backends, &v1.backends));
         assert_eq!(t.by_id(1).unwrap().ahead, want(&v1, 0, 2));
         assert_ne!(want(&v1, 0, 2), want(&v1, 0, 1), "the last backend's cell");
         let v2 = Arc::new(CompiledService::update(
@@ -917,11 +951,42 @@ mod tests {
         assert!(!v1.counts.same(&v2.counts));
         t.upsert(v2.clone(), 1);
         let last = v2.backends.last().unwrap().id;
+        assert!(Arc::ptr_eq(&t.by_id(1).unwrap().backends, &v2.backends));
         assert_eq!(t.by_id(1).unwrap().ahead, want(&v2, 0, last));
         // A new flow counts in the new version's cells, which the
         // handles line now holds.
         let (stats, counts) = t.handles_of(t.by_id(1).unwrap());
         assert!(counts.same(&v2.counts) && stats.same(&v2.stats));
+    }
+
+    /// A slot answers for persistence and client ranges as its compiled
+    /// service does, from its own flags when the service has neither,
+    /// and follows a new version that adds or drops them.
+    #[test]
+    fn a_slot_persists_and_filters_as_its_service_does() {
+        let client = Ipv4Addr::new(198, 18, 0, 7);
+        let mut plain = svc(&[10]);
+        let v1 = Arc::new(CompiledService::new(1, &plain, 1, None));
+        let mut t = ServiceTable::default();
+        t.upsert(v1.clone(), 0);
+        let s = t.by_id(1).unwrap();
+        assert!(s.allows(client) && s.persist().is_none());
+        plain.persistence = Some(Default::default());
+        plain.source_ranges = vec!["198.18.1.0/24".parse().unwrap()];
+        let v2 = Arc::new(CompiledService::update(&v1, &plain, false, None));
+        t.upsert(v2.clone(), 0);
+        let s = t.by_id(1).unwrap();
+        assert!(!s.allows(client));
+        assert!(s.allows(Ipv4Addr::new(198, 18, 1, 9)));
+        assert_eq!(
+            s.persist().map(|p| p.timeout),
+            v2.persist.map(|p| p.timeout)
+        );
+        assert!(s.persist().is_some());
+        let v3 = Arc::new(CompiledService::update(&v2, &svc(&[10]), false, None));
+        t.upsert(v3, 0);
+        let s = t.by_id(1).unwrap();
+        assert!(s.allows(client) && s.persist().is_none());
     }
 
     /// A key finds its own service, else its VIP's port-0 one, the same
