@@ -10,7 +10,10 @@
 //! Entries live in a dense vector, each at a position that stays its own
 //! while it lives (a replaced value keeps it; a removed entry's position
 //! is reused by a later insert): a batch can carry the position from one
-//! stage to the next instead of probing again.
+//! stage to the next instead of probing again. Each entry starts on a
+//! line, its key first: a probe's key check reads the line that also
+//! holds the value's first bytes, and an entry of up to 128 bytes takes
+//! exactly two lines, never three.
 //!
 //! Hand-written for the reason the flow index is: hashbrown has no way to
 //! ask where a hash's group lies, so a batch cannot prefetch it, and its
@@ -28,10 +31,25 @@ use crate::index::Index;
 /// Keys the smallest index is sized for.
 const MIN_KEYS: usize = 16;
 
+/// A position's key and value (the key stays, unread, once the value
+/// is removed).
+#[repr(C, align(64))]
+struct Entry<K, V> {
+    key: K,
+    value: Option<V>,
+}
+
+impl<K, V> Entry<K, V> {
+    #[inline(always)]
+    fn get(&self) -> Option<(&K, &V)> {
+        self.value.as_ref().map(|v| (&self.key, v))
+    }
+}
+
 /// The map (see the module docs).
 pub struct Keyed<K, V> {
     index: Index,
-    entries: Vec<Option<(K, V)>>,
+    entries: Vec<Entry<K, V>>,
     free: Vec<u32>,
     keys: usize,
     hasher: foldhash::fast::RandomState,
@@ -40,7 +58,7 @@ pub struct Keyed<K, V> {
 impl<K: std::fmt::Debug, V: std::fmt::Debug> std::fmt::Debug for Keyed<K, V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_map()
-            .entries(self.entries.iter().flatten().map(|(k, v)| (k, v)))
+            .entries(self.entries.iter().filter_map(Entry::get))
             .finish()
     }
 }
@@ -63,6 +81,9 @@ impl<K: Hash + Eq + Copy, V> Keyed<K, V> {
         Self::default()
     }
 
+    /// The bytes an entry takes: whole lines.
+    pub const ENTRY_BYTES: usize = size_of::<Entry<K, V>>();
+
     /// The hash of `key` (for [`Keyed::prefetch`] and
     /// [`Keyed::find_hashed`]).
     #[inline(always)]
@@ -81,7 +102,7 @@ impl<K: Hash + Eq + Copy, V> Keyed<K, V> {
     pub fn find_hashed(&self, hash: u64, key: &K) -> Option<u32> {
         self.index.find(
             hash,
-            |v| matches!(&self.entries[v as usize], Some((k, _)) if k == key),
+            |v| matches!(self.entries[v as usize].get(), Some((k, _)) if k == key),
         )
     }
 
@@ -125,17 +146,14 @@ impl<K: Hash + Eq + Copy, V> Keyed<K, V> {
     /// The entry at `pos`, if one lives there.
     #[inline(always)]
     pub fn at(&self, pos: u32) -> Option<(&K, &V)> {
-        self.entries
-            .get(pos as usize)?
-            .as_ref()
-            .map(|(k, v)| (k, v))
+        self.entries.get(pos as usize)?.get()
     }
 
     /// Starts fetching every line of the entry at `pos`.
     #[inline(always)]
     pub fn prefetch_at(&self, pos: u32) {
         if let Some(e) = self.entries.get(pos as usize) {
-            crate::prefetch_lines(e as *const Option<(K, V)>);
+            crate::prefetch_lines(e as *const Entry<K, V>);
         }
     }
 
@@ -144,19 +162,24 @@ impl<K: Hash + Eq + Copy, V> Keyed<K, V> {
     pub fn insert(&mut self, key: K, value: V) -> Option<V> {
         let hash = self.hash(&key);
         if let Some(pos) = self.find_hashed(hash, &key) {
-            let slot = &mut self.entries[pos as usize];
-            return slot.replace((key, value)).map(|(_, v)| v);
+            return self.entries[pos as usize].value.replace(value);
         }
         if self.index.len() >= self.keys {
             self.grow();
         }
         let pos = match self.free.pop() {
             Some(p) => {
-                self.entries[p as usize] = Some((key, value));
+                self.entries[p as usize] = Entry {
+                    key,
+                    value: Some(value),
+                };
                 p
             }
             None => {
-                self.entries.push(Some((key, value)));
+                self.entries.push(Entry {
+                    key,
+                    value: Some(value),
+                });
                 (self.entries.len() - 1) as u32
             }
         };
@@ -171,7 +194,7 @@ impl<K: Hash + Eq + Copy, V> Keyed<K, V> {
         let pos = self.find_hashed(hash, key)?;
         self.index.remove(hash, pos);
         self.free.push(pos);
-        self.entries[pos as usize].take().map(|(_, v)| v)
+        self.entries[pos as usize].value.take()
     }
 
     /// Rebuilds the index for twice as many keys.
@@ -179,8 +202,8 @@ impl<K: Hash + Eq + Copy, V> Keyed<K, V> {
         self.keys *= 2;
         let mut index = Index::with_capacity(self.keys);
         for (pos, e) in self.entries.iter().enumerate() {
-            if let Some((k, _)) = e {
-                index.insert(self.hash(k), pos as u32);
+            if e.value.is_some() {
+                index.insert(self.hash(&e.key), pos as u32);
             }
         }
         self.index = index;
@@ -198,7 +221,7 @@ impl<K: Hash + Eq + Copy, V> Keyed<K, V> {
 
     /// Every entry.
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
-        self.entries.iter().flatten().map(|(k, v)| (k, v))
+        self.entries.iter().filter_map(Entry::get)
     }
 
     /// Every value.
@@ -239,6 +262,28 @@ mod tests {
             (0u16..300, any::<u32>()).prop_map(|(k, v)| Op::Insert(k, v)),
             (0u16..300).prop_map(Op::Remove),
         ]
+    }
+
+    /// Every entry starts on a line, its key at the start: a key and up
+    /// to 56 bytes of value (one with a niche, as a pointer has) make one
+    /// line, up to 120 bytes two.
+    #[test]
+    fn an_entry_starts_on_a_line_with_its_key() {
+        use std::num::NonZeroU64;
+        type Big = (NonZeroU64, [u64; 13]);
+        let mut m: Keyed<u64, Big> = Keyed::new();
+        for k in 0..100u64 {
+            m.insert(k, (NonZeroU64::MIN, [k; 13]));
+        }
+        for k in 0..100u64 {
+            let pos = m.position(&k).unwrap();
+            let (key, value) = m.at(pos).unwrap();
+            let at = key as *const u64 as usize;
+            assert_eq!(at % 64, 0, "key {k}");
+            assert_eq!(value as *const Big as usize - at, 8);
+        }
+        assert_eq!(Keyed::<u64, Big>::ENTRY_BYTES, 128);
+        assert_eq!(Keyed::<u64, (NonZeroU64, [u64; 6])>::ENTRY_BYTES, 64);
     }
 
     proptest! {

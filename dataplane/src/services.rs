@@ -416,7 +416,12 @@ impl AnyService {
 /// ranges the flow never reads the compiled service itself: its id,
 /// whether it persists or filters clients, the scheduler's state, the
 /// backend list (shared), and where the flow's count cell will be.
+///
+/// Laid out in declaration order (`repr(C)`), the scheduler's state
+/// last: its key and what the batch's lookup reads of it (up to
+/// `sched`) share the first line of its entry in the table.
 #[derive(Debug)]
+#[repr(C)]
 pub struct ServiceSlot<A: Address = Ipv4Addr> {
     /// The shared compiled service.
     pub svc: Arc<CompiledService<A>>,
@@ -428,10 +433,6 @@ pub struct ServiceSlot<A: Address = Ipv4Addr> {
     /// Whether `svc` takes every client (no source ranges,
     /// [`ServiceSlot::allows`]).
     open: bool,
-    /// This worker's scheduler state. In a cell: a pick mutates it while
-    /// the table is read (persistence reports evictions to every
-    /// service's counts), and only this worker's thread touches it.
-    pub sched: RefCell<Scheduler>,
     /// `svc.backends`, the same list: the scheduler reads it, and the
     /// batch's lookup fetches its first line, with no wait on the
     /// compiled service's line.
@@ -444,6 +445,10 @@ pub struct ServiceSlot<A: Address = Ipv4Addr> {
     /// Addresses only, for [`xvs_conntrack::prefetch`] (which never
     /// faults), into what `svc` keeps alive.
     pub ahead: [usize; 2],
+    /// This worker's scheduler state. In a cell: a pick mutates it while
+    /// the table is read (persistence reports evictions to every
+    /// service's counts), and only this worker's thread touches it.
+    pub sched: RefCell<Scheduler>,
 }
 
 impl<A: Address> ServiceSlot<A> {
@@ -957,6 +962,17 @@ mod tests {
         // handles line now holds.
         let (stats, counts) = t.handles_of(t.by_id(1).unwrap());
         assert!(counts.same(&v2.counts) && stats.same(&v2.stats));
+    }
+
+    /// An IPv4 service's entry in a worker's table is two lines, and its
+    /// key and everything the batch's lookup reads of its slot (all but
+    /// the scheduler's state) share the first.
+    #[test]
+    fn a_service_s_entry_is_two_lines_its_key_with_what_the_batch_reads() {
+        type Table = Keyed<SlotKey<Ipv4Addr>, ServiceSlot<Ipv4Addr>>;
+        assert_eq!(Table::ENTRY_BYTES, 128);
+        let batch_reads = std::mem::offset_of!(ServiceSlot<Ipv4Addr>, sched);
+        assert!(size_of::<SlotKey<Ipv4Addr>>() + batch_reads <= 64);
     }
 
     /// A slot answers for persistence and client ranges as its compiled
