@@ -758,12 +758,14 @@ impl<A: Family> Half<A> {
                     miss_services[at[m.key]] = *found;
                 }
             }
-            // The slots are in cache (the check read them). Of the
-            // compiled service, what a new flow reads; its counter
-            // handles; and what the slot keeps the addresses of: the
-            // backend list, and the flow's count cell, whichever backend
-            // it gets (the first and the last backend's lines cover a
-            // small service). All in one pass: none waits for another.
+            // The slots are in cache (the check read them). The
+            // service's counter handles, and what the slot holds the
+            // addresses of: the backend list, the flow's count cell,
+            // whichever backend it gets (the first and the last
+            // backend's lines cover a small service), and the compiled
+            // service's first line only if the flow will read it
+            // (persistence, client ranges). All in one pass: none waits
+            // for another.
             for slot in found[..misses]
                 .iter()
                 .filter_map(|&pos| self.services.at(pos))
