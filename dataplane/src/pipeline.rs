@@ -1181,7 +1181,8 @@ impl<A: Family> Half<A> {
         };
         // What the flow reads of its service is in the slot and the
         // handles line (counts and counters, which the insert reads
-        // anyway): the compiled service only for persistence.
+        // anyway): the compiled service only for persistence (and,
+        // above, client ranges).
         let (stats, counts) = self.services.handles_of(slot);
         let picked = {
             let mut sched = slot.sched.borrow_mut();

@@ -49,8 +49,9 @@ const MIN_ID_CAPACITY: usize = 4;
 /// allowed client ranges and persistence. Its connection counts and
 /// traffic counters a new flow takes from the service's handles line
 /// instead ([`ServiceTable::handles_of`]), which its insert and every
-/// packet of it read anyway, so a new flow fetches one line of its
-/// compiled service, not three.
+/// packet of it read anyway. So a new flow of a service with persistence
+/// or client ranges reads one line of it, and any other new flow none (a
+/// worker's [`ServiceSlot`] has what it needs).
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub struct CompiledService<A: Address = Ipv4Addr> {
