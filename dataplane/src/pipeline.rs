@@ -1159,8 +1159,8 @@ impl<A: Family> Half<A> {
         if !slot.allows(ip.src()) {
             return Err(Verdict::Drop(DropReason::SourceDenied));
         }
-        // The insert below reports to the service's counts: fetch their
-        // handle while the scheduler runs.
+        // The pick and the insert below read the service's handles line
+        // (counts and counters): fetch it while the segment is checked.
         self.services.prefetch_handles(slot.id);
         if let L4::Tcp { flags, .. } = ip.l4() {
             let opens = flags.syn() && !flags.ack();

@@ -623,11 +623,18 @@ impl<A: Address> ServiceTable<A> {
     #[inline(always)]
     fn handles(&self, id: u32) -> Option<(&TrafficStats, &ConnCounts)> {
         if id < MAX_STATS_ID {
-            let h = self.hot.get(id as usize)?.as_ref()?;
-            Some((&h.stats, &h.counts))
+            self.hot_handles(id)
         } else {
             self.handles_by_id(id)
         }
+    }
+
+    /// Service `id`'s handles line, if it has one (ids below
+    /// [`MAX_STATS_ID`] of live services).
+    #[inline(always)]
+    fn hot_handles(&self, id: u32) -> Option<(&TrafficStats, &ConnCounts)> {
+        let h = self.hot.get(id as usize)?.as_ref()?;
+        Some((&h.stats, &h.counts))
     }
 
     #[inline(never)]
@@ -645,10 +652,8 @@ impl<A: Address> ServiceTable<A> {
         &'a self,
         slot: &'a ServiceSlot<A>,
     ) -> (&'a TrafficStats, &'a ConnCounts) {
-        match self.hot.get(slot.id as usize) {
-            Some(Some(h)) => (&h.stats, &h.counts),
-            _ => (&slot.svc.stats, &slot.svc.counts),
-        }
+        self.hot_handles(slot.id)
+            .unwrap_or((&slot.svc.stats, &slot.svc.counts))
     }
 
     /// The connection counts of service `id`, alive.
