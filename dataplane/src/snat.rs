@@ -3,9 +3,14 @@
 //! within an address, address after address), so the endpoints it meets
 //! next are the ones used longest ago.
 //!
-//! Invariants: the cursor is always a position in `0..total()`; the
-//! walk never allocates. Which endpoint is free is the flow table's to
-//! say (the pipeline looks each candidate's reply key up).
+//! Invariants: the cursor is always a position in `0..total()`, kept as
+//! its address index and port offset (`addr < addrs.len()`, `port <
+//! ports.size()`), so that stepping it and naming its endpoint divide
+//! nothing (a division is tens of cycles on the new flow's critical
+//! path; only [`SnatEndpoints::resume_after`], on the rare reclaim path,
+//! and a peek past the address's last port divide); the walk never
+//! allocates. Which endpoint is free is the flow table's to say (the
+//! pipeline looks each candidate's reply key up).
 
 use std::net::Ipv4Addr;
 
@@ -17,7 +22,10 @@ use xvs_conntrack::Endpoint;
 pub struct SnatEndpoints<A: Address = Ipv4Addr> {
     addrs: Vec<A>,
     ports: PortRange,
-    next: u32,
+    /// The cursor's address (an index into `addrs`).
+    addr: u32,
+    /// The cursor's port, as an offset from `ports.first`.
+    port: u32,
 }
 
 impl<A: Address> SnatEndpoints<A> {
@@ -26,7 +34,8 @@ impl<A: Address> SnatEndpoints<A> {
         SnatEndpoints {
             addrs,
             ports,
-            next: 0,
+            addr: 0,
+            port: 0,
         }
     }
 
@@ -49,40 +58,63 @@ impl<A: Address> SnatEndpoints<A> {
     /// The endpoint at the cursor, with its position; the cursor moves on.
     #[inline]
     pub fn advance(&mut self) -> Option<(Endpoint<A>, u32)> {
-        let total = self.total();
-        if total == 0 {
+        let size = self.ports.size();
+        if size == 0 {
             return None;
         }
-        let at = self.next % total;
-        self.resume_after(at);
-        Some((self.endpoint_at(at)?, at))
-    }
-
-    /// The endpoint at position `at` (`< total()`): port-major within an
-    /// address.
-    #[inline]
-    fn endpoint_at(&self, at: u32) -> Option<Endpoint<A>> {
-        let size = self.ports.size();
-        Some(Endpoint {
-            addr: *self.addrs.get((at / size) as usize)?,
-            port: (u32::from(self.ports.first) + at % size) as u16,
-        })
+        let addr = *self.addrs.get(self.addr as usize)?;
+        let end = Endpoint {
+            addr,
+            port: (u32::from(self.ports.first) + self.port) as u16,
+        };
+        let at = self.addr * size + self.port;
+        self.port += 1;
+        if self.port >= size {
+            self.port = 0;
+            self.addr += 1;
+            if self.addr as usize >= self.addrs.len() {
+                self.addr = 0;
+            }
+        }
+        Some((end, at))
     }
 
     /// The endpoint `ahead` places after the cursor (0: the one
     /// [`SnatEndpoints::advance`] returns next), the cursor unmoved.
     #[inline]
     pub fn peek(&self, ahead: u32) -> Option<Endpoint<A>> {
-        let total = self.total();
+        let size = self.ports.size();
+        let port = u64::from(self.port) + u64::from(ahead);
+        if port < u64::from(size) {
+            return Some(Endpoint {
+                addr: *self.addrs.get(self.addr as usize)?,
+                port: (u32::from(self.ports.first) + port as u32) as u16,
+            });
+        }
+        // Past this address's last port: where the walk will be.
+        let total = u64::from(self.total());
         if total == 0 {
             return None;
         }
-        self.endpoint_at(((u64::from(self.next) + u64::from(ahead)) % u64::from(total)) as u32)
+        let at = (u64::from(self.addr) * u64::from(size) + port) % total;
+        Some(Endpoint {
+            addr: *self.addrs.get((at / u64::from(size)) as usize)?,
+            port: (u64::from(self.ports.first) + at % u64::from(size)) as u16,
+        })
     }
 
-    /// The walk goes on after position `at`.
+    /// The walk goes on after position `at` (`< total()`).
     pub fn resume_after(&mut self, at: u32) {
-        self.next = if at + 1 >= self.total() { 0 } else { at + 1 };
+        let size = self.ports.size();
+        let next = if at.saturating_add(1) >= self.total() {
+            0
+        } else {
+            at + 1
+        };
+        (self.addr, self.port) = match size {
+            0 => (0, 0),
+            _ => (next / size, next % size),
+        };
     }
 }
 
@@ -140,5 +172,39 @@ mod tests {
                 .advance()
                 .is_none()
         );
+    }
+
+    /// From every position, a peek `k` places ahead names what the `k`-th
+    /// advance returns (past the address's last port and round the
+    /// whole walk too), and advances name their positions in order.
+    #[test]
+    fn peeks_name_the_advances_to_come_from_every_position() {
+        let addrs: Vec<Ipv4Addr> = (1..=3).map(|i| Ipv4Addr::new(198, 18, 1, i)).collect();
+        let ports = PortRange {
+            first: 40000,
+            last: 40004,
+        };
+        let mut s = SnatEndpoints::new(addrs.clone(), ports);
+        let total = s.total();
+        assert_eq!(total, 15);
+        for start in 0..total {
+            s.resume_after(if start == 0 { total - 1 } else { start - 1 });
+            let peeked: Vec<_> = (0..2 * total + 3).map(|k| s.peek(k)).collect();
+            let mut walk = s.clone();
+            for (k, want) in peeked.into_iter().enumerate() {
+                let (end, at) = walk.advance().unwrap();
+                let pos = (start + k as u32) % total;
+                assert_eq!(at, pos, "start {start}, step {k}");
+                let expect = Endpoint {
+                    addr: addrs[(pos / 5) as usize],
+                    port: 40000 + (pos % 5) as u16,
+                };
+                assert_eq!(
+                    (want, end),
+                    (Some(expect), expect),
+                    "start {start}, step {k}"
+                );
+            }
+        }
     }
 }

@@ -16,14 +16,27 @@ pub struct RoundRobin {
 }
 
 impl RoundRobin {
+    /// The search wraps by comparison, not `%`: a division is tens of
+    /// cycles on a new flow's critical path (`next` is at most `n` after
+    /// a pick; only a list shorter than the last one divides).
     pub(crate) fn pick<A: Address>(&mut self, backends: &[SchedBackend<A>]) -> Option<usize> {
         let n = backends.len();
-        (0..n)
-            .map(|k| (self.next + k) % n)
-            .find(|&i| backends[i].available())
-            .inspect(|&i| {
+        let mut i = match self.next {
+            next if next < n => next,
+            _ if n == 0 => return None,
+            next => next % n,
+        };
+        for _ in 0..n {
+            if backends[i].available() {
                 self.next = i + 1;
-            })
+                return Some(i);
+            }
+            i += 1;
+            if i == n {
+                i = 0;
+            }
+        }
+        None
     }
 }
 
@@ -36,6 +49,9 @@ pub struct WeightedRoundRobin {
     cw: i64,
     max: i64,
     gcd: i64,
+    /// `max / gcd + 1`: the passes over the list one pick takes at most
+    /// (a full descent of `cw`), divided out once.
+    passes: usize,
 }
 
 impl WeightedRoundRobin {
@@ -45,11 +61,13 @@ impl WeightedRoundRobin {
             .iter()
             .filter(|b| b.weight > 0)
             .fold(0, |g, b| gcd(g, b.weight));
+        let (max, gcd) = (i64::from(max), i64::from(g.max(1)));
         WeightedRoundRobin {
             last: None,
             cw: 0,
-            max: i64::from(max),
-            gcd: i64::from(g.max(1)),
+            max,
+            gcd,
+            passes: (max / gcd + 1) as usize,
         }
     }
 
@@ -58,12 +76,13 @@ impl WeightedRoundRobin {
         if n == 0 || self.max == 0 {
             return None;
         }
+        let mut i = self.last.map_or(n - 1, |l| if l < n { l } else { l % n });
         // At most one full descent of cw over every backend.
-        let passes = (self.max / self.gcd + 1) as usize;
-        let mut i = self.last.map_or(n - 1, |l| l % n);
-        for _ in 0..passes.saturating_mul(n).saturating_add(n) {
-            i = (i + 1) % n;
-            if i == 0 {
+        for _ in 0..self.passes.saturating_mul(n).saturating_add(n) {
+            // `i < n`: wrapped by comparison, not `%` (as rr).
+            i += 1;
+            if i == n {
+                i = 0;
                 self.cw -= self.gcd;
                 if self.cw <= 0 {
                     self.cw = self.max;
@@ -96,6 +115,30 @@ mod tests {
         assert_eq!(names(&seq), "ACDACDA");
         assert_eq!(RoundRobin::default().pick(&backends(&[0, 0])), None);
         assert_eq!(RoundRobin::default().pick::<std::net::Ipv4Addr>(&[]), None);
+    }
+
+    /// The search wraps as `(next + k) % n` did, from every place in the
+    /// list, and a state left past the end of a shorter list starts over
+    /// where `%` put it.
+    #[test]
+    fn rr_wraps_as_modulo_did_from_every_start() {
+        let b = backends(&[1, 0, 1, 1, 0]);
+        let modulo = |next: usize, b: &[SchedBackend<std::net::Ipv4Addr>]| {
+            (0..b.len())
+                .map(|k| (next + k) % b.len())
+                .find(|&i| b[i].available())
+        };
+        for next in 0..12 {
+            for list in [&b[..], &b[..3], &b[..1]] {
+                let mut s = RoundRobin { next };
+                assert_eq!(
+                    s.pick(list),
+                    modulo(next, list),
+                    "next {next}, {} backends",
+                    list.len()
+                );
+            }
+        }
     }
 
     #[test]
