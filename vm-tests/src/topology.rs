@@ -428,6 +428,25 @@ impl Topology {
         .map(|_| ())
     }
 
+    /// Makes backend `i` an LVS-DR real server of the IPv6 VIP `vip`: the
+    /// VIP on `lo` (a Linux host answers a neighbour solicitation only
+    /// for an address of the interface it came in on, so none for the
+    /// VIP: IPv6's side of `arp_ignore`), and the client on-link, so that
+    /// the answers go straight to it.
+    pub fn lvs_real_server6(&self, i: usize, vip: Ipv6Addr) -> Result<(), CmdError> {
+        let b = &self.backends[i];
+        b.ns.ip(&["-6", "addr", "add", &format!("{vip}/128"), "dev", "lo"])?;
+        b.ns.ip(&[
+            "-6",
+            "route",
+            "add",
+            &format!("{CLIENT_ADDR6}/128"),
+            "dev",
+            &b.ifname,
+        ])
+        .map(|_| ())
+    }
+
     /// Another gateway on the one-arm switch: namespace `name` with
     /// interface `g0` (switch port `p-NAME`) holding 198.18.0.`octet` and
     /// 198.18.1.`octet`, forwarding on; it goes with the topology's other

@@ -3,8 +3,9 @@
 //! `arp_announce = 2`, as LVS-DR real servers are set up, and answer the
 //! client straight over the switch; xvs sees only the client's half of
 //! each connection: with the project's echo client, with nginx, curl and
-//! wrk, and across a `kill -9` of xvs. A mixed service (one route, one
-//! masq backend) serves both ways at once.
+//! wrk, and across a `kill -9` of xvs; the same over IPv6 (the VIP on
+//! the real servers' `lo`, no neighbour answer for it). A mixed service
+//! (one route, one masq backend) serves both ways at once.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
@@ -15,7 +16,9 @@ use xvs_vm_tests::daemon::{self, field_of as field, Daemon};
 use xvs_vm_tests::nginx::Nginx;
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
-use xvs_vm_tests::topology::{backend_addr, one_arm_head, Spec, Topology};
+use xvs_vm_tests::topology::{
+    backend_addr, backend_addr6, one_arm_head, Spec, Topology, SNAT_ADDR, SNAT_ADDR6, VIP6,
+};
 use xvs_vm_tests::wrk::Wrk;
 
 const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
@@ -260,6 +263,110 @@ fn nginx_curl_and_wrk_through_direct_routing_across_kill_9() {
         assert_eq!((w.errors, w.non_2xx), (0, 0), "{what}: {}", w.text);
     }
     // Both real servers answered the load, every request through xvs.
+    for n in &nginx {
+        let s = n.status().unwrap();
+        assert!(s.requests > 100, "{}: {s:?}", n.name);
+    }
+    xvs.stop_accounted();
+}
+
+/// IPv6 direct routing end to end, as the IPv4 tests above do it: LVS-DR
+/// real servers with the IPv6 VIP on `lo`; the project's echo client's
+/// 200 connections answered by both, straight from the backends (xvs
+/// forwards exactly the client's segments); then nginx on the VIP, curl
+/// reaching both real servers, and wrk keep-alive and `Connection:
+/// close` with 0 errors across a `kill -9` of xvs and a start that adopts
+/// the one-way IPv6 flows.
+#[test]
+fn ipv6_direct_routing_with_the_echo_client_nginx_curl_and_wrk_across_kill_9() {
+    if !privileged("ipv6_direct_routing_with_the_echo_client_nginx_curl_and_wrk_across_kill_9") {
+        return;
+    }
+    let t = Topology::build(Spec::one_arm(2)).unwrap();
+    for i in 0..2 {
+        t.lvs_real_server6(i, VIP6).unwrap();
+    }
+    let backends = (0..2)
+        .map(|i| {
+            format!(
+                "{{ address = \"{}\", forward = \"route\" }}",
+                backend_addr6(i)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let state = daemon::ScratchDir::new(&t, "dr6-state").unwrap();
+    let text = format!(
+        "{}\n[restart]\nhold = \"5s\"\nstate_dir = \"{}\"\n\n\
+         [[services]]\nvip = \"{VIP6}\"\nport = 80\nscheduler = \"rr\"\nbackends = [{backends}]\n",
+        one_arm_head(&t, 1).replace(
+            &format!("addresses = [\"{SNAT_ADDR}\"]"),
+            &format!("addresses = [\"{SNAT_ADDR}\", \"{SNAT_ADDR6}\"]")
+        ),
+        state.path().display()
+    );
+    let (xvs, ready) = Daemon::start(&t, "dr6", &bins(), &text, &[]).unwrap();
+    assert!(ready.starts_with("ready: 1 services on g0"), "{ready}");
+    let list = xvs.adm_ok(&["-Ln"]);
+    assert!(
+        list.contains(&format!("  -> [{}]:80", backend_addr6(0))) && list.contains("Route"),
+        "{list}"
+    );
+
+    // The echo client: every answer from a backend, none through xvs.
+    let servers: Vec<Spawned> = (0..2)
+        .map(|i| serve(&t, i, &format!("b{i}"), &format!("[{VIP6}]:80")))
+        .collect();
+    let (out_before, in_before) = (
+        t.client.ns.tcp_segments_sent_settled().unwrap(),
+        t.client.ns.snmp("Tcp", "InSegs").unwrap(),
+    );
+    let summary = t.tcp_load_payload(TESTNET, &format!("[{VIP6}]:80"), 200, 1000);
+    assert!(summary.starts_with("ok=200 failed=0 by="), "{summary}");
+    assert!(
+        summary.contains("b0:100") && summary.contains("b1:100"),
+        "{summary}"
+    );
+    let sent = t.client.ns.tcp_segments_sent_settled().unwrap() - out_before;
+    let received = t.client.ns.snmp("Tcp", "InSegs").unwrap() - in_before;
+    let conns = xvs.adm_ok(&["-Lnc"]);
+    assert!(conns.contains(&format!("[{VIP6}]:80")), "{conns}");
+    let line = xvs.stop_accounted();
+    assert_eq!(field(&line, "forwarded"), sent, "{line}");
+    assert_eq!(field(&line, "new_flows"), 200, "{line}");
+    assert!(received >= 3 * 200, "client received {received} segments");
+    drop(servers);
+
+    // nginx real servers on the VIP, curl and wrk, xvs killed mid-load.
+    let on = [std::net::SocketAddr::new(VIP6.into(), 80)];
+    let nginx: Vec<Nginx> = (0..2)
+        .map(|i| Nginx::start_on(&t.backends[i].ns, &on, &format!("b{i}")).unwrap())
+        .collect();
+    let (xvs, _) = Daemon::start(&t, "dr6", &bins(), &text, &[]).unwrap();
+    let url = format!("http://[{VIP6}]/");
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..10 {
+        let out = t.client.ns.exec("curl", &["-sf", "-m", "2", &url]).unwrap();
+        assert!(out.status.success(), "curl: {out:?}");
+        seen.insert(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+    }
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["b0", "b1"]);
+    let kept = Wrk::start(&t.client.ns, &url, 8, false);
+    let closed = Wrk::start(&t.client.ns, &url, 8, true);
+    std::thread::sleep(Duration::from_secs(3));
+    let (status, _) = xvs.kill(libc::SIGKILL);
+    assert!(status.is_some());
+    let (xvs, _) = Daemon::start(&t, "dr6", &bins(), &text, &[]).unwrap();
+    let status: serde_json::Value = serde_json::from_str(&xvs.get("/v1/status")).unwrap();
+    assert!(
+        status["restart"]["adopted_flows"].as_u64().unwrap_or(0) >= 16,
+        "{status}"
+    );
+    for (what, w) in [("keep-alive", kept), ("Connection: close", closed)] {
+        let w = w.join().unwrap();
+        assert!(w.requests > 500, "{what}: {}", w.text);
+        assert_eq!((w.errors, w.non_2xx), (0, 0), "{what}: {}", w.text);
+    }
     for n in &nginx {
         let s = n.status().unwrap();
         assert!(s.requests > 100, "{}: {s:?}", n.name);

@@ -1,10 +1,10 @@
 //! Tunnels (ipvsadm's `-i`) on the real AF_XDP path: xvs wraps the
-//! client's packets in IPv4-in-IPv4 or GUE to real servers that hold the
-//! VIP on `lo` and answer the client straight over the segment. This
-//! kernel has neither `ipip` nor `fou`, so each backend decapsulates with
-//! `xvs-testnet decap` (a raw protocol-4 socket and a GUE UDP socket
-//! feeding a TUN device), which does what those interfaces' receive paths
-//! do. A large upload shows the fragmentation-needed path: 1500-byte
+//! client's packets in IPv4-in-IPv4, IPv6-in-IPv6 or GUE (either family)
+//! to real servers that hold the VIP on `lo` and answer the client
+//! straight over the segment. This kernel has neither `ipip` nor `fou`,
+//! so each backend decapsulates with `xvs-testnet decap` (raw sockets of
+//! protocol 4 and of IPv6 next header 41, and a GUE UDP socket, feeding a
+//! TUN device), which does what those interfaces' receive paths do. A large upload shows the fragmentation-needed path: 1500-byte
 //! client packets no longer fit a 1500-byte backend link once wrapped.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
@@ -14,19 +14,28 @@ use std::time::Duration;
 use xvs_vm_tests::daemon::{self, field_of as field, Daemon};
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
-use xvs_vm_tests::topology::{backend_addr, one_arm_head, Spec, Topology};
+use xvs_vm_tests::topology::{
+    backend_addr, backend_addr6, one_arm_head, Spec, Topology, SNAT_ADDR, SNAT_ADDR6, VIP6,
+};
 
 const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
 const VIP: &str = "198.19.0.1";
 /// How long each backend's decapsulator runs.
 const DECAP_SECONDS: u64 = 20;
 
-/// Backend `i` as a tunnel real server: the VIP on `lo`, a decapsulator
-/// on TUN device `xt0` (up, no reverse-path filter: the inner packets'
-/// client is reached over `b0`), and an echo server named `name` on the
-/// VIP's port. Returns the decapsulator and the server.
-fn tunnel_server(t: &Topology, i: usize, name: &str) -> (Spawned, Spawned) {
-    t.lvs_real_server(i, VIP.parse().unwrap()).unwrap();
+/// Backend `i` as a tunnel real server: the VIP on `lo` (`vip6`: the
+/// IPv6 VIP instead), a decapsulator on TUN device `xt0` (up, no
+/// reverse-path filter: the inner packets' client is reached over `b0`),
+/// and an echo server named `name` on the VIP's port. Returns the
+/// decapsulator and the server.
+fn tunnel_server_of(t: &Topology, i: usize, name: &str, vip6: bool) -> (Spawned, Spawned) {
+    let listen = if vip6 {
+        t.lvs_real_server6(i, VIP6).unwrap();
+        format!("[{VIP6}]:80")
+    } else {
+        t.lvs_real_server(i, VIP.parse().unwrap()).unwrap();
+        format!("{VIP}:80")
+    };
     let ns = &t.backends[i].ns;
     let mut cmd = ns.command(TESTNET);
     cmd.args(["decap", "--tun", "xt0", "--seconds"])
@@ -39,23 +48,26 @@ fn tunnel_server(t: &Topology, i: usize, name: &str) -> (Spawned, Spawned) {
             .unwrap();
     }
     let mut cmd = ns.command(TESTNET);
-    cmd.args(["serve", "--name", name, "--tcp", &format!("{VIP}:80")]);
+    cmd.args(["serve", "--name", name, "--tcp", &listen]);
     let (server, line) = Spawned::start(cmd, "echo server", Duration::from_secs(5)).unwrap();
     assert_eq!(line, format!("ready {name}"));
     (decap, server)
 }
 
-/// What a decapsulator passed on, once its time is up: `(ipip, gue)`.
-fn decapsulated(decap: Spawned) -> (u64, u64) {
+/// [`tunnel_server_of`] for the IPv4 VIP.
+fn tunnel_server(t: &Topology, i: usize, name: &str) -> (Spawned, Spawned) {
+    tunnel_server_of(t, i, name, false)
+}
+
+/// What a decapsulator passed on, once its time is up: `[ipip, gue,
+/// ip6ip6]`.
+fn decapsulated(decap: Spawned) -> [u64; 3] {
     let (_, out) = decap.wait(Duration::from_secs(DECAP_SECONDS + 5));
     let line = out
         .lines()
         .find(|l| l.starts_with("decapsulated "))
         .unwrap_or_else(|| panic!("decap printed {out:?}"));
-    (
-        daemon::field(line, "ipip").unwrap(),
-        daemon::field(line, "gue").unwrap(),
-    )
+    ["ipip", "gue", "ip6ip6"].map(|k| daemon::field(line, k).unwrap())
 }
 
 fn config(t: &Topology, backends: &str) -> String {
@@ -105,8 +117,8 @@ fn ipip_and_gue_real_servers_answer_the_client_themselves() {
     let line = xvs.stop_accounted();
     assert_eq!(field(&line, "forwarded"), sent, "{line}");
     assert_eq!(field(&line, "too_big"), 0, "{line}");
-    let (ipip0, gue0) = decapsulated(decap0);
-    let (ipip1, gue1) = decapsulated(decap1);
+    let [ipip0, gue0, _] = decapsulated(decap0);
+    let [ipip1, gue1, _] = decapsulated(decap1);
     assert!(
         ipip0 >= 100 * 3 && gue0 == 0,
         "ipip backend: ipip={ipip0} gue={gue0}"
@@ -117,6 +129,58 @@ fn ipip_and_gue_real_servers_answer_the_client_themselves() {
     );
     // Every forwarded packet reached a backend and was passed on.
     assert_eq!(ipip0 + gue1, sent);
+}
+
+/// The same over IPv6: an IPv6-in-IPv6 and a GUE-over-IPv6 real server
+/// of the IPv6 VIP. Every connection works, xvs forwards exactly the
+/// client's segments, and each backend received its own encapsulation
+/// only.
+#[test]
+fn ip6ip6_and_gue6_real_servers_answer_the_client_themselves() {
+    if !privileged("ip6ip6_and_gue6_real_servers_answer_the_client_themselves") {
+        return;
+    }
+    let t = Topology::build(Spec::one_arm(2)).unwrap();
+    let (decap0, _s0) = tunnel_server_of(&t, 0, "ip6ip6", true);
+    let (decap1, _s1) = tunnel_server_of(&t, 1, "gue6", true);
+    let text = format!(
+        "{}\n[[services]]\nvip = \"{VIP6}\"\nport = 80\nscheduler = \"rr\"\n\
+         backends = [{{ address = \"{}\", forward = \"tunnel\" }}, \
+         {{ address = \"{}\", forward = \"tunnel\", encap = \"gue\" }}]\n",
+        one_arm_head(&t, 1).replace(
+            &format!("addresses = [\"{SNAT_ADDR}\"]"),
+            &format!("addresses = [\"{SNAT_ADDR}\", \"{SNAT_ADDR6}\"]")
+        ),
+        backend_addr6(0),
+        backend_addr6(1)
+    );
+    let (xvs, _) = Daemon::start(&t, "tun6", &daemon::bins(TESTNET), &text, &[]).unwrap();
+    let list = xvs.adm_ok(&["-Ln", "--tun-info"]);
+    assert!(
+        list.contains(&format!("  -> [{}]:80", backend_addr6(0)))
+            && list.contains("Tunnel")
+            && list.contains("gue:6080"),
+        "{list}"
+    );
+    let out_before = t.client.ns.tcp_segments_sent_settled().unwrap();
+    let summary = t.tcp_load_payload(TESTNET, &format!("[{VIP6}]:80"), 200, 1000);
+    assert_eq!(summary, "ok=200 failed=0 by=gue6:100,ip6ip6:100");
+    let sent = t.client.ns.tcp_segments_sent_settled().unwrap() - out_before;
+    let line = xvs.stop_accounted();
+    assert_eq!(field(&line, "forwarded"), sent, "{line}");
+    assert_eq!(field(&line, "too_big"), 0, "{line}");
+    let [ipip0, gue0, six0] = decapsulated(decap0);
+    let [ipip1, gue1, six1] = decapsulated(decap1);
+    assert!(
+        six0 >= 100 * 3 && gue0 == 0 && ipip0 == 0,
+        "ip6ip6 backend: ip6ip6={six0} gue={gue0} ipip={ipip0}"
+    );
+    assert!(
+        gue1 >= 100 * 3 && six1 == 0 && ipip1 == 0,
+        "gue backend: gue={gue1} ip6ip6={six1} ipip={ipip1}"
+    );
+    // Every forwarded packet reached a backend and was passed on.
+    assert_eq!(six0 + gue1, sent);
 }
 
 /// Uploads of 2 MB through an IPIP real server whose link has the
@@ -155,7 +219,7 @@ fn a_large_upload_through_a_tunnel_lowers_the_client_s_path_mtu() {
     );
     // At least the 8 MB in segments of at most 1440 bytes went through
     // the tunnel.
-    let (ipip, _) = decapsulated(decap);
+    let [ipip, ..] = decapsulated(decap);
     assert!(
         ipip >= 4 * 2_000_000 / 1440,
         "only {ipip} packets decapsulated"

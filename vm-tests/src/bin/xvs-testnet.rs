@@ -20,12 +20,14 @@
 //!   echo: how long a gateway restart stopped the stream).
 //!
 //! - `decap`: a tunnel endpoint for a backend whose kernel has neither
-//!   `ipip` nor `fou`: IPv4-in-IPv4 packets (a raw protocol-4 socket) and
-//!   GUE variant 1 datagrams (a UDP socket) lose their outer headers and
-//!   the inner packets enter the stack through a TUN device, as if an
-//!   `ipip` or `fou` interface had decapsulated them; prints `ready` once
-//!   both sockets and the device exist, then `decapsulated ipip=N gue=M`
-//!   when its time is up.
+//!   `ipip` nor `fou`: IPv4-in-IPv4 packets (a raw protocol-4 socket),
+//!   IPv6-in-IPv6 packets (a raw IPv6 socket of next header 41) and GUE
+//!   variant 1 datagrams over either family (a dual-stack UDP socket)
+//!   lose their outer headers and the inner packets enter the stack
+//!   through a TUN device, as if an `ipip`, `ip6tnl` or `fou` interface
+//!   had decapsulated them; prints `ready` once the sockets and the
+//!   device exist, then `decapsulated ipip=N gue=M ip6ip6=K` when its
+//!   time is up (`ipip` counts IPv4-in-IPv4 only).
 //!
 //! Every operation has a timeout; loads are bounded in count and time.
 
@@ -232,8 +234,8 @@ fn main() -> ExitCode {
             gue_port,
             seconds,
         } => match decap::run(&tun, gue_port, Duration::from_secs(seconds)) {
-            Ok((ipip, gue)) => {
-                println!("decapsulated ipip={ipip} gue={gue}");
+            Ok([ipip, gue, ip6ip6]) => {
+                println!("decapsulated ipip={ipip} gue={gue} ip6ip6={ip6ip6}");
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -769,12 +771,14 @@ mod decap {
         Ok(tun)
     }
 
-    /// A raw socket receiving every IPv4 packet of protocol 4 (with its
-    /// outer header), reads bounded by `timeout`.
-    fn ipip_socket(timeout: Duration) -> std::io::Result<OwnedFd> {
+    /// A raw socket of `family` receiving every packet of protocol (next
+    /// header) `proto`, reads bounded by `timeout`. An IPv4 one reads
+    /// each packet with its outer header, an IPv6 one without (raw(7),
+    /// raw(7) of IPv6).
+    fn raw_socket(family: i32, proto: i32, timeout: Duration) -> std::io::Result<OwnedFd> {
         // SAFETY: socket has no memory preconditions; the result is
         // checked before it is owned.
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 4) };
+        let fd = unsafe { libc::socket(family, libc::SOCK_RAW | libc::SOCK_CLOEXEC, proto) };
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
@@ -800,39 +804,62 @@ mod decap {
         Ok(sock)
     }
 
-    /// Decapsulates for `run_for`; the packets passed on, IPIP and GUE.
-    pub(crate) fn run(tun: &str, gue_port: u16, run_for: Duration) -> std::io::Result<(u64, u64)> {
+    /// Passes the inner packets `raw` receives to `dev` until `until`,
+    /// counting them in `count`: `inner` finds a packet's inner packet
+    /// in what one read returned, if it has one.
+    fn pass_on(
+        raw: OwnedFd,
+        dev: Arc<File>,
+        count: Arc<AtomicU64>,
+        until: Instant,
+        inner: fn(&[u8]) -> Option<&[u8]>,
+    ) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 65536];
+            while Instant::now() < until {
+                // SAFETY: `raw` is an open socket; `buf` is writable for
+                // its length.
+                let n = unsafe {
+                    libc::recv(
+                        std::os::fd::AsRawFd::as_raw_fd(&raw),
+                        buf.as_mut_ptr().cast(),
+                        buf.len(),
+                        0,
+                    )
+                };
+                let Ok(n) = usize::try_from(n) else { continue };
+                if let Some(p) = inner(&buf[..n]) {
+                    if (&*dev).write(p).is_ok() {
+                        count.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        })
+    }
+
+    /// Decapsulates for `run_for`; the packets passed on: IPv4-in-IPv4,
+    /// GUE (either family), IPv6-in-IPv6.
+    pub(crate) fn run(tun: &str, gue_port: u16, run_for: Duration) -> std::io::Result<[u64; 3]> {
         let tick = Duration::from_millis(200);
         let dev = Arc::new(open_tun(tun)?);
-        let raw = ipip_socket(tick)?;
-        let udp = UdpSocket::bind(("0.0.0.0", gue_port))?;
+        let ipip = raw_socket(libc::AF_INET, libc::IPPROTO_IPIP, tick)?;
+        let ip6ip6 = raw_socket(libc::AF_INET6, libc::IPPROTO_IPV6, tick)?;
+        // Dual-stack (`bindv6only` is 0): GUE over IPv4 and IPv6 alike.
+        let udp = UdpSocket::bind(("::", gue_port))?;
         udp.set_read_timeout(Some(tick))?;
         println!("ready");
         let until = Instant::now() + run_for;
-        let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
-        let ipip = {
-            let (dev, counts) = (dev.clone(), counts.clone());
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 65536];
-                while Instant::now() < until {
-                    // SAFETY: `raw` is an open socket; `buf` is writable
-                    // for its length.
-                    let n = unsafe {
-                        libc::recv(
-                            std::os::fd::AsRawFd::as_raw_fd(&raw),
-                            buf.as_mut_ptr().cast(),
-                            buf.len(),
-                            0,
-                        )
-                    };
-                    let Ok(n) = usize::try_from(n) else { continue };
-                    let ihl = usize::from(buf[0] & 0x0f) * 4;
-                    if n > ihl && buf[ihl] >> 4 == 4 && (&*dev).write(&buf[ihl..n]).is_ok() {
-                        counts[0].fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            })
-        };
+        let counts: [Arc<AtomicU64>; 3] = Default::default();
+        let threads = [
+            pass_on(ipip, dev.clone(), counts[0].clone(), until, |p| {
+                let ihl = usize::from(*p.first()? & 0x0f) * 4;
+                p.get(ihl..)
+                    .filter(|q| q.first().is_some_and(|b| b >> 4 == 4))
+            }),
+            pass_on(ip6ip6, dev.clone(), counts[2].clone(), until, |p| {
+                p.first().is_some_and(|b| b >> 4 == 6).then_some(p)
+            }),
+        ];
         let mut buf = [0u8; 65536];
         while Instant::now() < until {
             let Ok(n) = udp.recv(&mut buf) else { continue };
@@ -841,10 +868,9 @@ mod decap {
                 counts[1].fetch_add(1, Ordering::Relaxed);
             }
         }
-        let _ = ipip.join();
-        Ok((
-            counts[0].load(Ordering::Relaxed),
-            counts[1].load(Ordering::Relaxed),
-        ))
+        for t in threads {
+            let _ = t.join();
+        }
+        Ok(counts.map(|c| c.load(Ordering::Relaxed)))
     }
 }
