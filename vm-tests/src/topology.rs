@@ -118,6 +118,15 @@ ports = "1024-65535"
     )
 }
 
+/// [`one_arm_head`] with an IPv6 SNAT address beside the IPv4 one (a
+/// config with an IPv6 service needs one).
+pub fn one_arm_head_dual(t: &Topology, queues: usize) -> String {
+    one_arm_head(t, queues).replace(
+        &format!("addresses = [\"{SNAT_ADDR}\"]"),
+        &format!("addresses = [\"{SNAT_ADDR}\", \"{SNAT_ADDR6}\"]"),
+    )
+}
+
 /// The address of backend `i`.
 pub fn backend_addr(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(198, 18, 1, 10 + i as u8)

@@ -17,7 +17,7 @@ use xvs_vm_tests::nginx::Nginx;
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
 use xvs_vm_tests::topology::{
-    backend_addr, backend_addr6, one_arm_head, Spec, Topology, SNAT_ADDR, SNAT_ADDR6, VIP6,
+    backend_addr, backend_addr6, one_arm_head, one_arm_head_dual, Spec, Topology, VIP6,
 };
 use xvs_vm_tests::wrk::Wrk;
 
@@ -299,10 +299,7 @@ fn ipv6_direct_routing_with_the_echo_client_nginx_curl_and_wrk_across_kill_9() {
     let text = format!(
         "{}\n[restart]\nhold = \"5s\"\nstate_dir = \"{}\"\n\n\
          [[services]]\nvip = \"{VIP6}\"\nport = 80\nscheduler = \"rr\"\nbackends = [{backends}]\n",
-        one_arm_head(&t, 1).replace(
-            &format!("addresses = [\"{SNAT_ADDR}\"]"),
-            &format!("addresses = [\"{SNAT_ADDR}\", \"{SNAT_ADDR6}\"]")
-        ),
+        one_arm_head_dual(&t, 1),
         state.path().display()
     );
     let (xvs, ready) = Daemon::start(&t, "dr6", &bins(), &text, &[]).unwrap();

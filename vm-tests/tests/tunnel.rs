@@ -15,7 +15,7 @@ use xvs_vm_tests::daemon::{self, field_of as field, Daemon};
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
 use xvs_vm_tests::topology::{
-    backend_addr, backend_addr6, one_arm_head, Spec, Topology, SNAT_ADDR, SNAT_ADDR6, VIP6,
+    backend_addr, backend_addr6, one_arm_head, one_arm_head_dual, Spec, Topology, VIP6,
 };
 
 const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
@@ -82,10 +82,7 @@ fn config(t: &Topology, backends: &str) -> String {
 fn config6(t: &Topology, backends: &str) -> String {
     format!(
         "{}\n[[services]]\nvip = \"{VIP6}\"\nport = 80\nscheduler = \"rr\"\nbackends = [{backends}]\n",
-        one_arm_head(t, 1).replace(
-            &format!("addresses = [\"{SNAT_ADDR}\"]"),
-            &format!("addresses = [\"{SNAT_ADDR}\", \"{SNAT_ADDR6}\"]")
-        )
+        one_arm_head_dual(t, 1)
     )
 }
 
