@@ -49,21 +49,81 @@ fn config(t: &Topology, backends: &str) -> String {
     )
 }
 
-/// The backends of `t` as route backends of the VIP's port.
-fn route_backends(t: &Topology) -> String {
-    (0..t.backends.len())
-        .map(|i| {
-            format!(
-                "{{ address = \"{}\", forward = \"route\" }}",
-                backend_addr(i)
-            )
-        })
+/// `addrs` as route backends of the VIP's port.
+fn route_backends_of<T: std::fmt::Display>(addrs: impl IntoIterator<Item = T>) -> String {
+    addrs
+        .into_iter()
+        .map(|a| format!("{{ address = \"{a}\", forward = \"route\" }}"))
         .collect::<Vec<_>>()
         .join(", ")
 }
 
+/// The backends of `t` as route backends of the VIP's port.
+fn route_backends(t: &Topology) -> String {
+    route_backends_of((0..t.backends.len()).map(backend_addr))
+}
+
+/// nginx real servers through xvs (`xvs`, started as `name` from `text`):
+/// ten curls to `url` reach both; then wrk with keep-alive and with
+/// `Connection: close` while xvs is killed (`kill -9`) and started again:
+/// the new instance adopts the flows, wrk sees no error, and both real
+/// servers answered the load.
+fn curl_and_wrk_across_kill_9(
+    t: &Topology,
+    xvs: Daemon,
+    (name, text): (&str, &str),
+    url: &str,
+    nginx: &[Nginx],
+) {
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..10 {
+        let out = t.client.ns.exec("curl", &["-sf", "-m", "2", url]).unwrap();
+        assert!(out.status.success(), "curl: {out:?}");
+        seen.insert(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+    }
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["b0", "b1"]);
+    let kept = Wrk::start(&t.client.ns, url, 8, false);
+    let closed = Wrk::start(&t.client.ns, url, 8, true);
+    std::thread::sleep(Duration::from_secs(3));
+    let (status, _) = xvs.kill(libc::SIGKILL);
+    assert!(status.is_some());
+    let (xvs, _) = Daemon::start(t, name, &bins(), text, &[]).unwrap();
+    let status: serde_json::Value = serde_json::from_str(&xvs.get("/v1/status")).unwrap();
+    assert!(
+        status["restart"]["adopted_flows"].as_u64().unwrap_or(0) >= 16,
+        "{status}"
+    );
+    for (what, w) in [("keep-alive", kept), ("Connection: close", closed)] {
+        let w = w.join().unwrap();
+        assert!(w.requests > 500, "{what}: {}", w.text);
+        assert_eq!((w.errors, w.non_2xx), (0, 0), "{what}: {}", w.text);
+    }
+    // Both real servers answered the load, every request through xvs.
+    for n in nginx {
+        let s = n.status().unwrap();
+        assert!(s.requests > 100, "{}: {s:?}", n.name);
+    }
+    xvs.stop_accounted();
+}
+
 fn client_tcp(t: &Topology, connections: usize) -> String {
     t.tcp_load_payload(TESTNET, &format!("{VIP}:80"), connections, 1000)
+}
+
+/// 200 echo connections from the client to `to`, 100 answered by each
+/// echo server (`b0`, `b1`): the TCP segments the client sent and
+/// received meanwhile.
+fn echo_200(t: &Topology, to: &str) -> (u64, u64) {
+    let out_before = t.client.ns.tcp_segments_sent_settled().unwrap();
+    let in_before = t.client.ns.snmp("Tcp", "InSegs").unwrap();
+    let summary = t.tcp_load_payload(TESTNET, to, 200, 1000);
+    assert!(summary.starts_with("ok=200 failed=0 by="), "{summary}");
+    assert!(
+        summary.contains("b0:100") && summary.contains("b1:100"),
+        "{summary}"
+    );
+    let sent = t.client.ns.tcp_segments_sent_settled().unwrap() - out_before;
+    (sent, t.client.ns.snmp("Tcp", "InSegs").unwrap() - in_before)
 }
 
 #[test]
@@ -77,15 +137,7 @@ fn direct_routing_replies_bypass_xvs() {
         real_server(&t, i);
         servers.push(serve(&t, i, &format!("b{i}"), &format!("{VIP}:80")));
     }
-    let backends = (0..2)
-        .map(|i| {
-            format!(
-                "{{ address = \"{}\", forward = \"route\" }}",
-                backend_addr(i)
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
+    let backends = route_backends(&t);
     let (xvs, ready) = Daemon::start(&t, "dr", &bins(), &config(&t, &backends), &[]).unwrap();
     assert!(ready.starts_with("ready: 1 services on g0"), "{ready}");
     // The listing shows the method as ipvsadm does, and -S carries it.
@@ -100,16 +152,7 @@ fn direct_routing_replies_bypass_xvs() {
         "{saved}"
     );
 
-    let out_before = t.client.ns.tcp_segments_sent_settled().unwrap();
-    let in_before = t.client.ns.snmp("Tcp", "InSegs").unwrap();
-    let summary = client_tcp(&t, 200);
-    assert!(summary.starts_with("ok=200 failed=0 by="), "{summary}");
-    assert!(
-        summary.contains("b0:100") && summary.contains("b1:100"),
-        "{summary}"
-    );
-    let sent = t.client.ns.tcp_segments_sent_settled().unwrap() - out_before;
-    let received = t.client.ns.snmp("Tcp", "InSegs").unwrap() - in_before;
+    let (sent, received) = echo_200(&t, &format!("{VIP}:80"));
     // Conntrack keeps the client's direction only: no reply counted.
     let conns = xvs.adm_ok(&["-Lnc"]);
     assert!(
@@ -234,40 +277,13 @@ fn nginx_curl_and_wrk_through_direct_routing_across_kill_9() {
         state.path().display()
     );
     let (xvs, _) = Daemon::start(&t, "dr-real", &bins(), &text, &[]).unwrap();
-    let mut seen = std::collections::BTreeSet::new();
-    for _ in 0..10 {
-        let out = t
-            .client
-            .ns
-            .exec("curl", &["-sf", "-m", "2", &format!("http://{VIP}/")])
-            .unwrap();
-        assert!(out.status.success(), "curl: {out:?}");
-        seen.insert(String::from_utf8_lossy(&out.stdout).trim().to_owned());
-    }
-    assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["b0", "b1"]);
-    let url = format!("http://{VIP}/");
-    let kept = Wrk::start(&t.client.ns, &url, 8, false);
-    let closed = Wrk::start(&t.client.ns, &url, 8, true);
-    std::thread::sleep(Duration::from_secs(3));
-    let (status, _) = xvs.kill(libc::SIGKILL);
-    assert!(status.is_some());
-    let (xvs, _) = Daemon::start(&t, "dr-real", &bins(), &text, &[]).unwrap();
-    let status: serde_json::Value = serde_json::from_str(&xvs.get("/v1/status")).unwrap();
-    assert!(
-        status["restart"]["adopted_flows"].as_u64().unwrap_or(0) >= 16,
-        "{status}"
+    curl_and_wrk_across_kill_9(
+        &t,
+        xvs,
+        ("dr-real", &text),
+        &format!("http://{VIP}/"),
+        &nginx,
     );
-    for (what, w) in [("keep-alive", kept), ("Connection: close", closed)] {
-        let w = w.join().unwrap();
-        assert!(w.requests > 500, "{what}: {}", w.text);
-        assert_eq!((w.errors, w.non_2xx), (0, 0), "{what}: {}", w.text);
-    }
-    // Both real servers answered the load, every request through xvs.
-    for n in &nginx {
-        let s = n.status().unwrap();
-        assert!(s.requests > 100, "{}: {s:?}", n.name);
-    }
-    xvs.stop_accounted();
 }
 
 /// IPv6 direct routing end to end, as the IPv4 tests above do it: LVS-DR
@@ -286,15 +302,7 @@ fn ipv6_direct_routing_with_the_echo_client_nginx_curl_and_wrk_across_kill_9() {
     for i in 0..2 {
         t.lvs_real_server6(i, VIP6).unwrap();
     }
-    let backends = (0..2)
-        .map(|i| {
-            format!(
-                "{{ address = \"{}\", forward = \"route\" }}",
-                backend_addr6(i)
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
+    let backends = route_backends_of((0..2).map(backend_addr6));
     let state = daemon::ScratchDir::new(&t, "dr6-state").unwrap();
     let text = format!(
         "{}\n[restart]\nhold = \"5s\"\nstate_dir = \"{}\"\n\n\
@@ -314,18 +322,7 @@ fn ipv6_direct_routing_with_the_echo_client_nginx_curl_and_wrk_across_kill_9() {
     let servers: Vec<Spawned> = (0..2)
         .map(|i| serve(&t, i, &format!("b{i}"), &format!("[{VIP6}]:80")))
         .collect();
-    let (out_before, in_before) = (
-        t.client.ns.tcp_segments_sent_settled().unwrap(),
-        t.client.ns.snmp("Tcp", "InSegs").unwrap(),
-    );
-    let summary = t.tcp_load_payload(TESTNET, &format!("[{VIP6}]:80"), 200, 1000);
-    assert!(summary.starts_with("ok=200 failed=0 by="), "{summary}");
-    assert!(
-        summary.contains("b0:100") && summary.contains("b1:100"),
-        "{summary}"
-    );
-    let sent = t.client.ns.tcp_segments_sent_settled().unwrap() - out_before;
-    let received = t.client.ns.snmp("Tcp", "InSegs").unwrap() - in_before;
+    let (sent, received) = echo_200(&t, &format!("[{VIP6}]:80"));
     let conns = xvs.adm_ok(&["-Lnc"]);
     assert!(conns.contains(&format!("[{VIP6}]:80")), "{conns}");
     let line = xvs.stop_accounted();
@@ -340,33 +337,11 @@ fn ipv6_direct_routing_with_the_echo_client_nginx_curl_and_wrk_across_kill_9() {
         .map(|i| Nginx::start_on(&t.backends[i].ns, &on, &format!("b{i}")).unwrap())
         .collect();
     let (xvs, _) = Daemon::start(&t, "dr6", &bins(), &text, &[]).unwrap();
-    let url = format!("http://[{VIP6}]/");
-    let mut seen = std::collections::BTreeSet::new();
-    for _ in 0..10 {
-        let out = t.client.ns.exec("curl", &["-sf", "-m", "2", &url]).unwrap();
-        assert!(out.status.success(), "curl: {out:?}");
-        seen.insert(String::from_utf8_lossy(&out.stdout).trim().to_owned());
-    }
-    assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["b0", "b1"]);
-    let kept = Wrk::start(&t.client.ns, &url, 8, false);
-    let closed = Wrk::start(&t.client.ns, &url, 8, true);
-    std::thread::sleep(Duration::from_secs(3));
-    let (status, _) = xvs.kill(libc::SIGKILL);
-    assert!(status.is_some());
-    let (xvs, _) = Daemon::start(&t, "dr6", &bins(), &text, &[]).unwrap();
-    let status: serde_json::Value = serde_json::from_str(&xvs.get("/v1/status")).unwrap();
-    assert!(
-        status["restart"]["adopted_flows"].as_u64().unwrap_or(0) >= 16,
-        "{status}"
+    curl_and_wrk_across_kill_9(
+        &t,
+        xvs,
+        ("dr6", &text),
+        &format!("http://[{VIP6}]/"),
+        &nginx,
     );
-    for (what, w) in [("keep-alive", kept), ("Connection: close", closed)] {
-        let w = w.join().unwrap();
-        assert!(w.requests > 500, "{what}: {}", w.text);
-        assert_eq!((w.errors, w.non_2xx), (0, 0), "{what}: {}", w.text);
-    }
-    for n in &nginx {
-        let s = n.status().unwrap();
-        assert!(s.requests > 100, "{}: {s:?}", n.name);
-    }
-    xvs.stop_accounted();
 }
