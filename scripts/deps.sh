@@ -12,7 +12,9 @@ set -euo pipefail
 # verify of the unit file), curl (the admin API over its unix socket, and a
 # real HTTP client), nginx-light (real HTTP backends), wrk (a real load tool
 # that reuses client ports), hping3 (an unbounded SYN flood) and tcpdump (the
-# restart tests capture on the client's interface to prove no reset); man-db
+# restart tests capture on the client's interface to prove no reset),
+# dnsmasq-base and bind9-dnsutils (DNS real servers and dig, a resolver's
+# client, through a UDP and TCP service); man-db
 # and lintian (the Debian package's test renders its man pages and lints it);
 # python3-prometheus-client (the official client's parser reads /metrics);
 # chromium and a font (the web view's test opens it in a real, headless
@@ -21,7 +23,7 @@ set -euo pipefail
 packages=(
   clang llvm libelf-dev zlib1g-dev libpcap-dev libbpf-dev m4 pkg-config
   linux-libc-dev libc6-dev gcc g++ make iproute2 iputils-ping arping ethtool iptables nftables systemd curl
-  nginx-light wrk hping3 tcpdump man-db lintian python3-prometheus-client chromium fonts-dejavu-core
+  nginx-light wrk hping3 tcpdump dnsmasq-base bind9-dnsutils man-db lintian python3-prometheus-client chromium fonts-dejavu-core
   qemu-system-x86 qemu-utils debootstrap e2fsprogs
 )
 
