@@ -520,6 +520,10 @@ pub struct ConnQuery {
     pub page: Option<usize>,
     /// Page size (default 1000).
     pub size: Option<usize>,
+    /// Whether persistence templates are listed too (ipvsadm's `-Lc`
+    /// shows them, state `NONE`, as the kernel's connection table
+    /// holds them; conntrack(8)'s listing does not). Default false.
+    pub templates: Option<bool>,
 }
 
 /// The address family a query asks for, if any.
@@ -557,7 +561,7 @@ fn filter(q: &ConnQuery) -> Result<Filter<IpAddr>, ApiError> {
         client: q.client,
         state,
         proto,
-        templates: false,
+        templates: q.templates.unwrap_or(false),
     })
 }
 

@@ -57,12 +57,16 @@ fn ask(t: &Topology, extra: &[&str]) -> Result<String, String> {
     let at = format!("@{VIP}");
     let mut args = vec![at.as_str(), "who.test", "+short", "+time=1", "+tries=1"];
     args.extend_from_slice(extra);
-    let out = t.client.ns.exec("dig", &args).unwrap();
+    // A failed dig (no answer in time: exit 9) is an error of `exec`.
+    let out = t
+        .client
+        .ns
+        .exec("dig", &args)
+        .map_err(|e| format!("{e:?}"))?;
     let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    if out.status.success() && !text.is_empty() && !text.starts_with(";;") {
-        Ok(text)
-    } else {
-        Err(format!("{:?}: {text}", out.status))
+    match text.is_empty() || text.starts_with(";;") {
+        true => Err(format!("dig answered nothing: {text:?}")),
+        false => Ok(text),
     }
 }
 

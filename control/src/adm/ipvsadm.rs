@@ -347,7 +347,10 @@ pub fn run(
 
 fn list_cmd(to: &Endpoint, c: &Command, json: bool, names: &dyn Names) -> Outcome {
     if c.has(optc::CONNECTION) {
-        let (p, body): (ConnPage, String) = get(to, "/v1/connections?size=1000000")?;
+        // The templates too: ipvsadm reads the kernel's whole connection
+        // table, where a persistent service's templates sit beside its
+        // connections (state NONE, client port 0).
+        let (p, body): (ConnPage, String) = get(to, "/v1/connections?size=1000000&templates=true")?;
         return Ok(if json {
             body
         } else {

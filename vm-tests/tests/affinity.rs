@@ -1,0 +1,145 @@
+//! Client affinity and client ranges with the operators' own tools, as a
+//! Service's `sessionAffinity: ClientIP` and `loadBalancerSourceRanges`
+//! become: nginx real servers, curl from two client addresses and wrk
+//! with `Connection: close` (a fresh port per request). The judge of
+//! where requests went is each nginx's own request counter.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::collections::BTreeMap;
+
+use xvs_vm_tests::daemon::{self, drops, Daemon};
+use xvs_vm_tests::nginx::Nginx;
+use xvs_vm_tests::privileged;
+use xvs_vm_tests::topology::{backend_addr, one_arm_head, Spec, Topology, CLIENT_ADDR};
+use xvs_vm_tests::wrk::Wrk;
+
+const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
+const VIP: &str = "198.19.0.1";
+/// The client's second address (on the same interface).
+const OTHER: &str = "198.18.0.3";
+
+/// One curl from the client's address `from` to `VIP:port`, two seconds
+/// at most: the backend's name, or curl's error.
+fn curl(t: &Topology, from: &str, port: u16) -> Result<String, String> {
+    let url = format!("http://{VIP}:{port}/");
+    // A failed curl is an error of `exec`, which says why.
+    t.client
+        .ns
+        .exec("curl", &["-sS", "-m", "2", "--interface", from, &url])
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        .map_err(|e| format!("{e:?}"))
+}
+
+/// `n` curls from `from` to `VIP:port`: answers per backend name.
+fn spread(t: &Topology, from: &str, port: u16, n: usize) -> BTreeMap<String, usize> {
+    let mut by = BTreeMap::new();
+    for _ in 0..n {
+        let who = curl(t, from, port).unwrap_or_else(|e| panic!("curl from {from}: {e}"));
+        *by.entry(who).or_default() += 1;
+    }
+    by
+}
+
+/// The one backend of a spread that went to one backend only.
+fn only(by: &BTreeMap<String, usize>) -> String {
+    assert_eq!(by.len(), 1, "one client, one backend: {by:?}");
+    by.keys().next().unwrap().clone()
+}
+
+#[test]
+fn persistence_holds_each_client_to_one_nginx_and_source_ranges_turn_others_away() {
+    if !privileged("persistence_holds_each_client_to_one_nginx_and_source_ranges_turn_others_away")
+    {
+        return;
+    }
+    let t = Topology::build(Spec::one_arm(3)).unwrap();
+    t.client
+        .ns
+        .ip(&[
+            "addr",
+            "add",
+            &format!("{OTHER}/24"),
+            "dev",
+            &t.client.ifname,
+        ])
+        .unwrap();
+    let nginx: Vec<Nginx> = (0..3)
+        .map(|i| Nginx::start(&t.backends[i].ns, backend_addr(i), 8080, &format!("b{i}")).unwrap())
+        .collect();
+    let backends = (0..3)
+        .map(|i| format!("{{ address = \"{}\", port = 8080 }}", backend_addr(i)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let text = format!(
+        "{}\n[[services]]\nvip = \"{VIP}\"\nport = 80\nscheduler = \"rr\"\n\
+         persistence = {{ timeout = 60 }}\nbackends = [{backends}]\n\n\
+         [[services]]\nvip = \"{VIP}\"\nport = 81\nscheduler = \"rr\"\n\
+         source_ranges = [\"{CLIENT_ADDR}/32\"]\nbackends = [{backends}]\n",
+        one_arm_head(&t, 1)
+    );
+    let (xvs, ready) = Daemon::start(&t, "affinity", &daemon::bins(TESTNET), &text, &[]).unwrap();
+    assert!(ready.starts_with("ready: 2 services on g0"), "{ready}");
+    let me = CLIENT_ADDR.to_string();
+
+    // Each client stays on the backend its first connection got, and the
+    // templates are listed as ipvsadm lists them.
+    let first = only(&spread(&t, &me, 80, 12));
+    let other = only(&spread(&t, OTHER, 80, 12));
+    assert_ne!(
+        first, other,
+        "rr gives the second client's template the next backend"
+    );
+    let conns = xvs.adm_ok(&["-Lnc"]);
+    for client in [me.as_str(), OTHER] {
+        assert!(
+            conns
+                .lines()
+                .any(|l| l.contains("NONE") && l.contains(&format!(" {client}:0 "))),
+            "no template of {client}: {conns}"
+        );
+    }
+
+    // wrk with a new connection (and client port) per request: every one
+    // on the client's backend, by the backends' own counts.
+    let before: Vec<u64> = nginx.iter().map(|n| n.status().unwrap().requests).collect();
+    let w = Wrk::start(&t.client.ns, &format!("http://{VIP}:80/"), 3, true)
+        .join()
+        .unwrap();
+    assert!(w.requests > 100, "{}", w.text);
+    assert_eq!((w.errors, w.non_2xx), (0, 0), "{}", w.text);
+    for (n, was) in nginx.iter().zip(before) {
+        // Each status read is one request of its own.
+        let served = n.status().unwrap().requests - was - 1;
+        match n.name == first {
+            true => assert!(
+                served >= w.requests,
+                "{}: {served} of {}",
+                n.name,
+                w.requests
+            ),
+            false => assert_eq!(served, 0, "{} served wrk's requests", n.name),
+        }
+    }
+
+    // The client's backend quiesced (weight 0, as a terminating endpoint
+    // is): its template ends (`expire_quiescent_template`) and the client
+    // sticks to a new backend; the other client is left where it was.
+    let svc = format!("{VIP}:80");
+    let at = format!(
+        "{}:8080",
+        backend_addr(usize::from(first.as_bytes()[1] - b'0'))
+    );
+    xvs.adm_ok(&["-e", "-t", &svc, "-r", &at, "-m", "-w", "0"]);
+    let next = only(&spread(&t, &me, 80, 12));
+    assert_ne!(next, first);
+    assert_eq!(only(&spread(&t, OTHER, 80, 6)), other);
+
+    // Client ranges: the listed client is served, the other one is not
+    // answered at all and its SYNs are counted as denied.
+    assert_eq!(spread(&t, &me, 81, 3).values().sum::<usize>(), 3);
+    let denied = curl(&t, OTHER, 81);
+    assert!(denied.is_err(), "{denied:?}");
+    let line = xvs.stop_accounted();
+    assert!(drops(&line, "source_denied") >= 1, "{line}");
+}
