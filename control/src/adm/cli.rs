@@ -168,8 +168,9 @@ xvs:
   --server HOST:PORT --token-file F   the admin API over TCP
   (these four may stand anywhere on the line, also after a subcommand)
 
-Not supported by xvs (refused with the reason): -f/--fwmark-service, -6,
---sctp-service, IPv6 addresses, -x, -y,
+Not supported by xvs (refused with the reason): -f/--fwmark-service, -6
+(IPv6 addresses are given in brackets: -t [2001:db8::1]:80),
+--sctp-service, -x, -y,
 -o/--ops, --pe, --persistent-conn, --start-daemon, --stop-daemon and the
 sync daemon's options (flow sync is configured in [cluster.sync]), -b flag-3.
 ",
