@@ -14,7 +14,9 @@ use xvs_vm_tests::daemon::{self, Daemon};
 use xvs_vm_tests::nginx::Nginx;
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::Spawned;
-use xvs_vm_tests::topology::{backend_addr, one_arm_head, Spec, Topology};
+use xvs_vm_tests::topology::{
+    backend_addr, backend_addr6, one_arm_head, one_arm_head_dual, Spec, Topology, VIP6,
+};
 use xvs_vm_tests::wrk::Wrk;
 
 const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
@@ -25,17 +27,33 @@ const FALL: u64 = 2;
 const RISE: u64 = 2;
 
 fn config(t: &Topology, check: &str) -> String {
-    let backends: Vec<String> = (0..t.backends.len())
-        .map(|i| {
+    let addrs: Vec<String> = (0..t.backends.len())
+        .map(|i| backend_addr(i).to_string())
+        .collect();
+    config_of(&one_arm_head(t, 1), VIP, &addrs, check)
+}
+
+/// [`config`] for the IPv6 VIP and the backends' IPv6 addresses.
+fn config6(t: &Topology, check: &str) -> String {
+    let addrs: Vec<String> = (0..t.backends.len())
+        .map(|i| backend_addr6(i).to_string())
+        .collect();
+    config_of(&one_arm_head_dual(t, 1), &VIP6.to_string(), &addrs, check)
+}
+
+/// `head`, then a service on `vip`:80 whose backends are `addrs`:8080,
+/// each with `check`.
+fn config_of(head: &str, vip: &str, addrs: &[String], check: &str) -> String {
+    let backends: Vec<String> = addrs
+        .iter()
+        .map(|a| {
             format!(
-                "{{ address = \"{}\", port = 8080, check = {{ {check}, interval = \"{INTERVAL_MS}ms\", timeout = \"150ms\", rise = {RISE}, fall = {FALL} }} }}",
-                backend_addr(i)
+                "{{ address = \"{a}\", port = 8080, check = {{ {check}, interval = \"{INTERVAL_MS}ms\", timeout = \"150ms\", rise = {RISE}, fall = {FALL} }} }}"
             )
         })
         .collect();
     format!(
-        "{}\n[[services]]\nvip = \"{VIP}\"\nport = 80\nscheduler = \"rr\"\nbackends = [{}]\n",
-        one_arm_head(t, 1),
+        "{head}\n[[services]]\nvip = \"{vip}\"\nport = 80\nscheduler = \"rr\"\nbackends = [{}]\n",
         backends.join(", ")
     )
 }
@@ -75,13 +93,14 @@ fn weight(xvs: &Daemon, backend: &str) -> u32 {
 }
 
 fn curl_names(t: &Topology, n: usize) -> Vec<String> {
+    curl_names_at(t, &format!("http://{VIP}/"), n)
+}
+
+/// The backend names `n` curls of `url` got.
+fn curl_names_at(t: &Topology, url: &str, n: usize) -> Vec<String> {
     (0..n)
         .map(|_| {
-            let out = t
-                .client
-                .ns
-                .exec("curl", &["-sf", "-m", "2", &format!("http://{VIP}/")])
-                .unwrap();
+            let out = t.client.ns.exec("curl", &["-sf", "-m", "2", url]).unwrap();
             String::from_utf8_lossy(&out.stdout).trim().to_owned()
         })
         .collect()
@@ -232,5 +251,47 @@ fn tcp_check_takes_a_failing_backend_out_and_brings_it_back() {
     assert!(took <= bound(RISE), "up after {took:?}");
     let load = t.tcp_load(TESTNET, &format!("{VIP}:80"), 40, 2000);
     assert_eq!(load, "ok=40 failed=0 by=b0:20,b1:20");
+    xvs.stop_accounted();
+}
+
+/// The HTTP check of IPv6 backends behind an IPv6 VIP: probes go to
+/// `[address]:port` (with the bracketed `Host` header nginx expects), a
+/// failing one leaves the rotation and comes back as an IPv4 one does.
+#[test]
+fn http_check_of_ipv6_backends_takes_one_out_and_brings_it_back() {
+    if !privileged("http_check_of_ipv6_backends_takes_one_out_and_brings_it_back") {
+        return;
+    }
+    let t = Topology::build(Spec::one_arm(2)).unwrap();
+    let nginx: Vec<Nginx> = (0..2)
+        .map(|i| {
+            let on = [std::net::SocketAddr::new(backend_addr6(i).into(), 8080)];
+            Nginx::start_on(&t.backends[i].ns, &on, &format!("b{i}")).unwrap()
+        })
+        .collect();
+    let check = "kind = \"http\", http_path = \"/health\", expect_status = 200";
+    let text = config6(&t, check);
+    let (xvs, _) = Daemon::start(&t, "health-http6", &daemon::bins(TESTNET), &text, &[]).unwrap();
+    let b1 = format!("[{}]:8080", backend_addr6(1));
+    let url = format!("http://[{VIP6}]/");
+    wait_state(&xvs, &b1, "up", bound(1));
+    let mut names = curl_names_at(&t, &url, 10);
+    names.sort();
+    names.dedup();
+    assert_eq!(names, ["b0", "b1"]);
+
+    nginx[1].set_healthy(false).unwrap();
+    let took = wait_state(&xvs, &b1, "down", bound(FALL) * 2);
+    assert!(took <= bound(FALL), "down after {took:?}");
+    assert_eq!(weight(&xvs, &b1), 0);
+    let health = xvs.adm_ok(&["health"]);
+    assert!(health.contains("status 503, expected 200"), "{health}");
+    assert!(curl_names_at(&t, &url, 20).iter().all(|n| n == "b0"));
+
+    nginx[1].set_healthy(true).unwrap();
+    let took = wait_state(&xvs, &b1, "up", bound(RISE) * 2);
+    assert!(took <= bound(RISE), "up after {took:?}");
+    assert_eq!(weight(&xvs, &b1), 1);
+    assert!(curl_names_at(&t, &url, 10).iter().any(|n| n == "b1"));
     xvs.stop_accounted();
 }
