@@ -7,7 +7,8 @@
 //! very next query is answered by another backend, not lost: the flow
 //! ends at its next packet (IPVS's `expire_nodest_conn`, which kube-proxy
 //! sets) and that packet is scheduled afresh, where kube-proxy's iptables
-//! mode needs its stale-UDP conntrack flush.
+//! mode needs its stale-UDP conntrack flush. A server that stops is
+//! heard at once: its kernel's port unreachable reaches dig as the VIP's.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
@@ -86,8 +87,8 @@ fn dig_through_xvs_and_a_resolver_s_port_moves_when_its_backend_is_removed() {
         return;
     }
     let t = Topology::build(Spec::one_arm(2)).unwrap();
-    let _servers: Vec<Spawned> = (0..2)
-        .map(|i| nameserver(&t.backends[i].ns, backend_addr(i)))
+    let mut servers: Vec<Option<Spawned>> = (0..2)
+        .map(|i| Some(nameserver(&t.backends[i].ns, backend_addr(i))))
         .collect();
     let backends = format!(
         "[{{ address = \"{}\", port = 53 }}, {{ address = \"{}\", port = 53 }}]",
@@ -133,7 +134,28 @@ fn dig_through_xvs_and_a_resolver_s_port_moves_when_its_backend_is_removed() {
         &format!("{gone}:53"),
     ]);
     let moved = spread(&t, 5, &["-b", &fixed]);
-    assert_eq!(moved, BTreeMap::from([(stays, 5)]));
+    assert_eq!(moved, BTreeMap::from([(stays.clone(), 5)]));
+
+    // The server left stops: its kernel's port unreachable comes back
+    // through xvs as the VIP's, and dig hears "connection refused" at
+    // once instead of waiting out its timeout.
+    let last = usize::from(stays != backend_addr(0).to_string());
+    servers[last] = None;
+    let out = t
+        .client
+        .ns
+        .command("dig")
+        .args([
+            &format!("@{VIP}"),
+            "who.test",
+            "+short",
+            "+time=2",
+            "+tries=1",
+        ])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("connection refused"), "{said}");
     let line = xvs.stop_accounted();
     assert_eq!(daemon::drops(&line, "no_backend"), 0, "{line}");
 }
