@@ -41,6 +41,12 @@ fn spread(t: &Topology, from: &str, port: u16, n: usize) -> BTreeMap<String, usi
     by
 }
 
+/// The address and port of the nginx named `name` (`b0`, `b1`, ...).
+fn backend_of(name: &str) -> String {
+    let i = name.strip_prefix('b').and_then(|n| n.parse().ok()).unwrap();
+    format!("{}:8080", backend_addr(i))
+}
+
 /// The one backend of a spread that went to one backend only.
 fn only(by: &BTreeMap<String, usize>) -> String {
     assert_eq!(by.len(), 1, "one client, one backend: {by:?}");
@@ -100,6 +106,27 @@ fn persistence_holds_each_client_to_one_nginx_and_source_ranges_turn_others_away
         );
     }
 
+    // As IPVS counts: a template is neither a connection (`--stats`
+    // Conns) nor an inactive one (`-Ln` InActConn holds the 12 closed
+    // connections of each client's backend).
+    let stats = xvs.adm_ok(&["-Ln", "--stats"]);
+    assert!(
+        stats
+            .lines()
+            .any(|l| l.starts_with(&format!("TCP  {VIP}:80 "))
+                && l.split_whitespace().nth(2) == Some("24")),
+        "{stats}"
+    );
+    let list = xvs.adm_ok(&["-Ln"]);
+    for (name, want) in [(first.as_str(), "12"), (other.as_str(), "12")] {
+        let at = backend_of(name);
+        let line = list
+            .lines()
+            .find(|l| l.contains(&at) && l.contains("Masq"))
+            .unwrap();
+        assert_eq!(line.split_whitespace().nth(5), Some(want), "{list}");
+    }
+
     // wrk with a new connection (and client port) per request: every one
     // on the client's backend, by the backends' own counts.
     let before: Vec<u64> = nginx.iter().map(|n| n.status().unwrap().requests).collect();
@@ -126,10 +153,7 @@ fn persistence_holds_each_client_to_one_nginx_and_source_ranges_turn_others_away
     // is): its template ends (`expire_quiescent_template`) and the client
     // sticks to a new backend; the other client is left where it was.
     let svc = format!("{VIP}:80");
-    let at = format!(
-        "{}:8080",
-        backend_addr(usize::from(first.as_bytes()[1] - b'0'))
-    );
+    let at = backend_of(&first);
     xvs.adm_ok(&["-e", "-t", &svc, "-r", &at, "-m", "-w", "0"]);
     let next = only(&spread(&t, &me, 80, 12));
     assert_ne!(next, first);
