@@ -26,6 +26,14 @@ pub struct Filter<A: Address = Ipv4Addr> {
     pub backend: Option<A>,
     /// Client address (original source).
     pub client: Option<A>,
+    /// Client port (original source port).
+    pub client_port: Option<u16>,
+    /// Backend port (reply source port).
+    pub backend_port: Option<u16>,
+    /// SNAT address (reply destination).
+    pub snat: Option<A>,
+    /// SNAT port (reply destination port).
+    pub snat_port: Option<u16>,
     /// State.
     pub state: Option<FlowState>,
     /// Protocol.
@@ -43,6 +51,10 @@ impl<A: Address> Default for Filter<A> {
             vip_port: None,
             backend: None,
             client: None,
+            client_port: None,
+            backend_port: None,
+            snat: None,
+            snat_port: None,
             state: None,
             proto: None,
             templates: false,
@@ -63,6 +75,10 @@ impl Filter<std::net::IpAddr> {
             vip_port: self.vip_port,
             backend: n(self.backend)?,
             client: n(self.client)?,
+            client_port: self.client_port,
+            backend_port: self.backend_port,
+            snat: n(self.snat)?,
+            snat_port: self.snat_port,
             state: self.state,
             proto: self.proto,
             templates: self.templates,
@@ -78,6 +94,10 @@ impl<A: Address> Filter<A> {
             && self.vip_port.is_none_or(|p| e.vip().port == p)
             && self.backend.is_none_or(|a| e.backend().addr == a)
             && self.client.is_none_or(|a| e.client().addr == a)
+            && self.client_port.is_none_or(|p| e.client().port == p)
+            && self.backend_port.is_none_or(|p| e.backend().port == p)
+            && self.snat.is_none_or(|a| e.snat().addr == a)
+            && self.snat_port.is_none_or(|p| e.snat().port == p)
             && self.state.is_none_or(|s| e.state() == s)
             && self.proto.is_none_or(|p| e.proto == p)
     }

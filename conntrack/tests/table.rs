@@ -536,6 +536,60 @@ fn dump_and_delete_in_chunks_with_filters() {
     t.check_invariants().unwrap();
 }
 
+/// Each end's port and the SNAT address select on their own, as
+/// conntrack(8)'s `--sport`, `--reply-port-src`, `-q` and
+/// `--reply-port-dst` do: a delete by one of them takes exactly the flows
+/// a dump by it lists, not every flow the other fields match.
+#[test]
+fn ports_and_the_snat_address_select_flows_for_dump_and_delete() {
+    let mut t = FlowTable::new(100, Timeouts::default(), 0);
+    for n in 0..60 {
+        t.insert(&new_flow(n, L4Proto::Tcp), syn(), 0, &mut ())
+            .unwrap();
+    }
+    let listed = |t: &FlowTable, f: &Filter| {
+        let mut out = Vec::new();
+        t.dump(f, 0, 1000, 0, &mut out);
+        out
+    };
+    // Flow 7: client port 7, SNAT port 1031.
+    let client_port = Filter {
+        client_port: Some(7),
+        ..Filter::default()
+    };
+    let snat_port = Filter {
+        snat_port: Some(1031),
+        ..Filter::default()
+    };
+    for f in [&client_port, &snat_port] {
+        let got = listed(&t, f);
+        assert_eq!(got.len(), 1, "{f:?}");
+        assert_eq!((got[0].client.port, got[0].snat.port), (7, 1031));
+    }
+    let other_snat = Filter {
+        snat: Some(Ipv4Addr::new(198, 18, 9, 1)),
+        ..Filter::default()
+    };
+    assert!(listed(&t, &other_snat).is_empty());
+    let backend_port = Filter {
+        backend_port: Some(8080),
+        ..Filter::default()
+    };
+    assert_eq!(listed(&t, &backend_port).len(), 60);
+    assert!(listed(
+        &t,
+        &Filter {
+            backend_port: Some(80),
+            ..Filter::default()
+        }
+    )
+    .is_empty());
+    let (deleted, _) = t.delete_matching(&client_port, 0, 1000, &mut ());
+    assert_eq!((deleted, t.len()), (1, 59));
+    assert!(listed(&t, &snat_port).is_empty());
+    t.check_invariants().unwrap();
+}
+
 /// A million flows through open → established → close → expiry on a
 /// virtual clock, with exact counter totals at the end.
 #[test]

@@ -510,6 +510,14 @@ pub struct ConnQuery {
     pub backend: Option<IpAddr>,
     /// Client address.
     pub client: Option<IpAddr>,
+    /// Client port.
+    pub cport: Option<u16>,
+    /// Backend port.
+    pub bport: Option<u16>,
+    /// SNAT address (the reply's destination).
+    pub snat: Option<IpAddr>,
+    /// SNAT port.
+    pub snat_port: Option<u16>,
     /// IPVS state name.
     pub state: Option<String>,
     /// `tcp` or `udp`.
@@ -559,6 +567,10 @@ fn filter(q: &ConnQuery) -> Result<Filter<IpAddr>, ApiError> {
         vip_port: q.vport,
         backend: q.backend,
         client: q.client,
+        client_port: q.cport,
+        backend_port: q.bport,
+        snat: q.snat,
+        snat_port: q.snat_port,
         state,
         proto,
         templates: q.templates.unwrap_or(false),

@@ -273,6 +273,21 @@ impl Args {
         if let Some(r) = self.reply_src {
             q.push(format!("backend={r}"));
         }
+        // Every selector goes to the server, so that -D deletes exactly
+        // what -L lists (a selector left to the client side would make
+        // a delete take every flow the others match).
+        if let Some(p) = self.sport {
+            q.push(format!("cport={p}"));
+        }
+        if let Some(p) = self.reply_sport {
+            q.push(format!("bport={p}"));
+        }
+        if let Some(a) = self.reply_dst {
+            q.push(format!("snat={a}"));
+        }
+        if let Some(p) = self.reply_dport {
+            q.push(format!("snat_port={p}"));
+        }
         if let Some(s) = &self.state {
             q.push(format!("state={s}"));
         }
@@ -413,7 +428,10 @@ fn run(
         );
         return Ok(());
     }
-    // -D.
+    // -D. A flow's mark is 0: another mark matches none, as -L shows.
+    if a.mark.is_some_and(|m| m != 0) {
+        return w(out, &deleted(r#"{"deleted":0}"#, a.json, err));
+    }
     let q = a.query();
     let body = call(
         to,
@@ -426,12 +444,27 @@ fn run(
 fn event_matches(a: &Args, e: &EventView) -> bool {
     let ep = |s: &str| s.parse::<SocketAddr>().ok();
     let (src, dst) = (ep(&e.src), ep(&e.dst));
+    let backend = e.backend.as_deref().and_then(ep);
+    let snat = e.snat.as_deref().and_then(ep);
+    // Each selector as -L applies it (a flow's mark is 0).
+    let addr = |want: Option<IpAddr>, at: Option<SocketAddr>| {
+        want.is_none_or(|w| at.is_some_and(|x| x.ip() == w))
+    };
+    let port = |want: Option<u16>, at: Option<SocketAddr>| {
+        want.is_none_or(|w| at.is_some_and(|x| x.port() == w))
+    };
     a.proto
         .as_deref()
         .is_none_or(|p| p.eq_ignore_ascii_case(&e.protocol))
-        && a.src.is_none_or(|s| src.is_some_and(|x| x.ip() == s))
-        && a.dst.is_none_or(|d| dst.is_some_and(|x| x.ip() == d))
-        && a.dport.is_none_or(|p| dst.is_some_and(|x| x.port() == p))
+        && addr(a.src, src)
+        && addr(a.dst, dst)
+        && port(a.sport, src)
+        && port(a.dport, dst)
+        && addr(a.reply_src, backend)
+        && addr(a.reply_dst, snat)
+        && port(a.reply_sport, backend)
+        && port(a.reply_dport, snat)
+        && a.mark.is_none_or(|m| m == 0)
         && a.family.as_deref() != Some("ipv6")
 }
 
