@@ -159,6 +159,16 @@ fn persistence_holds_each_client_to_one_nginx_and_source_ranges_turn_others_away
     assert_ne!(next, first);
     assert_eq!(only(&spread(&t, OTHER, 80, 6)), other);
 
+    // The other client's backend deleted (a pod gone from its
+    // EndpointSlice): a template to it is passed over at its next use,
+    // so both clients stick to the one backend neither quiesced nor
+    // deleted, each from its first request on.
+    xvs.adm_ok(&["-d", "-t", &svc, "-r", &backend_of(&other)]);
+    for client in [OTHER, me.as_str()] {
+        let now = only(&spread(&t, client, 80, 6));
+        assert!(now != first && now != other, "{client} on {now}");
+    }
+
     // Client ranges: the listed client is served, the other one is not
     // answered at all and its SYNs are counted as denied.
     assert_eq!(spread(&t, &me, 81, 3).values().sum::<usize>(), 3);
