@@ -256,45 +256,29 @@ impl Args {
             && self.mark.is_none_or(|m| m == 0)
     }
 
+    /// The API query of every selector given. Every one goes to the
+    /// server, so that -D deletes exactly what -L lists (a selector left
+    /// to the client side would make a delete take every flow the others
+    /// match).
     fn query(&self) -> Vec<String> {
-        let mut q = Vec::new();
-        if let Some(p) = &self.proto {
-            q.push(format!("proto={p}"));
-        }
-        if let Some(s) = self.src {
-            q.push(format!("client={s}"));
-        }
-        if let Some(d) = self.dst {
-            q.push(format!("vip={d}"));
-        }
-        if let Some(p) = self.dport {
-            q.push(format!("vport={p}"));
-        }
-        if let Some(r) = self.reply_src {
-            q.push(format!("backend={r}"));
-        }
-        // Every selector goes to the server, so that -D deletes exactly
-        // what -L lists (a selector left to the client side would make
-        // a delete take every flow the others match).
-        if let Some(p) = self.sport {
-            q.push(format!("cport={p}"));
-        }
-        if let Some(p) = self.reply_sport {
-            q.push(format!("bport={p}"));
-        }
-        if let Some(a) = self.reply_dst {
-            q.push(format!("snat={a}"));
-        }
-        if let Some(p) = self.reply_dport {
-            q.push(format!("snat_port={p}"));
-        }
-        if let Some(s) = &self.state {
-            q.push(format!("state={s}"));
-        }
-        if let Some(f) = &self.family {
-            q.push(format!("family={f}"));
-        }
-        q
+        let addr = |v: Option<IpAddr>| v.map(|a| a.to_string());
+        let port = |v: Option<u16>| v.map(|p| p.to_string());
+        [
+            ("proto", self.proto.clone()),
+            ("client", addr(self.src)),
+            ("vip", addr(self.dst)),
+            ("vport", port(self.dport)),
+            ("backend", addr(self.reply_src)),
+            ("cport", port(self.sport)),
+            ("bport", port(self.reply_sport)),
+            ("snat", addr(self.reply_dst)),
+            ("snat_port", port(self.reply_dport)),
+            ("state", self.state.clone()),
+            ("family", self.family.clone()),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some(format!("{k}={}", v?)))
+        .collect()
     }
 
     /// The flows that match.
@@ -508,6 +492,44 @@ mod tests {
             packets,
             template: false,
         }
+    }
+
+    /// Every selector of conntrack's goes into the API's query (the one
+    /// -D sends), so that a delete takes exactly what -L lists.
+    #[test]
+    fn every_selector_reaches_the_query() {
+        let argv = [
+            "conntrack",
+            "-D",
+            "-p",
+            "udp",
+            "-s",
+            "198.18.0.2",
+            "-d",
+            "198.19.0.1",
+            "--sport",
+            "5300",
+            "--dport",
+            "53",
+            "-r",
+            "198.18.1.10",
+            "-q",
+            "198.18.1.2",
+            "--reply-port-src",
+            "53",
+            "--reply-port-dst",
+            "1024",
+            "--state",
+            "UDP",
+            "-f",
+            "ipv4",
+        ];
+        let a = Args::try_parse_from(argv).unwrap();
+        assert_eq!(
+            a.query().join("&"),
+            "proto=udp&client=198.18.0.2&vip=198.19.0.1&vport=53&backend=198.18.1.10&\
+             cport=5300&bport=53&snat=198.18.1.2&snat_port=1024&state=UDP&family=ipv4"
+        );
     }
 
     #[test]
