@@ -449,7 +449,10 @@ fn event_matches(a: &Args, e: &EventView) -> bool {
         && port(a.reply_sport, backend)
         && port(a.reply_dport, snat)
         && a.mark.is_none_or(|m| m == 0)
-        && a.family.as_deref() != Some("ipv6")
+        && a.family.as_deref().is_none_or(|f| {
+            let six = matches!(f.to_ascii_lowercase().as_str(), "ipv6" | "inet6" | "6");
+            src.is_some_and(|x| x.is_ipv6() == six)
+        })
 }
 
 /// conntrack's line for a delete or flush (on stderr, as conntrack's), or
@@ -583,6 +586,45 @@ mod tests {
             ..e
         };
         assert_eq!(event_line(&dropped, false), None);
+    }
+
+    /// -E's selectors as -L's: the family by the flow's addresses (IPv6
+    /// events for `-f ipv6`), each end's port and the reply's ends.
+    #[test]
+    fn events_are_selected_as_flows_are() {
+        let v4 = EventView {
+            time_ms: 0,
+            worker: 0,
+            verdict: "NEW".into(),
+            reason: None,
+            protocol: "UDP".into(),
+            src: "198.18.0.2:5300".into(),
+            dst: "198.19.0.1:53".into(),
+            backend: Some("198.18.1.10:53".into()),
+            snat: Some("198.18.1.2:1024".into()),
+        };
+        let v6 = EventView {
+            src: "[2001:2::2]:5300".into(),
+            dst: "[2001:2:ff::1]:53".into(),
+            backend: Some("[2001:2:0:1::10]:53".into()),
+            snat: Some("[2001:2:0:1::100]:1024".into()),
+            ..v4.clone()
+        };
+        let picks = |args: &[&str]| {
+            let a = Args::try_parse_from([&["conntrack", "-E"], args].concat()).unwrap();
+            [event_matches(&a, &v4), event_matches(&a, &v6)]
+        };
+        assert_eq!(picks(&[]), [true, true]);
+        assert_eq!(picks(&["-f", "ipv6"]), [false, true]);
+        assert_eq!(picks(&["-f", "ipv4"]), [true, false]);
+        assert_eq!(picks(&["--sport", "5300"]), [true, true]);
+        assert_eq!(picks(&["--sport", "5301"]), [false, false]);
+        assert_eq!(picks(&["-q", "198.18.1.2"]), [true, false]);
+        assert_eq!(
+            picks(&["--reply-port-dst", "1024", "-p", "udp"]),
+            [true, true]
+        );
+        assert_eq!(picks(&["--mark", "1"]), [false, false]);
     }
 
     #[test]
