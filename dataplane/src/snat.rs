@@ -67,7 +67,8 @@ impl<A: Address> SnatEndpoints<A> {
             addr,
             port: (u32::from(self.ports.first) + self.port) as u16,
         };
-        let at = self.addr * size + self.port;
+        // Saturating as `total()` is (no overflow, whatever the config).
+        let at = self.addr.saturating_mul(size).saturating_add(self.port);
         self.port += 1;
         if self.port >= size {
             self.port = 0;
