@@ -11,7 +11,10 @@ use std::collections::BTreeMap;
 use xvs_vm_tests::daemon::{self, drops, Daemon};
 use xvs_vm_tests::nginx::Nginx;
 use xvs_vm_tests::privileged;
-use xvs_vm_tests::topology::{backend_addr, one_arm_head, Spec, Topology, CLIENT_ADDR};
+use xvs_vm_tests::topology::{
+    backend_addr, backend_addr6, one_arm_head, one_arm_head_dual, Spec, Topology, CLIENT_ADDR,
+    CLIENT_ADDR6, VIP6,
+};
 use xvs_vm_tests::wrk::Wrk;
 
 const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
@@ -19,23 +22,27 @@ const VIP: &str = "198.19.0.1";
 /// The client's second address (on the same interface).
 const OTHER: &str = "198.18.0.3";
 
-/// One curl from the client's address `from` to `VIP:port`, two seconds
-/// at most: the backend's name, or curl's error.
-fn curl(t: &Topology, from: &str, port: u16) -> Result<String, String> {
-    let url = format!("http://{VIP}:{port}/");
+/// One curl from the client's address `from` to `url`, two seconds at
+/// most: the backend's name, or curl's error.
+fn curl(t: &Topology, from: &str, url: &str) -> Result<String, String> {
     // A failed curl is an error of `exec`, which says why.
     t.client
         .ns
-        .exec("curl", &["-sS", "-m", "2", "--interface", from, &url])
+        .exec("curl", &["-sS", "-m", "2", "--interface", from, url])
         .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
         .map_err(|e| format!("{e:?}"))
 }
 
-/// `n` curls from `from` to `VIP:port`: answers per backend name.
-fn spread(t: &Topology, from: &str, port: u16, n: usize) -> BTreeMap<String, usize> {
+/// The URL of the IPv4 VIP's `port`.
+fn url(port: u16) -> String {
+    format!("http://{VIP}:{port}/")
+}
+
+/// `n` curls from `from` to `url`: answers per backend name.
+fn spread(t: &Topology, from: &str, url: &str, n: usize) -> BTreeMap<String, usize> {
     let mut by = BTreeMap::new();
     for _ in 0..n {
-        let who = curl(t, from, port).unwrap_or_else(|e| panic!("curl from {from}: {e}"));
+        let who = curl(t, from, url).unwrap_or_else(|e| panic!("curl from {from}: {e}"));
         *by.entry(who).or_default() += 1;
     }
     by
@@ -90,8 +97,8 @@ fn persistence_holds_each_client_to_one_nginx_and_source_ranges_turn_others_away
 
     // Each client stays on the backend its first connection got, and the
     // templates are listed as ipvsadm lists them.
-    let first = only(&spread(&t, &me, 80, 12));
-    let other = only(&spread(&t, OTHER, 80, 12));
+    let first = only(&spread(&t, &me, &url(80), 12));
+    let other = only(&spread(&t, OTHER, &url(80), 12));
     assert_ne!(
         first, other,
         "rr gives the second client's template the next backend"
@@ -155,9 +162,9 @@ fn persistence_holds_each_client_to_one_nginx_and_source_ranges_turn_others_away
     let svc = format!("{VIP}:80");
     let at = backend_of(&first);
     xvs.adm_ok(&["-e", "-t", &svc, "-r", &at, "-m", "-w", "0"]);
-    let next = only(&spread(&t, &me, 80, 12));
+    let next = only(&spread(&t, &me, &url(80), 12));
     assert_ne!(next, first);
-    assert_eq!(only(&spread(&t, OTHER, 80, 6)), other);
+    assert_eq!(only(&spread(&t, OTHER, &url(80), 6)), other);
 
     // The other client's backend deleted (a pod gone from its
     // EndpointSlice): a template to it is passed over at its next use,
@@ -165,15 +172,64 @@ fn persistence_holds_each_client_to_one_nginx_and_source_ranges_turn_others_away
     // deleted, each from its first request on.
     xvs.adm_ok(&["-d", "-t", &svc, "-r", &backend_of(&other)]);
     for client in [OTHER, me.as_str()] {
-        let now = only(&spread(&t, client, 80, 6));
+        let now = only(&spread(&t, client, &url(80), 6));
         assert!(now != first && now != other, "{client} on {now}");
     }
 
     // Client ranges: the listed client is served, the other one is not
     // answered at all and its SYNs are counted as denied.
-    assert_eq!(spread(&t, &me, 81, 3).values().sum::<usize>(), 3);
-    let denied = curl(&t, OTHER, 81);
+    assert_eq!(spread(&t, &me, &url(81), 3).values().sum::<usize>(), 3);
+    let denied = curl(&t, OTHER, &url(81));
     assert!(denied.is_err(), "{denied:?}");
     let line = xvs.stop_accounted();
     assert!(drops(&line, "source_denied") >= 1, "{line}");
+}
+
+/// Persistence over an IPv6 /64 (ipvsadm's `-M 64`, a `netmask = "64"`):
+/// two client addresses of one /64 share one template, listed with the
+/// masked network, and so one nginx.
+#[test]
+fn two_clients_of_one_ipv6_64_share_a_template_and_a_backend() {
+    if !privileged("two_clients_of_one_ipv6_64_share_a_template_and_a_backend") {
+        return;
+    }
+    let t = Topology::build(Spec::one_arm(3)).unwrap();
+    let neighbour = "2001:2::3";
+    t.client
+        .ns
+        .ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("{neighbour}/64"),
+            "dev",
+            &t.client.ifname,
+            "nodad",
+        ])
+        .unwrap();
+    let _nginx: Vec<Nginx> = (0..3)
+        .map(|i| {
+            let on = [std::net::SocketAddr::new(backend_addr6(i).into(), 8080)];
+            Nginx::start_on(&t.backends[i].ns, &on, &format!("b{i}")).unwrap()
+        })
+        .collect();
+    let backends = (0..3)
+        .map(|i| format!("{{ address = \"{}\", port = 8080 }}", backend_addr6(i)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let text = format!(
+        "{}\n[[services]]\nvip = \"{VIP6}\"\nport = 80\nscheduler = \"rr\"\n\
+         persistence = {{ timeout = 60, netmask = \"64\" }}\nbackends = [{backends}]\n",
+        one_arm_head_dual(&t, 1)
+    );
+    let (xvs, _) = Daemon::start(&t, "affinity6", &daemon::bins(TESTNET), &text, &[]).unwrap();
+    let url = format!("http://[{VIP6}]:80/");
+    let me = CLIENT_ADDR6.to_string();
+    let mine = only(&spread(&t, &me, &url, 8));
+    assert_eq!(only(&spread(&t, neighbour, &url, 8)), mine);
+    let conns = xvs.adm_ok(&["-Lnc"]);
+    let templates: Vec<&str> = conns.lines().filter(|l| l.contains("NONE")).collect();
+    assert_eq!(templates.len(), 1, "{conns}");
+    assert!(templates[0].contains(" [2001:2::]:0 "), "{conns}");
+    xvs.stop_accounted();
 }
