@@ -181,6 +181,19 @@ fn persistence_holds_each_client_to_one_nginx_and_source_ranges_turn_others_away
     assert_eq!(spread(&t, &me, &url(81), 3).values().sum::<usize>(), 3);
     let denied = curl(&t, OTHER, &url(81));
     assert!(denied.is_err(), "{denied:?}");
+    // And the operator sees why, as hubble observe shows a policy drop.
+    let seen = xvs.adm_ok(&[
+        "observe",
+        "--verdict",
+        "DROPPED",
+        "--service",
+        &format!("{VIP}:81"),
+    ]);
+    assert!(
+        seen.lines().any(|l| l.contains(&format!(": {OTHER}:"))
+            && l.contains(&format!(" -> {VIP}:81 DROPPED (TCP) source_denied"))),
+        "{seen}"
+    );
     let line = xvs.stop_accounted();
     assert!(drops(&line, "source_denied") >= 1, "{line}");
 }
