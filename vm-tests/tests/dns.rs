@@ -8,7 +8,8 @@
 //! ends at its next packet (IPVS's `expire_nodest_conn`, which kube-proxy
 //! sets) and that packet is scheduled afresh, where kube-proxy's iptables
 //! mode needs its stale-UDP conntrack flush (which `xvsadm conntrack -D`
-//! does as conntrack(8) does, shown too). A server that stops is
+//! does as conntrack(8) does, shown too). The port's flow also survives
+//! a `kill -9` of xvs and the start after it. A server that stops is
 //! heard at once: its kernel's port unreachable reaches dig as the VIP's.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
@@ -96,10 +97,14 @@ fn dig_through_xvs_and_a_resolver_s_port_moves_when_its_backend_is_removed() {
         backend_addr(0),
         backend_addr(1)
     );
+    // The flow state outlives each instance's own folder.
+    let state = daemon::ScratchDir::new(&t, "dns-state").unwrap();
     let text = format!(
-        "{}\n[[services]]\nvip = \"{VIP}\"\nprotocol = \"udp\"\nport = 53\nscheduler = \"rr\"\nbackends = {backends}\n\n\
+        "{}\n[restart]\nhold = \"5s\"\nstate_dir = \"{}\"\n\n\
+         [[services]]\nvip = \"{VIP}\"\nprotocol = \"udp\"\nport = 53\nscheduler = \"rr\"\nbackends = {backends}\n\n\
          [[services]]\nvip = \"{VIP}\"\nport = 53\nscheduler = \"rr\"\nbackends = {backends}\n",
-        one_arm_head(&t, 1)
+        one_arm_head(&t, 1),
+        state.path().display()
     );
     let (xvs, ready) = Daemon::start(&t, "dns", &daemon::bins(TESTNET), &text, &[]).unwrap();
     assert!(ready.starts_with("ready: 2 services on g0"), "{ready}");
@@ -128,6 +133,22 @@ fn dig_through_xvs_and_a_resolver_s_port_moves_when_its_backend_is_removed() {
     let repinned = spread(&t, 5, &["-b", &fixed]);
     assert_eq!(repinned.len(), 1, "one port, one backend: {repinned:?}");
     assert_ne!(repinned, pinned, "rescheduled to the other backend");
+
+    // xvs killed (kill -9) and started again, as an upgrade gone wrong:
+    // the next instance adopts the UDP flows, and the port stays put.
+    let (status, _) = xvs.kill(libc::SIGKILL);
+    assert!(status.is_some());
+    let (xvs, _) = Daemon::start(&t, "dns", &daemon::bins(TESTNET), &text, &[]).unwrap();
+    let status: serde_json::Value = serde_json::from_str(&xvs.get("/v1/status")).unwrap();
+    assert!(
+        status["restart"]["adopted_flows"].as_u64().unwrap_or(0) >= 1,
+        "{status}"
+    );
+    assert_eq!(
+        spread(&t, 5, &["-b", &fixed]),
+        repinned,
+        "after the restart"
+    );
     let (gone, stays) = match repinned.contains_key(&b0) {
         true => (b0, b1),
         false => (b1, b0),
