@@ -247,13 +247,11 @@ fn call(to: &Endpoint, m: Method, path: &str) -> Result<String, String> {
 }
 
 impl Args {
-    fn matches(&self, c: &ConnView) -> bool {
-        !c.template
-            && self.sport.is_none_or(|p| c.client.port() == p)
-            && self.reply_dst.is_none_or(|a| c.snat.ip() == a)
-            && self.reply_sport.is_none_or(|p| c.backend.port() == p)
-            && self.reply_dport.is_none_or(|p| c.snat.port() == p)
-            && self.mark.is_none_or(|m| m == 0)
+    /// Whether `--mark` names a mark no flow has (a flow's mark is 0):
+    /// then nothing matches, whatever the other selectors say. Every
+    /// other selector is the server's to apply ([`Args::query`]).
+    fn no_flow_marked(&self) -> bool {
+        self.mark.is_some_and(|m| m != 0)
     }
 
     /// The API query of every selector given. Every one goes to the
@@ -283,14 +281,14 @@ impl Args {
 
     /// The flows that match.
     fn flows(&self, to: &Endpoint) -> Result<Vec<ConnView>, String> {
+        if self.no_flow_marked() {
+            return Ok(Vec::new());
+        }
         let mut q = self.query();
         q.push("size=1000000".into());
         let body = call(to, Method::GET, &format!("/v1/connections?{}", q.join("&")))?;
         let p: ConnPage = serde_json::from_str(&body).map_err(|e| e.to_string())?;
-        Ok(p.connections
-            .into_iter()
-            .filter(|c| self.matches(c))
-            .collect())
+        Ok(p.connections)
     }
 }
 
@@ -412,8 +410,8 @@ fn run(
         );
         return Ok(());
     }
-    // -D. A flow's mark is 0: another mark matches none, as -L shows.
-    if a.mark.is_some_and(|m| m != 0) {
+    // -D: what -L would list, and nothing under another mark.
+    if a.no_flow_marked() {
         return w(out, &deleted(r#"{"deleted":0}"#, a.json, err));
     }
     let q = a.query();
@@ -430,7 +428,8 @@ fn event_matches(a: &Args, e: &EventView) -> bool {
     let (src, dst) = (ep(&e.src), ep(&e.dst));
     let backend = e.backend.as_deref().and_then(ep);
     let snat = e.snat.as_deref().and_then(ep);
-    // Each selector as -L applies it (a flow's mark is 0).
+    // Each selector as the server applies it to -L's flows (events
+    // come unfiltered from the stream).
     let addr = |want: Option<IpAddr>, at: Option<SocketAddr>| {
         want.is_none_or(|w| at.is_some_and(|x| x.ip() == w))
     };
@@ -448,7 +447,7 @@ fn event_matches(a: &Args, e: &EventView) -> bool {
         && addr(a.reply_dst, snat)
         && port(a.reply_sport, backend)
         && port(a.reply_dport, snat)
-        && a.mark.is_none_or(|m| m == 0)
+        && !a.no_flow_marked()
         && a.family.as_deref().is_none_or(|f| {
             let six = matches!(f.to_ascii_lowercase().as_str(), "ipv6" | "inet6" | "6");
             src.is_some_and(|x| x.is_ipv6() == six)
