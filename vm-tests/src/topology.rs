@@ -99,6 +99,18 @@ pub const SNAT_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 2);
 /// with `queues` queues (worker `q` on core `q`), native XDP in copy mode,
 /// and [`SNAT_ADDR`] with every port; services follow.
 pub fn one_arm_head(t: &Topology, queues: usize) -> String {
+    head_with_snat(t, queues, &format!("\"{SNAT_ADDR}\""))
+}
+
+/// [`one_arm_head`] with [`SNAT_ADDR6`] beside [`SNAT_ADDR`] (a config
+/// with an IPv6 service needs an IPv6 SNAT address).
+pub fn one_arm_head_dual(t: &Topology, queues: usize) -> String {
+    head_with_snat(t, queues, &format!("\"{SNAT_ADDR}\", \"{SNAT_ADDR6}\""))
+}
+
+/// The one-arm head with `snat` (quoted, comma-separated) as the SNAT
+/// addresses.
+fn head_with_snat(t: &Topology, queues: usize, snat: &str) -> String {
     let q: Vec<usize> = (0..queues).collect();
     format!(
         r#"[interfaces]
@@ -111,19 +123,10 @@ xdp_mode = "native"
 zero_copy = "off"
 
 [snat]
-addresses = ["{SNAT_ADDR}"]
+addresses = [{snat}]
 ports = "1024-65535"
 "#,
         t.gateway_client_if
-    )
-}
-
-/// [`one_arm_head`] with an IPv6 SNAT address beside the IPv4 one (a
-/// config with an IPv6 service needs one).
-pub fn one_arm_head_dual(t: &Topology, queues: usize) -> String {
-    one_arm_head(t, queues).replace(
-        &format!("addresses = [\"{SNAT_ADDR}\"]"),
-        &format!("addresses = [\"{SNAT_ADDR}\", \"{SNAT_ADDR6}\"]"),
     )
 }
 
@@ -435,6 +438,24 @@ impl Topology {
             &b.ifname,
         ])
         .map(|_| ())
+    }
+
+    /// nginx on every backend, at its IPv4 address (its IPv6 one with
+    /// `ipv6`) and `port`, backend `i` answering `b{i}`.
+    pub fn nginx_on_backends(
+        &self,
+        ipv6: bool,
+        port: u16,
+    ) -> std::io::Result<Vec<crate::nginx::Nginx>> {
+        self.backends
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let addr: std::net::IpAddr = if ipv6 { b.addr6.into() } else { b.addr.into() };
+                let on = [std::net::SocketAddr::new(addr, port)];
+                crate::nginx::Nginx::start_on(&b.ns, &on, &format!("b{i}"))
+            })
+            .collect()
     }
 
     /// Makes backend `i` an LVS-DR real server of the IPv6 VIP `vip`: the

@@ -77,9 +77,7 @@ fn persistence_holds_each_client_to_one_nginx_and_source_ranges_turn_others_away
             &t.client.ifname,
         ])
         .unwrap();
-    let nginx: Vec<Nginx> = (0..3)
-        .map(|i| Nginx::start(&t.backends[i].ns, backend_addr(i), 8080, &format!("b{i}")).unwrap())
-        .collect();
+    let nginx: Vec<Nginx> = t.nginx_on_backends(false, 8080).unwrap();
     let backends = (0..3)
         .map(|i| format!("{{ address = \"{}\", port = 8080 }}", backend_addr(i)))
         .collect::<Vec<_>>()
@@ -220,12 +218,7 @@ fn two_clients_of_one_ipv6_64_share_a_template_and_a_backend() {
             "nodad",
         ])
         .unwrap();
-    let _nginx: Vec<Nginx> = (0..3)
-        .map(|i| {
-            let on = [std::net::SocketAddr::new(backend_addr6(i).into(), 8080)];
-            Nginx::start_on(&t.backends[i].ns, &on, &format!("b{i}")).unwrap()
-        })
-        .collect();
+    let _nginx: Vec<Nginx> = t.nginx_on_backends(true, 8080).unwrap();
     let backends = (0..3)
         .map(|i| format!("{{ address = \"{}\", port = 8080 }}", backend_addr6(i)))
         .collect::<Vec<_>>()

@@ -572,9 +572,7 @@ fn nginx_and_wrk_across(how: Failover, kind: &str) {
     bed.servers.clear();
     let t = &bed.t;
     bed.vips_on_segment();
-    let nginx: Vec<Nginx> = (0..3)
-        .map(|i| Nginx::start(&t.backends[i].ns, backend_addr(i), 8080, &format!("b{i}")).unwrap())
-        .collect();
+    let nginx: Vec<Nginx> = t.nginx_on_backends(false, 8080).unwrap();
     let extra = match how {
         Failover::Told => "",
         Failover::Silent => "peer_timeout = \"1s\"\n",

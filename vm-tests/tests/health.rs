@@ -114,9 +114,7 @@ fn http_check_takes_a_failing_backend_out_and_brings_it_back() {
         return;
     }
     let t = Topology::build(Spec::one_arm(2)).unwrap();
-    let nginx: Vec<Nginx> = (0..2)
-        .map(|i| Nginx::start(&t.backends[i].ns, backend_addr(i), 8080, &format!("b{i}")).unwrap())
-        .collect();
+    let nginx: Vec<Nginx> = t.nginx_on_backends(false, 8080).unwrap();
     let check = "kind = \"http\", http_path = \"/health\", expect_status = 200";
     let (xvs, _) = Daemon::start(
         &t,
@@ -263,12 +261,7 @@ fn http_check_of_ipv6_backends_takes_one_out_and_brings_it_back() {
         return;
     }
     let t = Topology::build(Spec::one_arm(2)).unwrap();
-    let nginx: Vec<Nginx> = (0..2)
-        .map(|i| {
-            let on = [std::net::SocketAddr::new(backend_addr6(i).into(), 8080)];
-            Nginx::start_on(&t.backends[i].ns, &on, &format!("b{i}")).unwrap()
-        })
-        .collect();
+    let nginx: Vec<Nginx> = t.nginx_on_backends(true, 8080).unwrap();
     let check = "kind = \"http\", http_path = \"/health\", expect_status = 200";
     let text = config6(&t, check);
     let (xvs, _) = Daemon::start(&t, "health-http6", &daemon::bins(TESTNET), &text, &[]).unwrap();

@@ -70,6 +70,44 @@ fn decapsulated(decap: Spawned) -> [u64; 3] {
     ["ipip", "gue", "ip6ip6"].map(|k| daemon::field(line, k).unwrap())
 }
 
+/// 200 connections to `to`, served by two tunnel real servers: each
+/// server's echo name and the encapsulation it must receive alone (its
+/// index in [`decapsulated`]'s counts), and their decapsulators. Every
+/// connection works, 100 to each; xvs forwards exactly the client's
+/// segments, none too big; each server decapsulated at least its
+/// connections' segments of its own encapsulation and none of another;
+/// every forwarded packet was passed on.
+fn two_servers_each_decapsulate_their_own(
+    t: &Topology,
+    xvs: Daemon,
+    to: &str,
+    servers: [(&str, usize); 2],
+    decaps: [Spawned; 2],
+) {
+    let out_before = t.client.ns.tcp_segments_sent_settled().unwrap();
+    let summary = t.tcp_load_payload(TESTNET, to, 200, 1000);
+    let mut names = servers.map(|(name, _)| format!("{name}:100"));
+    names.sort();
+    assert_eq!(summary, format!("ok=200 failed=0 by={}", names.join(",")));
+    let sent = t.client.ns.tcp_segments_sent_settled().unwrap() - out_before;
+    let line = xvs.stop_accounted();
+    assert_eq!(field(&line, "forwarded"), sent, "{line}");
+    assert_eq!(field(&line, "too_big"), 0, "{line}");
+    let mut passed = 0;
+    for ((name, own), decap) in servers.into_iter().zip(decaps) {
+        let counts = decapsulated(decap);
+        for (kind, &n) in counts.iter().enumerate() {
+            match kind == own {
+                true => assert!(n >= 100 * 3, "{name}: {counts:?} (ipip, gue, ip6ip6)"),
+                false => assert_eq!(n, 0, "{name}: {counts:?} (ipip, gue, ip6ip6)"),
+            }
+        }
+        passed += counts[own];
+    }
+    // Every forwarded packet reached a backend and was passed on.
+    assert_eq!(passed, sent);
+}
+
 fn config(t: &Topology, backends: &str) -> String {
     format!(
         "{}\n[[services]]\nvip = \"{VIP}\"\nport = 80\nscheduler = \"rr\"\nbackends = [{backends}]\n",
@@ -119,25 +157,14 @@ fn ipip_and_gue_real_servers_answer_the_client_themselves() {
         list.contains("Tunnel") && list.contains("ipip") && list.contains("gue:6080"),
         "{list}"
     );
-    let out_before = t.client.ns.tcp_segments_sent_settled().unwrap();
-    let summary = client_tcp(&t, 200, 1000);
-    assert_eq!(summary, "ok=200 failed=0 by=gue:100,ipip:100");
-    let sent = t.client.ns.tcp_segments_sent_settled().unwrap() - out_before;
-    let line = xvs.stop_accounted();
-    assert_eq!(field(&line, "forwarded"), sent, "{line}");
-    assert_eq!(field(&line, "too_big"), 0, "{line}");
-    let [ipip0, gue0, _] = decapsulated(decap0);
-    let [ipip1, gue1, _] = decapsulated(decap1);
-    assert!(
-        ipip0 >= 100 * 3 && gue0 == 0,
-        "ipip backend: ipip={ipip0} gue={gue0}"
+    let to = format!("{VIP}:80");
+    two_servers_each_decapsulate_their_own(
+        &t,
+        xvs,
+        &to,
+        [("ipip", 0), ("gue", 1)],
+        [decap0, decap1],
     );
-    assert!(
-        gue1 >= 100 * 3 && ipip1 == 0,
-        "gue backend: ipip={ipip1} gue={gue1}"
-    );
-    // Every forwarded packet reached a backend and was passed on.
-    assert_eq!(ipip0 + gue1, sent);
 }
 
 /// The same over IPv6: an IPv6-in-IPv6 and a GUE-over-IPv6 real server
@@ -167,25 +194,14 @@ fn ip6ip6_and_gue6_real_servers_answer_the_client_themselves() {
             && list.contains("gue:6080"),
         "{list}"
     );
-    let out_before = t.client.ns.tcp_segments_sent_settled().unwrap();
-    let summary = t.tcp_load_payload(TESTNET, &format!("[{VIP6}]:80"), 200, 1000);
-    assert_eq!(summary, "ok=200 failed=0 by=gue6:100,ip6ip6:100");
-    let sent = t.client.ns.tcp_segments_sent_settled().unwrap() - out_before;
-    let line = xvs.stop_accounted();
-    assert_eq!(field(&line, "forwarded"), sent, "{line}");
-    assert_eq!(field(&line, "too_big"), 0, "{line}");
-    let [ipip0, gue0, six0] = decapsulated(decap0);
-    let [ipip1, gue1, six1] = decapsulated(decap1);
-    assert!(
-        six0 >= 100 * 3 && gue0 == 0 && ipip0 == 0,
-        "ip6ip6 backend: ip6ip6={six0} gue={gue0} ipip={ipip0}"
+    let to = format!("[{VIP6}]:80");
+    two_servers_each_decapsulate_their_own(
+        &t,
+        xvs,
+        &to,
+        [("ip6ip6", 2), ("gue6", 1)],
+        [decap0, decap1],
     );
-    assert!(
-        gue1 >= 100 * 3 && six1 == 0 && ipip1 == 0,
-        "gue backend: gue={gue1} ip6ip6={six1} ipip={ipip1}"
-    );
-    // Every forwarded packet reached a backend and was passed on.
-    assert_eq!(six0 + gue1, sent);
 }
 
 /// Uploads of 2 MB through an IPIP real server whose link has the
