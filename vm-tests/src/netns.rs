@@ -84,6 +84,16 @@ impl Netns {
         let name = format!("{PREFIX}-{tag}-{role}");
         run("ip", &["netns", "add", &name])?;
         let ns = Netns { name };
+        // No duplicate address detection on the links to come (every
+        // address here is unique by construction): during it a fresh
+        // link's link-local address is tentative for about a second and
+        // the kernel sends no neighbour solicitation without one, so a
+        // host that answers from an address of another interface (an
+        // LVS-DR real server answering from the VIP on `lo`) cannot
+        // reach its first clients: their handshakes stall for seconds.
+        for conf in ["all", "default"] {
+            ns.sysctl(&format!("net.ipv6.conf.{conf}.accept_dad"), "0")?;
+        }
         ns.ip(&["link", "set", "lo", "up"])?;
         Ok(ns)
     }

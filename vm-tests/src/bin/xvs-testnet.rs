@@ -157,7 +157,8 @@ enum Cmd {
         #[arg(long, default_value_t = 2000)]
         timeout_ms: u64,
     },
-    /// Decapsulates IPIP and GUE to a TUN device for a bounded time.
+    /// Decapsulates IPIP and GUE to a TUN device until SIGTERM or for a
+    /// bounded time, whichever comes first.
     Decap {
         /// Name of the TUN device to create.
         #[arg(long)]
@@ -165,7 +166,7 @@ enum Cmd {
         /// UDP port GUE arrives on.
         #[arg(long, default_value_t = 6080)]
         gue_port: u16,
-        /// How long to run, in seconds.
+        /// The longest it runs, in seconds.
         #[arg(long, default_value_t = 30)]
         seconds: u64,
     },
@@ -736,9 +737,21 @@ mod decap {
     use std::io::Write;
     use std::net::UdpSocket;
     use std::os::fd::{FromRawFd, OwnedFd};
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
     use std::time::{Duration, Instant};
+
+    /// Set by SIGTERM: the test has sent all its traffic.
+    static STOP: AtomicBool = AtomicBool::new(false);
+
+    extern "C" fn on_term(_: libc::c_int) {
+        STOP.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether to go on: before `until` and no SIGTERM yet.
+    fn running(until: Instant) -> bool {
+        !STOP.load(Ordering::Relaxed) && Instant::now() < until
+    }
 
     /// Opens the TUN device `name` (no packet information header: each
     /// write is one IP packet).
@@ -816,7 +829,7 @@ mod decap {
     ) -> std::thread::JoinHandle<()> {
         std::thread::spawn(move || {
             let mut buf = [0u8; 65536];
-            while Instant::now() < until {
+            while running(until) {
                 // SAFETY: `raw` is an open socket; `buf` is writable for
                 // its length.
                 let n = unsafe {
@@ -837,10 +850,18 @@ mod decap {
         })
     }
 
-    /// Decapsulates for `run_for`; the packets passed on: IPv4-in-IPv4,
-    /// GUE (either family), IPv6-in-IPv6.
+    /// Decapsulates until SIGTERM (seen within a read timeout, `tick`)
+    /// or for `run_for`; the packets passed on: IPv4-in-IPv4, GUE
+    /// (either family), IPv6-in-IPv6.
     pub(crate) fn run(tun: &str, gue_port: u16, run_for: Duration) -> std::io::Result<[u64; 3]> {
         let tick = Duration::from_millis(200);
+        // SAFETY: the handler only stores to an atomic, which is
+        // async-signal-safe.
+        if unsafe { libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t) }
+            == libc::SIG_ERR
+        {
+            return Err(std::io::Error::last_os_error());
+        }
         let dev = Arc::new(open_tun(tun)?);
         let ipip = raw_socket(libc::AF_INET, libc::IPPROTO_IPIP, tick)?;
         let ip6ip6 = raw_socket(libc::AF_INET6, libc::IPPROTO_IPV6, tick)?;
@@ -861,7 +882,7 @@ mod decap {
             }),
         ];
         let mut buf = [0u8; 65536];
-        while Instant::now() < until {
+        while running(until) {
             let Ok(n) = udp.recv(&mut buf) else { continue };
             // GUE variant 1: the payload is the inner IP packet itself.
             if n > 0 && buf[0] >> 6 == 1 && (&*dev).write(&buf[..n]).is_ok() {
