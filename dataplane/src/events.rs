@@ -98,8 +98,11 @@ pub struct FlowEvents {
 pub struct EventSender {
     ring: rtrb::Producer<FlowEvent>,
     shared: Arc<FlowEvents>,
-    /// New-flow and close events seen, for sampling.
+    /// New-flow and close events seen.
     seen: u64,
+    /// New-flow and close events to pass over before the next one kept
+    /// (a countdown, so that sampling divides nothing per event).
+    skip: u32,
 }
 
 impl FlowEvents {
@@ -115,6 +118,7 @@ impl FlowEvents {
             ring: producer,
             shared: shared.clone(),
             seen: 0,
+            skip: 0,
         };
         (sender, shared)
     }
@@ -146,12 +150,15 @@ impl EventSender {
     #[inline]
     pub fn push(&mut self, e: FlowEvent) {
         if !matches!(e.kind, EventKind::Drop(_)) {
-            let n = self.seen;
-            self.seen = n + 1;
-            let every = u64::from(self.shared.sample.load(Relaxed).max(1));
-            if !n.is_multiple_of(every) {
+            self.seen += 1;
+            let every = self.shared.sample.load(Relaxed).max(1);
+            // A countdown left from a sparser rate ends at once.
+            if self.skip > 0 && self.skip < every {
+                self.skip -= 1;
                 return;
             }
+            // Kept: the next `every - 1` are passed over.
+            self.skip = every - 1;
         }
         if self.ring.push(e).is_err() {
             let overflow = &self.shared.overflow;
@@ -189,6 +196,14 @@ mod tests {
         let mut out = Vec::new();
         q.drain(&mut out);
         assert_eq!(out.len(), 3, "2 of 8 new flows sampled, and the drop");
+        // One kept, with three to pass over at one in 4; back to every
+        // event, the very next one is kept too.
+        tx.push(ev(EventKind::New));
+        q.set_sample(1);
+        tx.push(ev(EventKind::New));
+        out.clear();
+        q.drain(&mut out);
+        assert_eq!(out.len(), 2, "a lower rate waits for no countdown");
         for _ in 0..QUEUE + 5 {
             tx.push(ev(EventKind::Drop(DropReason::NoService)));
         }

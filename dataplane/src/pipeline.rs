@@ -334,8 +334,9 @@ impl Core {
         self.staged.clear();
     }
 
-    /// Pushes a flow event, when events are produced.
-    #[inline]
+    /// Pushes a flow event, when events are produced (inlined: called
+    /// out of line, passing the endpoints costs more than the push).
+    #[inline(always)]
     fn event<A: Address>(
         &mut self,
         now: u32,
@@ -930,9 +931,14 @@ impl<A: Family> Half<A> {
             None if self.is_snat(ip.dst()) => return Verdict::Drop(DropReason::ReplyNoFlow),
             // A new flow is inserted with its first packet accounted.
             None => {
-                let key = key.or_else(|| ip.key().map(|k| (k, self.table.key_hash(&k))));
-                let Some(key) = key else {
-                    return Verdict::Drop(DropReason::UnsupportedProtocol);
+                // (A match, not `or_else`: that one is called out of
+                // line, on every new flow.)
+                let key = match key {
+                    Some(key) => key,
+                    None => match ip.key() {
+                        Some(k) => (k, self.table.key_hash(&k)),
+                        None => return Verdict::Drop(DropReason::UnsupportedProtocol),
+                    },
                 };
                 match self.new_flow(core, buf, ip, key, src_mac, pkt, now, looked) {
                     Ok(id) => (id, Direction::Original),

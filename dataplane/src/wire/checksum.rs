@@ -124,11 +124,21 @@ pub(crate) fn put_addr<A: Address>(buf: &mut [u8], at: usize, a: A) {
 /// is 0 only for data of zeros, as the big-endian sum is.
 #[inline]
 pub fn ones_sum(data: &[u8]) -> u64 {
-    #[inline(always)]
-    fn add(sum: u64, v: u64) -> u64 {
-        let (s, carry) = sum.overflowing_add(v);
-        s + u64::from(carry)
-    }
+    u64::from(u16::from_be(fold(native_sum(data))))
+}
+
+/// An add with the carry brought back in (one's-complement, 64 bits).
+#[inline(always)]
+fn add(sum: u64, v: u64) -> u64 {
+    let (s, carry) = sum.overflowing_add(v);
+    s + u64::from(carry)
+}
+
+/// [`ones_sum`] before its fold and byte swap: the 64-bit sum of `data`
+/// as the machine reads it, for parts summed in the same order to be
+/// added to it (the IPv4 pseudo-header in [`l4_verifies`]).
+#[inline(always)]
+fn native_sum(data: &[u8]) -> u64 {
     let (words, tail) = data.as_chunks::<8>();
     let mut sum = 0u64;
     for w in words {
@@ -149,8 +159,7 @@ pub fn ones_sum(data: &[u8]) -> u64 {
     if tail.len() & 1 != 0 {
         last[at] = tail[at];
     }
-    sum = add(sum, u64::from_ne_bytes(last));
-    u64::from(u16::from_be(fold(sum)))
+    add(sum, u64::from_ne_bytes(last))
 }
 
 /// A one's-complement sum ([`ones_sum`]s and words added together)
@@ -207,7 +216,15 @@ pub fn l4_verifies(frame: &[u8], ip: &super::Ipv4) -> bool {
         }
         _ => return true,
     };
-    fold(pseudo_sum(ip.src, ip.dst, ip.protocol, seg.len()) + ones_sum(seg)) == 0xffff
+    // The pseudo-header summed in the segment's native order: the
+    // addresses as the header holds them, protocol and length as the
+    // big-endian words they are (a sum of 0xffff reads the same either
+    // way round, so the fold needs no swap).
+    let pseudo = u64::from(u32::from_ne_bytes(ip.src.octets()))
+        + u64::from(u32::from_ne_bytes(ip.dst.octets()))
+        + u64::from(u16::from_ne_bytes([0, ip.protocol]))
+        + u64::from(u16::from_ne_bytes((seg.len() as u16).to_be_bytes()));
+    fold(add(native_sum(seg), pseudo)) == 0xffff
 }
 
 /// [`l4_verifies`] for IPv6 (a zero UDP checksum never reaches here: the
