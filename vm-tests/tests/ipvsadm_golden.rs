@@ -339,7 +339,8 @@ fn cases() -> Vec<Golden> {
         g("conntrack -C", "0\n", "", 0),
         g("conntrack -L -f ipv6 -p udp", "", CT_SHOWN_0, 0),
         g("conntrack -F", "", CT_DELETED_0, 0),
-        g("conntrack -L -o xml", "", "xvsadm conntrack: -o xml: not supported by xvs: only `extended'\n", 2),
+        g("conntrack -L -o xml", "", "xvsadm conntrack: -o xml: not supported by xvs: only `extended' and `timestamp'\n", 2),
+        g("conntrack -L -e NEW", "", "xvsadm conntrack: -e: only with -E\n", 2),
         g("conntrack -L -C", "", "xvsadm conntrack: exactly one of -L, -D, -F, -S, -C, -E\n", 2),
         // Global options anywhere: before the subcommand too.
         g("--json conntrack -L", "[]\n", "", 0),
@@ -413,6 +414,24 @@ fn zero_counters_and_conntrack_with_real_flows() {
         .arg(&gw.socket)
         .stdout(Stdio::piped());
     let events = events.spawn().unwrap();
+    // The closes alone, time-stamped (`conntrack -E -e UPDATES -o
+    // timestamp`).
+    let mut closes = Command::new("timeout");
+    closes
+        .args(["-s", "INT", "6"])
+        .arg(bins().join("xvsadm"))
+        .args([
+            "conntrack",
+            "-E",
+            "-e",
+            "UPDATES",
+            "-o",
+            "timestamp",
+            "--socket",
+        ])
+        .arg(&gw.socket)
+        .stdout(Stdio::piped());
+    let closes = closes.spawn().unwrap();
     std::thread::sleep(Duration::from_millis(500));
     let load = t.tcp_load(TESTNET, "198.19.0.1:80", 20, 5000);
     assert_eq!(load, "ok=20 failed=0 by=b0:10,b1:10");
@@ -430,6 +449,27 @@ fn zero_counters_and_conntrack_with_real_flows() {
             && l.contains(" dst=198.18.1.2 ")),
         "{events}"
     );
+    // Every connection's close, and nothing else, each line stamped
+    // with the wall-clock second it happened in.
+    let closes = String::from_utf8(closes.wait_with_output().unwrap().stdout).unwrap();
+    #[allow(clippy::disallowed_types)] // the stamps are wall-clock time
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let mut closed = std::collections::HashSet::new();
+    for l in closes.lines() {
+        let (stamp, rest) = l.split_once("]\t").unwrap_or_else(|| panic!("{l}"));
+        let (secs, micros) = stamp[1..].split_once('.').unwrap();
+        let secs: u64 = secs.parse().unwrap();
+        assert!(now - secs < 30 && micros.len() == 6, "{l}");
+        assert!(
+            rest.starts_with(" [UPDATE] tcp      6 src=198.18.0."),
+            "{l}"
+        );
+        closed.insert(rest.split(" src=").nth(1).unwrap().to_owned());
+    }
+    assert_eq!(closed.len(), 40, "{closes}");
 
     // conntrack -L: every flow closed cleanly (TIME_WAIT, assured), the
     // summary on stderr, -C agrees, -S starts with conntrack's fields.

@@ -16,7 +16,11 @@
 //!   search_restart, clash_resolve, chaintoolong), then xvs's own.
 //! - `-C`: the number of flows. `-E`: flow events as conntrack's event
 //!   lines (`[NEW]`, and `[UPDATE]` when a flow closes); xvs has no event
-//!   for an entry that expires, so there is no `[DESTROY]`.
+//!   for an entry that expires, so there is no `[DESTROY]`. `-e` keeps
+//!   the kinds its mask names (`ALL`, `NEW`, `UPDATES`, `DESTROY`,
+//!   comma-separated, as conntrack's); `-o timestamp` prefixes each line
+//!   with the time it arrived (`[seconds.micros]` and a tab, as
+//!   conntrack's; `-L` ignores it, as conntrack's dump does).
 //! - `-D`, `-F` as conntrack's, with its "have been deleted" line.
 
 use std::io::Write;
@@ -95,9 +99,13 @@ struct Args {
     /// 1.4.6 and later list).
     #[arg(short = 'f', long = "family")]
     family: Option<String>,
-    /// Output format: extended.
+    /// Output format: extended, timestamp (comma-separated).
     #[arg(short = 'o', long = "output")]
     output: Option<String>,
+    /// With -E, the events to show: ALL, NEW, UPDATES, DESTROY
+    /// (comma-separated; xvs reports no DESTROY).
+    #[arg(short = 'e', long = "event-mask")]
+    event_mask: Option<String>,
     /// Print the API's JSON.
     #[arg(long, action = ArgAction::SetTrue)]
     json: bool,
@@ -299,14 +307,14 @@ pub fn main(argv: &[String], to: &Endpoint, out: &mut dyn Write, err: &mut dyn W
         Err(e) => return super::cli::clap_exit(e, out, err),
     };
     // conntrack's exit statuses: 2 for a parameter problem, 1 for others.
-    let extended = match check(&args) {
+    let shown = match check(&args) {
         Ok(x) => x,
         Err(e) => {
             let _ = writeln!(err, "{PROGNAME}: {e}");
             return 2;
         }
     };
-    match run(&args, extended, to, out, err) {
+    match run(&args, shown, to, out, err) {
         Ok(()) => 0,
         Err(e) => {
             let _ = writeln!(err, "{PROGNAME}: {e}");
@@ -315,8 +323,41 @@ pub fn main(argv: &[String], to: &Endpoint, out: &mut dyn Write, err: &mut dyn W
     }
 }
 
-/// The parameter checks; whether `-o extended` was asked.
-fn check(a: &Args) -> Result<bool, String> {
+/// What the parameters ask of the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shown {
+    /// `-o extended`: the layer 3 columns.
+    extended: bool,
+    /// `-o timestamp`: each event line prefixed with the event's time.
+    timestamp: bool,
+    /// `-e`: the event kinds -E keeps ([`NEW`], [`UPDATES`],
+    /// [`DESTROY`] bits).
+    events: u8,
+}
+
+/// conntrack's event kinds, as `-e` names them.
+const NEW: u8 = 1;
+const UPDATES: u8 = 2;
+const DESTROY: u8 = 4;
+
+/// The event kind `e` is as conntrack's ([`NEW`] or [`UPDATES`]); 0 for
+/// an event conntrack has no line for (a drop).
+fn kind(e: &EventView) -> u8 {
+    match e.verdict.as_str() {
+        "NEW" => NEW,
+        "CLOSED" => UPDATES,
+        _ => 0,
+    }
+}
+
+/// conntrack's `-o timestamp` prefix for an event at `time_ms`
+/// (`[%-.8ld.%-.6ld]` and a tab: seconds, then microseconds).
+fn stamp(time_ms: u64) -> String {
+    format!("[{:08}.{:06}]\t", time_ms / 1000, time_ms % 1000 * 1000)
+}
+
+/// The parameter checks; what the output is to show.
+fn check(a: &Args) -> Result<Shown, String> {
     let commands = [a.list, a.delete, a.stats, a.flush, a.count, a.event];
     if commands.iter().filter(|x| **x).count() != 1 {
         return Err("exactly one of -L, -D, -F, -S, -C, -E".into());
@@ -326,22 +367,47 @@ fn check(a: &Args) -> Result<bool, String> {
             return Err(format!("`{f}' is not a family: ipv4 or ipv6"));
         }
     }
-    match a.output.as_deref() {
-        None => Ok(false),
-        Some(o) => {
-            for f in o.split(',') {
-                if f != "extended" {
-                    return Err(format!("-o {f}: not supported by xvs: only `extended'"));
-                }
+    let mut shown = Shown {
+        extended: false,
+        timestamp: false,
+        events: NEW | UPDATES | DESTROY,
+    };
+    for f in a.output.iter().flat_map(|o| o.split(',')) {
+        match f {
+            "extended" => shown.extended = true,
+            "timestamp" => shown.timestamp = true,
+            _ => {
+                return Err(format!(
+                    "-o {f}: not supported by xvs: only `extended' and `timestamp'"
+                ))
             }
-            Ok(true)
         }
     }
+    if let Some(m) = a.event_mask.as_deref() {
+        if !a.event {
+            return Err("-e: only with -E".into());
+        }
+        shown.events = 0;
+        for k in m.split(',') {
+            shown.events |= match k.to_ascii_uppercase().as_str() {
+                "ALL" => NEW | UPDATES | DESTROY,
+                "NEW" => NEW,
+                "UPDATES" => UPDATES,
+                "DESTROY" => DESTROY,
+                _ => {
+                    return Err(format!(
+                        "-e {k}: not an event kind: ALL, NEW, UPDATES or DESTROY"
+                    ))
+                }
+            };
+        }
+    }
+    Ok(shown)
 }
 
 fn run(
     a: &Args,
-    extended: bool,
+    shown: Shown,
     to: &Endpoint,
     out: &mut dyn Write,
     err: &mut dyn Write,
@@ -364,6 +430,12 @@ fn run(
         return w(out, &format!("{n}\n"));
     }
     if a.event {
+        if shown.events & (NEW | UPDATES) == 0 {
+            let _ = writeln!(
+                err,
+                "{PROGNAME}: xvs reports no DESTROY events (an entry that expires is not an event; a flow's close is an [UPDATE])"
+            );
+        }
         let mut pending = String::new();
         let follow = "/v1/events?last=0&follow=true";
         return stream(to, follow, |chunk| {
@@ -373,15 +445,21 @@ fn run(
                 let Ok(e) = serde_json::from_str::<EventView>(text.trim()) else {
                     continue;
                 };
-                if !event_matches(a, &e) {
+                // The mask passes over the kinds it leaves out; events
+                // conntrack has no kind for go on to --json.
+                let k = kind(&e);
+                if !event_matches(a, &e) || (k != 0 && k & shown.events == 0) {
                     continue;
                 }
-                let shown = if a.json {
+                let line = if a.json {
                     Some(text.trim().to_owned())
                 } else {
-                    event_line(&e, extended)
+                    event_line(&e, shown.extended).map(|l| match shown.timestamp {
+                        true => stamp(e.time_ms) + &l,
+                        false => l,
+                    })
                 };
-                if let Some(l) = shown {
+                if let Some(l) = line {
                     let _ = writeln!(out, "{l}");
                     let _ = out.flush();
                 }
@@ -398,7 +476,7 @@ fn run(
         }
         let mut s = String::new();
         for c in &flows {
-            s.push_str(&line(c, extended));
+            s.push_str(&line(c, shown.extended));
             s.push('\n');
         }
         w(out, &s)?;
@@ -498,6 +576,74 @@ mod tests {
 
     /// Every selector of conntrack's goes into the API's query (the one
     /// -D sends), so that a delete takes exactly what -L lists.
+    /// `-e` and `-o` as conntrack parses them: masks by name in any case,
+    /// comma-separated; `-e` only with `-E`; a bad name refused.
+    #[test]
+    fn event_masks_and_output_flags_parse_as_conntrack_s() {
+        let shown = |argv: &[&str]| {
+            let a = Args::try_parse_from([&["conntrack"], argv].concat()).unwrap();
+            check(&a)
+        };
+        let all = NEW | UPDATES | DESTROY;
+        let plain = Shown {
+            extended: false,
+            timestamp: false,
+            events: all,
+        };
+        assert_eq!(shown(&["-E"]), Ok(plain));
+        assert_eq!(
+            shown(&["-E", "-e", "new"]),
+            Ok(Shown {
+                events: NEW,
+                ..plain
+            })
+        );
+        assert_eq!(
+            shown(&["-E", "-e", "NEW,DESTROY"]),
+            Ok(Shown {
+                events: NEW | DESTROY,
+                ..plain
+            })
+        );
+        assert_eq!(shown(&["-E", "--event-mask", "ALL"]), Ok(plain));
+        assert_eq!(
+            shown(&["-E", "-o", "timestamp,extended"]),
+            Ok(Shown {
+                extended: true,
+                timestamp: true,
+                ..plain
+            })
+        );
+        assert_eq!(shown(&["-L", "-e", "NEW"]), Err("-e: only with -E".into()));
+        assert!(shown(&["-E", "-e", "NEW,BOGUS"])
+            .unwrap_err()
+            .contains("BOGUS"));
+        assert!(shown(&["-E", "-o", "xml"]).unwrap_err().contains("xml"));
+    }
+
+    /// conntrack's event timestamp: seconds, a dot, six digits of
+    /// microseconds, a tab; and the kinds `-e` selects by.
+    #[test]
+    fn event_stamps_and_kinds_are_conntrack_s() {
+        assert_eq!(stamp(1_733_356_800_042), "[1733356800.042000]\t");
+        assert_eq!(stamp(5), "[00000000.005000]\t");
+        let e = |verdict: &str| EventView {
+            time_ms: 0,
+            worker: 0,
+            verdict: verdict.into(),
+            reason: None,
+            protocol: "TCP".into(),
+            src: "198.18.0.2:40000".into(),
+            dst: "198.19.0.1:80".into(),
+            backend: None,
+            snat: None,
+        };
+        assert_eq!(
+            [kind(&e("NEW")), kind(&e("CLOSED")), kind(&e("DROPPED"))],
+            [NEW, UPDATES, 0]
+        );
+    }
+
     #[test]
     fn every_selector_reaches_the_query() {
         let argv = [
