@@ -20,6 +20,7 @@ use xvs_config::{Backend, Family, Protocol, Service, ServiceKey, UnknownName};
 use xvs_conntrack::{Filter, FlowState, L4Proto};
 
 use crate::engine::{Applied, Edit, EngineHandle, Refused};
+use crate::events::EventFilter;
 use crate::kube::source::KubeStatus;
 use prometheus_client::metrics::histogram::Histogram;
 
@@ -791,18 +792,46 @@ pub struct EventQuery {
     pub verdict: Option<String>,
     /// `VIP:PORT` (the destination).
     pub service: Option<String>,
+    /// Any end's address (the client, the VIP or the backend).
+    pub ip: Option<IpAddr>,
+    /// The client's address.
+    pub from_ip: Option<IpAddr>,
+    /// The VIP's or the backend's address.
+    pub to_ip: Option<IpAddr>,
+    /// Any end's port.
+    pub port: Option<u16>,
+    /// The client's port.
+    pub from_port: Option<u16>,
+    /// The VIP's or the backend's port.
+    pub to_port: Option<u16>,
+    /// `TCP` or `UDP`.
+    pub protocol: Option<String>,
     /// How many past events first (default 20).
     pub last: Option<usize>,
     /// Keep streaming new events.
     pub follow: Option<bool>,
 }
 
+impl EventQuery {
+    /// The filters it names.
+    fn filter(&self) -> EventFilter {
+        EventFilter {
+            verdict: self.verdict.clone(),
+            service: self.service.clone(),
+            ip: self.ip,
+            from_ip: self.from_ip,
+            to_ip: self.to_ip,
+            port: self.port,
+            from_port: self.from_port,
+            to_port: self.to_port,
+            protocol: self.protocol.clone(),
+        }
+    }
+}
+
 async fn events(State(st): State<Arc<Shared>>, Query(q): Query<EventQuery>) -> Response {
-    let past = st.events.last(
-        q.last.unwrap_or(20),
-        q.verdict.as_deref(),
-        q.service.as_deref(),
-    );
+    let filter = q.filter();
+    let past = st.events.last(q.last.unwrap_or(20), &filter);
     let mut text = String::new();
     for e in &past {
         if let Ok(j) = serde_json::to_string(e) {
@@ -818,10 +847,10 @@ async fn events(State(st): State<Arc<Shared>>, Query(q): Query<EventQuery>) -> R
     let first = futures_util::stream::once(async move {
         Ok::<_, std::convert::Infallible>(axum::body::Bytes::from(text))
     });
-    let live = futures_util::stream::unfold((rx, q), |(mut rx, q)| async move {
+    let live = futures_util::stream::unfold((rx, filter), |(mut rx, q)| async move {
         loop {
             match rx.recv().await {
-                Ok(e) if e.matches(q.verdict.as_deref(), q.service.as_deref()) => {
+                Ok(e) if q.matches(&e) => {
                     let mut line = serde_json::to_string(&e).unwrap_or_default();
                     line.push('\n');
                     return Some((

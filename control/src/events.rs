@@ -5,6 +5,7 @@
 //! (counted by the broadcast channel), never slows the collector.
 
 use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use xvs_config::HostPort;
@@ -42,6 +43,63 @@ pub struct EventView {
     /// SNAT `addr:port` towards the backend, for flows.
     #[serde(default)]
     pub snat: Option<String>,
+}
+
+/// `observe`'s filters, named as `hubble observe`'s flags; `None` passes
+/// every event. A flow's ends: the client (`from`), the VIP and the
+/// backend (`to`: either, as hubble shows a service's flow to the
+/// endpoint it was translated to). A health check's event comes from no
+/// address.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventFilter {
+    /// `NEW`, `CLOSED`, `DROPPED`, `BACKEND_UP` or `BACKEND_DOWN`.
+    pub verdict: Option<String>,
+    /// `VIP:PORT` (the destination, as the event names it).
+    pub service: Option<String>,
+    /// Any end's address.
+    pub ip: Option<IpAddr>,
+    /// The client's address.
+    pub from_ip: Option<IpAddr>,
+    /// The VIP's or the backend's address.
+    pub to_ip: Option<IpAddr>,
+    /// Any end's port.
+    pub port: Option<u16>,
+    /// The client's port.
+    pub from_port: Option<u16>,
+    /// The VIP's or the backend's port.
+    pub to_port: Option<u16>,
+    /// `TCP` or `UDP` (any case).
+    pub protocol: Option<String>,
+}
+
+impl EventFilter {
+    /// Whether `e` passes every filter given.
+    pub fn matches(&self, e: &EventView) -> bool {
+        let end = |s: &str| s.parse::<SocketAddr>().ok();
+        let from = [end(&e.src)];
+        let to = [end(&e.dst), e.backend.as_deref().and_then(end)];
+        let ip = |want: Option<IpAddr>, ends: &[Option<SocketAddr>]| {
+            want.is_none_or(|w| ends.iter().flatten().any(|a| a.ip() == w))
+        };
+        let port = |want: Option<u16>, ends: &[Option<SocketAddr>]| {
+            want.is_none_or(|w| ends.iter().flatten().any(|a| a.port() == w))
+        };
+        let all = [from[0], to[0], to[1]];
+        self.verdict
+            .as_deref()
+            .is_none_or(|v| e.verdict.eq_ignore_ascii_case(v))
+            && self.service.as_deref().is_none_or(|s| e.dst == s)
+            && self
+                .protocol
+                .as_deref()
+                .is_none_or(|p| e.protocol.eq_ignore_ascii_case(p))
+            && ip(self.ip, &all)
+            && ip(self.from_ip, &from)
+            && ip(self.to_ip, &to)
+            && port(self.port, &all)
+            && port(self.from_port, &from)
+            && port(self.to_port, &to)
+    }
 }
 
 fn proto_name(p: u8) -> String {
@@ -88,12 +146,6 @@ impl EventView {
             backend: Some(HostPort(c.address, c.port).to_string()),
             snat: None,
         }
-    }
-
-    /// Whether it passes `observe`'s filters.
-    pub fn matches(&self, verdict: Option<&str>, service: Option<&str>) -> bool {
-        verdict.is_none_or(|v| self.verdict.eq_ignore_ascii_case(v))
-            && service.is_none_or(|s| self.dst == s)
     }
 
     /// One line like `hubble observe`'s.
@@ -144,13 +196,13 @@ impl Collector {
         })
     }
 
-    /// The last `n` events that pass the filters, oldest first.
-    pub fn last(&self, n: usize, verdict: Option<&str>, service: Option<&str>) -> Vec<EventView> {
+    /// The last `n` events that pass the filter, oldest first.
+    pub fn last(&self, n: usize, filter: &EventFilter) -> Vec<EventView> {
         let h = self.history();
         let mut v: Vec<EventView> = h
             .iter()
             .rev()
-            .filter(|e| e.matches(verdict, service))
+            .filter(|e| filter.matches(e))
             .take(n)
             .cloned()
             .collect();
@@ -245,7 +297,12 @@ mod tests {
             ev(EventKind::Drop(DropReason::NoService), 99),
             ev(EventKind::Close, 80),
         ]);
-        let drops = c.last(10, Some("DROPPED"), None);
+        let only = |verdict: Option<&str>, service: Option<&str>| EventFilter {
+            verdict: verdict.map(Into::into),
+            service: service.map(Into::into),
+            ..EventFilter::default()
+        };
+        let drops = c.last(10, &only(Some("DROPPED"), None));
         assert_eq!(drops.len(), 1);
         assert_eq!(drops[0].reason.as_deref(), Some("no_service"));
         let line = drops[0].line();
@@ -253,8 +310,125 @@ mod tests {
             line.ends_with(": 198.18.0.2:40000 -> 198.19.0.1:99 DROPPED (TCP) no_service"),
             "{line}"
         );
-        assert_eq!(c.last(10, None, Some("198.19.0.1:80")).len(), 2);
-        assert_eq!(c.last(1, None, None)[0].verdict, "CLOSED");
+        assert_eq!(c.last(10, &only(None, Some("198.19.0.1:80"))).len(), 2);
+        assert_eq!(c.last(1, &only(None, None))[0].verdict, "CLOSED");
         assert_eq!(rx.try_recv().unwrap().verdict, "NEW");
+    }
+
+    /// hubble's address, port and protocol flags: `from` is the client,
+    /// `to` the VIP or the backend, the plain ones any end; a health
+    /// check's event has no client and matches no `from`.
+    #[test]
+    fn addresses_ports_and_protocols_filter_as_hubble_s() {
+        let flow = EventView {
+            time_ms: 0,
+            worker: 0,
+            verdict: "NEW".into(),
+            reason: None,
+            protocol: "TCP".into(),
+            src: "198.18.0.2:40000".into(),
+            dst: "198.19.0.1:80".into(),
+            backend: Some("198.18.1.10:8080".into()),
+            snat: Some("198.18.1.2:1024".into()),
+        };
+        let six = EventView {
+            protocol: "UDP".into(),
+            src: "[2001:2::2]:5300".into(),
+            dst: "[2001:2:ff::1]:53".into(),
+            backend: Some("[2001:2:1::10]:53".into()),
+            ..flow.clone()
+        };
+        let check = EventView {
+            verdict: "BACKEND_DOWN".into(),
+            src: "health-check".into(),
+            backend: Some("198.18.1.10:8080".into()),
+            ..flow.clone()
+        };
+        let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        let cases: [(EventFilter, [bool; 3]); 12] = [
+            (EventFilter::default(), [true, true, true]),
+            (
+                EventFilter {
+                    ip: ip("198.18.0.2"),
+                    ..Default::default()
+                },
+                [true, false, false],
+            ),
+            (
+                EventFilter {
+                    ip: ip("198.18.1.10"),
+                    ..Default::default()
+                },
+                [true, false, true],
+            ),
+            (
+                EventFilter {
+                    from_ip: ip("198.18.0.2"),
+                    ..Default::default()
+                },
+                [true, false, false],
+            ),
+            (
+                EventFilter {
+                    from_ip: ip("198.19.0.1"),
+                    ..Default::default()
+                },
+                [false, false, false],
+            ),
+            (
+                EventFilter {
+                    to_ip: ip("198.19.0.1"),
+                    ..Default::default()
+                },
+                [true, false, true],
+            ),
+            (
+                EventFilter {
+                    to_ip: ip("2001:2:1::10"),
+                    ..Default::default()
+                },
+                [false, true, false],
+            ),
+            (
+                EventFilter {
+                    port: Some(40000),
+                    ..Default::default()
+                },
+                [true, false, false],
+            ),
+            (
+                EventFilter {
+                    from_port: Some(5300),
+                    ..Default::default()
+                },
+                [false, true, false],
+            ),
+            (
+                EventFilter {
+                    to_port: Some(8080),
+                    ..Default::default()
+                },
+                [true, false, true],
+            ),
+            (
+                EventFilter {
+                    protocol: Some("udp".into()),
+                    ..Default::default()
+                },
+                [false, true, false],
+            ),
+            (
+                EventFilter {
+                    from_ip: ip("198.18.0.2"),
+                    to_port: Some(53),
+                    ..Default::default()
+                },
+                [false, false, false],
+            ),
+        ];
+        for (f, want) in cases {
+            let got = [&flow, &six, &check].map(|e| f.matches(e));
+            assert_eq!(got, want, "{f:?}");
+        }
     }
 }

@@ -192,6 +192,26 @@ fn persistence_holds_each_client_to_one_nginx_and_source_ranges_turn_others_away
             && l.contains(&format!(" -> {VIP}:81 DROPPED (TCP) source_denied"))),
         "{seen}"
     );
+    // hubble's own filters find it too: by the client's address (its
+    // drops, and not the listed client's), and by the port it was sent
+    // to with the protocol; the listed client was never dropped.
+    let observe = |filters: &[&str]| {
+        let mut args = vec!["observe", "--verdict", "DROPPED", "--last", "100"];
+        args.extend_from_slice(filters);
+        xvs.adm_ok(&args)
+    };
+    let by_client = observe(&["--from-ip", OTHER]);
+    assert!(!by_client.is_empty(), "no drop from {OTHER}");
+    assert!(
+        by_client
+            .lines()
+            .all(|l| l.contains(&format!(": {OTHER}:")) && l.ends_with(" source_denied")),
+        "{by_client}"
+    );
+    let by_port = observe(&["--to-port", "81", "--protocol", "tcp"]);
+    assert_eq!(by_port, by_client, "every drop to port 81 is from {OTHER}");
+    assert_eq!(observe(&["--from-ip", &me]), "", "the listed client");
+    assert_eq!(observe(&["--ip", &me, "--to-port", "81"]), "");
     let line = xvs.stop_accounted();
     assert!(drops(&line, "source_denied") >= 1, "{line}");
 }

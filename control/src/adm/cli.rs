@@ -107,7 +107,7 @@ Usage:
   {p} --reload
   {p} --takeover [node]                          (serve a failed peer's addresses; see -L --daemon)
   {p} conntrack -L|-D|-F|-S|-C|-E [filters]     (like conntrack(8); --help)
-  {p} observe [--verdict V] [--service VIP:PORT] [--last N] [--follow]
+  {p} observe [filters] [--follow]              (like hubble observe; --help)
   {p} health                                     (the real servers' health checks)
   {p} -h
 

@@ -1,7 +1,11 @@
 //! `xvsadm observe`: flow events (new, closed, dropped with reason), like
-//! `hubble observe`.
+//! `hubble observe`, with its filters: `--verdict`, `--ip`, `--from-ip`,
+//! `--to-ip`, `--port`, `--from-port`, `--to-port`, `--protocol` (and
+//! xvs's `--service`), applied by the server so that `--last N` counts
+//! the events that pass.
 
 use std::io::Write;
+use std::net::IpAddr;
 
 use clap::{ArgAction, Parser};
 use hyper::Method;
@@ -20,6 +24,28 @@ struct Args {
     /// Only flows to this VIP:PORT.
     #[arg(long)]
     service: Option<String>,
+    /// Only flows with this address at either end (client, VIP or
+    /// backend).
+    #[arg(long)]
+    ip: Option<IpAddr>,
+    /// Only flows from this client address.
+    #[arg(long)]
+    from_ip: Option<IpAddr>,
+    /// Only flows to this VIP or backend address.
+    #[arg(long)]
+    to_ip: Option<IpAddr>,
+    /// Only flows with this port at either end.
+    #[arg(long)]
+    port: Option<u16>,
+    /// Only flows from this client port.
+    #[arg(long)]
+    from_port: Option<u16>,
+    /// Only flows to this VIP or backend port.
+    #[arg(long)]
+    to_port: Option<u16>,
+    /// Only this protocol: tcp or udp.
+    #[arg(long)]
+    protocol: Option<String>,
     /// How many past events to show first.
     #[arg(long, default_value_t = 20)]
     last: usize,
@@ -58,6 +84,20 @@ fn run(o: &Args, to: &Endpoint, out: &mut dyn Write) -> Result<(), String> {
             "service={}",
             s.replace('[', "%5B").replace(']', "%5D")
         ));
+    }
+    let filters = [
+        ("ip", o.ip.map(|a| a.to_string())),
+        ("from_ip", o.from_ip.map(|a| a.to_string())),
+        ("to_ip", o.to_ip.map(|a| a.to_string())),
+        ("port", o.port.map(|p| p.to_string())),
+        ("from_port", o.from_port.map(|p| p.to_string())),
+        ("to_port", o.to_port.map(|p| p.to_string())),
+        ("protocol", o.protocol.clone()),
+    ];
+    for (k, v) in filters {
+        if let Some(v) = v {
+            q.push(format!("{k}={v}"));
+        }
     }
     if o.follow {
         q.push("follow=true".into());
