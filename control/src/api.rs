@@ -785,52 +785,22 @@ async fn prometheus(State(st): State<Arc<Shared>>) -> Result<Response, ApiError>
         .into_response())
 }
 
-/// `observe`'s filters.
+/// `observe`'s page of events (its filters are [`EventFilter`]).
 #[derive(Debug, Default, Deserialize, Serialize)]
 pub struct EventQuery {
-    /// `NEW`, `CLOSED` or `DROPPED`.
-    pub verdict: Option<String>,
-    /// `VIP:PORT` (the destination).
-    pub service: Option<String>,
-    /// Any end's address (the client, the VIP or the backend).
-    pub ip: Option<IpAddr>,
-    /// The client's address.
-    pub from_ip: Option<IpAddr>,
-    /// The VIP's or the backend's address.
-    pub to_ip: Option<IpAddr>,
-    /// Any end's port.
-    pub port: Option<u16>,
-    /// The client's port.
-    pub from_port: Option<u16>,
-    /// The VIP's or the backend's port.
-    pub to_port: Option<u16>,
-    /// `TCP` or `UDP`.
-    pub protocol: Option<String>,
     /// How many past events first (default 20).
     pub last: Option<usize>,
     /// Keep streaming new events.
     pub follow: Option<bool>,
 }
 
-impl EventQuery {
-    /// The filters it names.
-    fn filter(&self) -> EventFilter {
-        EventFilter {
-            verdict: self.verdict.clone(),
-            service: self.service.clone(),
-            ip: self.ip,
-            from_ip: self.from_ip,
-            to_ip: self.to_ip,
-            port: self.port,
-            from_port: self.from_port,
-            to_port: self.to_port,
-            protocol: self.protocol.clone(),
-        }
-    }
-}
-
-async fn events(State(st): State<Arc<Shared>>, Query(q): Query<EventQuery>) -> Response {
-    let filter = q.filter();
+/// `GET /v1/events`: the query names the page (`last`, `follow`) and the
+/// filters ([`EventFilter`]'s fields), each read from the whole query.
+async fn events(
+    State(st): State<Arc<Shared>>,
+    Query(q): Query<EventQuery>,
+    Query(filter): Query<EventFilter>,
+) -> Response {
     let past = st.events.last(q.last.unwrap_or(20), &filter);
     let mut text = String::new();
     for e in &past {

@@ -50,7 +50,7 @@ pub struct EventView {
 /// backend (`to`: either, as hubble shows a service's flow to the
 /// endpoint it was translated to). A health check's event comes from no
 /// address.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub struct EventFilter {
     /// `NEW`, `CLOSED`, `DROPPED`, `BACKEND_UP` or `BACKEND_DOWN`.
     pub verdict: Option<String>,
