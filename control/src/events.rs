@@ -45,6 +45,25 @@ pub struct EventView {
     pub snat: Option<String>,
 }
 
+#[cfg(test)]
+impl EventView {
+    /// A TCP flow's `verdict` event: 198.18.0.2:40000 to 198.19.0.1:80,
+    /// scheduled to 198.18.1.10:8080 through 198.18.1.2:1024.
+    pub(crate) fn sample(verdict: &str) -> EventView {
+        EventView {
+            time_ms: 0,
+            worker: 0,
+            verdict: verdict.into(),
+            reason: None,
+            protocol: "TCP".into(),
+            src: "198.18.0.2:40000".into(),
+            dst: "198.19.0.1:80".into(),
+            backend: Some("198.18.1.10:8080".into()),
+            snat: Some("198.18.1.2:1024".into()),
+        }
+    }
+}
+
 /// `observe`'s filters, named as `hubble observe`'s flags; `None` passes
 /// every event. A flow's ends: the client (`from`), the VIP and the
 /// backend (`to`: either, as hubble shows a service's flow to the
@@ -320,17 +339,7 @@ mod tests {
     /// check's event has no client and matches no `from`.
     #[test]
     fn addresses_ports_and_protocols_filter_as_hubble_s() {
-        let flow = EventView {
-            time_ms: 0,
-            worker: 0,
-            verdict: "NEW".into(),
-            reason: None,
-            protocol: "TCP".into(),
-            src: "198.18.0.2:40000".into(),
-            dst: "198.19.0.1:80".into(),
-            backend: Some("198.18.1.10:8080".into()),
-            snat: Some("198.18.1.2:1024".into()),
-        };
+        let flow = EventView::sample("NEW");
         let six = EventView {
             protocol: "UDP".into(),
             src: "[2001:2::2]:5300".into(),

@@ -627,17 +627,7 @@ mod tests {
     fn event_stamps_and_kinds_are_conntrack_s() {
         assert_eq!(stamp(1_733_356_800_042), "[1733356800.042000]\t");
         assert_eq!(stamp(5), "[00000000.005000]\t");
-        let e = |verdict: &str| EventView {
-            time_ms: 0,
-            worker: 0,
-            verdict: verdict.into(),
-            reason: None,
-            protocol: "TCP".into(),
-            src: "198.18.0.2:40000".into(),
-            dst: "198.19.0.1:80".into(),
-            backend: None,
-            snat: None,
-        };
+        let e = EventView::sample;
         assert_eq!(
             [kind(&e("NEW")), kind(&e("CLOSED")), kind(&e("DROPPED"))],
             [NEW, UPDATES, 0]
@@ -703,17 +693,7 @@ mod tests {
 
     #[test]
     fn events_are_conntrack_s() {
-        let e = EventView {
-            time_ms: 0,
-            worker: 0,
-            verdict: "NEW".into(),
-            reason: None,
-            protocol: "TCP".into(),
-            src: "198.18.0.2:40000".into(),
-            dst: "198.19.0.1:80".into(),
-            backend: Some("198.18.1.10:8080".into()),
-            snat: Some("198.18.1.2:1024".into()),
-        };
+        let e = EventView::sample("NEW");
         assert_eq!(
             event_line(&e, false).unwrap(),
             "    [NEW] tcp      6 src=198.18.0.2 dst=198.19.0.1 sport=40000 dport=80 [UNREPLIED] src=198.18.1.10 dst=198.18.1.2 sport=8080 dport=1024"
@@ -738,15 +718,11 @@ mod tests {
     #[test]
     fn events_are_selected_as_flows_are() {
         let v4 = EventView {
-            time_ms: 0,
-            worker: 0,
-            verdict: "NEW".into(),
-            reason: None,
             protocol: "UDP".into(),
             src: "198.18.0.2:5300".into(),
             dst: "198.19.0.1:53".into(),
             backend: Some("198.18.1.10:53".into()),
-            snat: Some("198.18.1.2:1024".into()),
+            ..EventView::sample("NEW")
         };
         let v6 = EventView {
             src: "[2001:2::2]:5300".into(),
