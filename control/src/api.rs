@@ -801,6 +801,9 @@ async fn events(
     Query(q): Query<EventQuery>,
     Query(filter): Query<EventFilter>,
 ) -> Response {
+    if let Err(e) = filter.check() {
+        return bad(e).into_response();
+    }
     let past = st.events.last(q.last.unwrap_or(20), &filter);
     let mut text = String::new();
     for e in &past {

@@ -91,7 +91,35 @@ pub struct EventFilter {
     pub protocol: Option<String>,
 }
 
+/// The verdicts `--verdict` takes (any case): an event's own, and
+/// hubble's `FORWARDED`, a flow's new or closed event (its packets were
+/// forwarded).
+pub const VERDICTS: [&str; 6] = [
+    "NEW",
+    "CLOSED",
+    "DROPPED",
+    "FORWARDED",
+    "BACKEND_UP",
+    "BACKEND_DOWN",
+];
+
+/// The protocols `--protocol` takes (any case).
+pub const PROTOCOLS: [&str; 3] = ["TCP", "UDP", "ICMP"];
+
 impl EventFilter {
+    /// Why the filter can match no event (a verdict or protocol no event
+    /// has), instead of showing nothing without a word.
+    pub fn check(&self) -> Result<(), String> {
+        let known = |v: &Option<String>, names: &[&str], what: &str| match v {
+            Some(v) if !names.iter().any(|n| n.eq_ignore_ascii_case(v)) => {
+                Err(format!("{what} `{v}': one of {}", names.join(", ")))
+            }
+            _ => Ok(()),
+        };
+        known(&self.verdict, &VERDICTS, "verdict")?;
+        known(&self.protocol, &PROTOCOLS, "protocol")
+    }
+
     /// Whether `e` passes every filter given.
     pub fn matches(&self, e: &EventView) -> bool {
         let end = |s: &str| s.parse::<SocketAddr>().ok();
@@ -104,10 +132,11 @@ impl EventFilter {
             want.is_none_or(|w| ends.iter().flatten().any(|a| a.port() == w))
         };
         let all = [from[0], to[0], to[1]];
-        self.verdict
-            .as_deref()
-            .is_none_or(|v| e.verdict.eq_ignore_ascii_case(v))
-            && self.service.as_deref().is_none_or(|s| e.dst == s)
+        self.verdict.as_deref().is_none_or(|v| {
+            e.verdict.eq_ignore_ascii_case(v)
+                || (v.eq_ignore_ascii_case("FORWARDED")
+                    && matches!(e.verdict.as_str(), "NEW" | "CLOSED"))
+        }) && self.service.as_deref().is_none_or(|s| e.dst == s)
             && self
                 .protocol
                 .as_deref()
@@ -439,5 +468,35 @@ mod tests {
             let got = [&flow, &six, &check].map(|e| f.matches(e));
             assert_eq!(got, want, "{f:?}");
         }
+    }
+
+    /// hubble's FORWARDED is a flow's new or closed event; a verdict or
+    /// protocol no event has is refused, not answered with nothing.
+    #[test]
+    fn forwarded_is_new_or_closed_and_unknown_names_are_refused() {
+        let by = |v: &str| EventFilter {
+            verdict: Some(v.into()),
+            ..EventFilter::default()
+        };
+        let kinds = ["NEW", "CLOSED", "DROPPED"].map(EventView::sample);
+        assert_eq!(
+            kinds.each_ref().map(|e| by("forwarded").matches(e)),
+            [true, true, false]
+        );
+        assert_eq!(
+            kinds.each_ref().map(|e| by("dropped").matches(e)),
+            [false, false, true]
+        );
+        assert_eq!(by("Forwarded").check(), Ok(()));
+        let err = by("REDIRECTED").check().unwrap_err();
+        assert!(
+            err.starts_with("verdict `REDIRECTED': one of NEW, CLOSED"),
+            "{err}"
+        );
+        let sctp = EventFilter {
+            protocol: Some("sctp".into()),
+            ..EventFilter::default()
+        };
+        assert!(sctp.check().unwrap_err().contains("`sctp'"));
     }
 }

@@ -212,6 +212,29 @@ fn persistence_holds_each_client_to_one_nginx_and_source_ranges_turn_others_away
     assert_eq!(by_port, by_client, "every drop to port 81 is from {OTHER}");
     assert_eq!(observe(&["--from-ip", &me]), "", "the listed client");
     assert_eq!(observe(&["--ip", &me, "--to-port", "81"]), "");
+    // Its flows were forwarded (hubble's verdict: xvs's new and closed
+    // events); a verdict no event has is refused, not shown as nothing.
+    let port81 = ["--from-ip", me.as_str(), "--to-port", "81", "--last", "100"];
+    let forwarded = xvs.adm_ok(&[&["observe", "--verdict", "FORWARDED"][..], &port81[..]].concat());
+    assert!(
+        forwarded.lines().count() >= 3
+            && forwarded
+                .lines()
+                .all(|l| l.contains(" NEW (TCP)") || l.contains(" CLOSED (TCP)")),
+        "{forwarded}"
+    );
+    let (status, _, err) = xvs.adm(&["observe", "--verdict", "REDIRECTED"]);
+    assert_eq!(status, 2, "{err}");
+    assert!(
+        err.starts_with("verdict `REDIRECTED': one of NEW, CLOSED"),
+        "{err}"
+    );
+    // The API itself refuses it too (a script's GET, not xvsadm's).
+    let body = xvs.get("/v1/events?verdict=REDIRECTED");
+    assert!(
+        body.contains(r#""kind":"invalid""#) && body.contains("REDIRECTED"),
+        "{body}"
+    );
     let line = xvs.stop_accounted();
     assert!(drops(&line, "source_denied") >= 1, "{line}");
 }

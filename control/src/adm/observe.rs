@@ -18,7 +18,8 @@ use super::client::{request, stream, Endpoint};
     about = "Flow events (new, closed, dropped with reason), like hubble observe"
 )]
 struct Args {
-    /// Only this verdict: NEW, CLOSED or DROPPED.
+    /// Only this verdict: NEW, CLOSED, DROPPED, FORWARDED (new or
+    /// closed), BACKEND_UP or BACKEND_DOWN.
     #[arg(long)]
     verdict: Option<String>,
     /// Only flows to this VIP:PORT.
@@ -43,7 +44,7 @@ struct Args {
     /// Only flows to this VIP or backend port.
     #[arg(long)]
     to_port: Option<u16>,
-    /// Only this protocol: tcp or udp.
+    /// Only this protocol: tcp, udp or icmp.
     #[arg(long)]
     protocol: Option<String>,
     /// How many past events to show first.
@@ -73,6 +74,13 @@ pub fn main(argv: &[String], to: &Endpoint, out: &mut dyn Write, err: &mut dyn W
 }
 
 fn run(o: &Args, to: &Endpoint, out: &mut dyn Write) -> Result<(), String> {
+    // What the server would refuse, refused here with the same words.
+    let filter = crate::events::EventFilter {
+        verdict: o.verdict.clone(),
+        protocol: o.protocol.clone(),
+        ..Default::default()
+    };
+    filter.check()?;
     let mut q = vec![format!("last={}", o.last)];
     if let Some(v) = &o.verdict {
         q.push(format!("verdict={v}"));
