@@ -9,9 +9,16 @@
 //! socket's TX ring awaiting completion (counted by its `in_tx`). Frames move between them only
 //! in [`XskPort::reclaim`], [`XskPort::refill`], [`XskPort::receive`] and
 //! [`XskPort::transmit`], which update the counts with each move.
+//!
+//! A queue whose previous socket just closed (a daemon restarted after
+//! `kill -9`, a port reopened) may still be held: the kernel drops a
+//! closed socket's buffer pool, and with it the queue, in deferred work
+//! (`xp_release_deferred`), and a bind before that runs fails with EBUSY.
+//! [`XskPort::open`] waits for it, up to [`BUSY_WAIT`].
 
 use std::num::NonZeroU32;
 use std::os::fd::AsRawFd;
+use std::time::Duration;
 
 use xsk_rs::config::{BindFlags, LibxdpFlags, QueueSize, SocketConfig, UmemConfig, XdpFlags};
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
@@ -21,6 +28,10 @@ pub const BATCH: usize = 64;
 /// Frames of a port's UMEM.
 pub const FRAMES: u32 = 4096;
 const RING: u32 = 2048;
+/// The longest [`XskPort::open`] retries a queue still held by a closed
+/// socket (EBUSY), and how often.
+pub const BUSY_WAIT: Duration = Duration::from_secs(3);
+const BUSY_RETRY: Duration = Duration::from_millis(10);
 /// The UMEM every port registers: libxdp's default frame size and
 /// headroom, rings of `RING` descriptors.
 pub fn umem_config() -> Result<UmemConfig, String> {
@@ -188,7 +199,9 @@ impl XskPort {
     /// Opens one socket per interface of `ifnames` on `queue`, sharing
     /// one UMEM: zero-copy if `zero_copy` is `Some(true)`, copy if
     /// `Some(false)`, zero-copy else copy if `None`. No XDP program is
-    /// loaded: the steering program is xvs's own.
+    /// loaded: the steering program is xvs's own. A queue still held by
+    /// a socket that just closed is tried again every few milliseconds,
+    /// up to [`BUSY_WAIT`] (see the module docs).
     pub fn open(
         ifnames: &[&str],
         queue: u32,
@@ -204,22 +217,40 @@ impl XskPort {
             Some(false) => &[false],
             None => &[true, false],
         };
-        let mut last = String::new();
-        for &zc in attempts {
-            match Self::open_mode(ifnames, queue, zc) {
-                Ok(p) => return Ok(p),
-                Err(e) => last = e,
+        let mut waited = Duration::ZERO;
+        loop {
+            let mut last = String::new();
+            let mut busy = false;
+            for &zc in attempts {
+                match Self::open_mode(ifnames, queue, zc) {
+                    Ok(p) => return Ok(p),
+                    Err((e, errno)) => {
+                        busy |= errno == Some(libc::EBUSY);
+                        last = e;
+                    }
+                }
             }
+            if !busy || waited >= BUSY_WAIT {
+                return Err(err(last));
+            }
+            std::thread::sleep(BUSY_RETRY);
+            waited += BUSY_RETRY;
         }
-        Err(err(last))
     }
 
-    fn open_mode(ifnames: &[&str], queue: u32, zero_copy: bool) -> Result<XskPort, String> {
-        let ring = QueueSize::new(RING).map_err(|e| e.to_string())?;
-        let umem_cfg = umem_config()?;
-        let frames = NonZeroU32::new(FRAMES).ok_or("no frames")?;
-        let (umem, descs) = Umem::new(umem_cfg, frames, false).map_err(|e| e.to_string())?;
-        let first = descs.first().ok_or("no frames")?;
+    /// [`XskPort::open`] in one mode, once; an error with its errno, if
+    /// the kernel gave one.
+    fn open_mode(
+        ifnames: &[&str],
+        queue: u32,
+        zero_copy: bool,
+    ) -> Result<XskPort, (String, Option<i32>)> {
+        let plain = |e: String| (e, None);
+        let ring = QueueSize::new(RING).map_err(|e| plain(e.to_string()))?;
+        let umem_cfg = umem_config().map_err(plain)?;
+        let frames = NonZeroU32::new(FRAMES).ok_or_else(|| plain("no frames".into()))?;
+        let (umem, descs) = Umem::new(umem_cfg, frames, false).map_err(|e| plain(e.to_string()))?;
+        let first = descs.first().ok_or_else(|| plain("no frames".into()))?;
         // SAFETY: `first` is a frame of this UMEM, which nothing else
         // references yet; only the view's address is kept.
         let base = unsafe { umem.data(first) }.contents().as_ptr() as usize - first.addr();
@@ -243,13 +274,26 @@ impl XskPort {
         for ifname in ifnames {
             let iface = ifname
                 .parse()
-                .map_err(|_| format!("bad interface name {ifname}"))?;
+                .map_err(|_| plain(format!("bad interface name {ifname}")))?;
             // SAFETY: each (interface, queue) pair is bound once, so the
             // program-load inhibit flag that a second binding of a pair on
             // a shared UMEM would require is not needed.
-            let (tx, rx, fq_cq) = unsafe { Socket::new(cfg, &umem, &iface, queue) }
-                .map_err(|e| format!("{ifname}: {e}"))?;
-            let (fq, cq) = fq_cq.ok_or_else(|| format!("{ifname}: no fill/completion queues"))?;
+            // The kernel's errno, in the text too (xsk-rs keeps it as the
+            // error's source).
+            let (tx, rx, fq_cq) =
+                unsafe { Socket::new(cfg, &umem, &iface, queue) }.map_err(|e| {
+                    let os = std::error::Error::source(&e)
+                        .and_then(|s| s.downcast_ref::<std::io::Error>())
+                        .and_then(std::io::Error::raw_os_error);
+                    let why = os.map(std::io::Error::from_raw_os_error);
+                    let text = match why {
+                        Some(w) => format!("{ifname}: {e}: {w}"),
+                        None => format!("{ifname}: {e}"),
+                    };
+                    (text, os)
+                })?;
+            let (fq, cq) =
+                fq_cq.ok_or_else(|| plain(format!("{ifname}: no fill/completion queues")))?;
             socks.push(Sock {
                 rx,
                 tx,

@@ -20,7 +20,7 @@ use xsk_rs::config::{BindFlags, LibxdpFlags, SocketConfig};
 use xsk_rs::{Socket, Umem};
 use xvs_config::XdpAttachMode;
 use xvs_dataplane::steer::Steering;
-use xvs_dataplane::xsk::{umem_config, FrameLayout};
+use xvs_dataplane::xsk::{umem_config, FrameLayout, XskPort};
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::topology::{Arms, Spec, Topology};
 
@@ -229,4 +229,49 @@ fn only_owned_traffic_reaches_the_socket() {
     let link = t.gateway.ip(&["-d", "link", "show", "gc"]).unwrap().stdout;
     let link = String::from_utf8_lossy(&link);
     assert!(!link.contains("prog/xdp"), "program left on gc:\n{link}");
+}
+
+/// A queue whose socket just closed is bound again at once, as a daemon
+/// restarted after `kill -9` binds the queues its predecessor held: the
+/// kernel releases a closed socket's hold on its queue in deferred work,
+/// and a bind before that work ran used to fail with EBUSY ("cannot
+/// start the data plane"). 40 closes and binds back to back, copy mode
+/// and the zero-copy-else-copy default alike. A queue an open socket
+/// holds is still refused, with the kernel's reason.
+#[test]
+fn a_queue_is_bound_again_right_after_its_socket_closes() {
+    if !privileged("a_queue_is_bound_again_right_after_its_socket_closes") {
+        return;
+    }
+    let t = Topology::build(Spec {
+        arms: Arms::Two,
+        backends: 1,
+        queues: 1,
+    })
+    .unwrap();
+    let gw = t.gateway.name().to_owned();
+    let binds = std::thread::spawn(move || -> Result<u32, String> {
+        xvs_vm_tests::netns::Netns::existing(&gw)
+            .enter_current_thread()
+            .map_err(|e| e.to_string())?;
+        let mut bound = 0;
+        for i in 0..40 {
+            let zero_copy = if i % 2 == 0 { Some(false) } else { None };
+            let port =
+                XskPort::open(&["gc"], 0, zero_copy).map_err(|e| format!("bind {i}: {e}"))?;
+            drop(port);
+            bound += 1;
+        }
+        // A queue held by an open socket is not taken: the bind gives up
+        // after its bounded wait and says why, with the kernel's errno.
+        let held = XskPort::open(&["gc"], 0, Some(false)).map_err(|e| e.to_string())?;
+        let second = XskPort::open(&["gc"], 0, Some(false)).map(|_| ());
+        drop(held);
+        let refused = second.err().map(|e| e.to_string()).unwrap_or_default();
+        if !refused.ends_with("Device or resource busy (os error 16)") {
+            return Err(format!("a held queue: {refused:?}"));
+        }
+        Ok(bound)
+    });
+    assert_eq!(binds.join().unwrap(), Ok(40));
 }
