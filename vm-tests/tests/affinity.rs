@@ -208,6 +208,13 @@ fn persistence_holds_each_client_to_one_nginx_and_source_ranges_turn_others_away
             .all(|l| l.contains(&format!(": {OTHER}:")) && l.ends_with(" source_denied")),
         "{by_client}"
     );
+    // hubble's `-o json`: the same drops as the API's JSON, a line each.
+    let json = observe(&["--from-ip", OTHER, "-o", "json"]);
+    assert_eq!(json.lines().count(), by_client.lines().count(), "{json}");
+    for l in json.lines() {
+        let e: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert_eq!(e["reason"], "source_denied", "{l}");
+    }
     let by_port = observe(&["--to-port", "81", "--protocol", "tcp"]);
     assert_eq!(by_port, by_client, "every drop to port 81 is from {OTHER}");
     assert_eq!(observe(&["--from-ip", &me]), "", "the listed client");

@@ -2,7 +2,7 @@
 //! `hubble observe`, with its filters: `--verdict`, `--ip`, `--from-ip`,
 //! `--to-ip`, `--port`, `--from-port`, `--to-port`, `--protocol` (and
 //! xvs's `--service`), applied by the server so that `--last N` counts
-//! the events that pass.
+//! the events that pass; `-o json` as its `--json`.
 
 use std::io::Write;
 use std::net::IpAddr;
@@ -56,6 +56,17 @@ struct Args {
     /// Print the events as JSON lines.
     #[arg(long, action = ArgAction::SetTrue)]
     json: bool,
+    /// Output format, as hubble's: compact (one line an event, the
+    /// default) or json (as --json).
+    #[arg(short = 'o', long = "output", value_parser = ["compact", "json"])]
+    output: Option<String>,
+}
+
+impl Args {
+    /// Whether the events are printed as JSON lines.
+    fn json(&self) -> bool {
+        self.json || self.output.as_deref() == Some("json")
+    }
 }
 
 /// Runs `xvsadm observe ARGS` (`argv` without `xvsadm`).
@@ -117,7 +128,7 @@ fn run(o: &Args, to: &Endpoint, out: &mut dyn Write) -> Result<(), String> {
         pending.push_str(chunk);
         while let Some(i) = pending.find('\n') {
             let line: String = pending.drain(..=i).collect();
-            let text = if o.json {
+            let text = if o.json() {
                 line
             } else {
                 match serde_json::from_str::<crate::events::EventView>(line.trim()) {
@@ -145,4 +156,29 @@ fn run(o: &Args, to: &Endpoint, out: &mut dyn Write) -> Result<(), String> {
 /// man page and the shell completions).
 pub fn command() -> clap::Command {
     <Args as clap::CommandFactory>::command().name("observe")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// hubble's `-o json` is `--json`; `-o compact` and no flag are the
+    /// line format; another format is refused.
+    #[test]
+    fn output_formats_are_hubble_s() {
+        let json =
+            |argv: &[&str]| Args::try_parse_from([&["observe"], argv].concat()).map(|a| a.json());
+        let formats: [&[&str]; 5] = [
+            &[],
+            &["-o", "compact"],
+            &["-o", "json"],
+            &["--output", "json"],
+            &["--json"],
+        ];
+        assert_eq!(
+            formats.map(|f| json(f).unwrap()),
+            [false, false, true, true, true]
+        );
+        assert!(json(&["-o", "table"]).is_err());
+    }
 }
