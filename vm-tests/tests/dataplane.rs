@@ -647,3 +647,43 @@ fn steering_all_hands_every_packet_to_xvs() {
     assert!(line.contains("not_owned="), "{line}");
     assert!(daemon::detached(&t.gateway, "g0"), "program left on g0");
 }
+
+/// The gateway's interface goes down and up again (`ip link set g0
+/// down; ... up`, an operator's or a switch port's flap) while a
+/// connection is held through the VIP: the AF_XDP socket and the
+/// steering program stay bound across it, the held connection goes on
+/// once the link is back (its segments retransmitted over the gap), new
+/// connections work, and every frame is accounted for.
+#[test]
+fn a_link_flap_loses_neither_the_socket_nor_a_held_connection() {
+    if !privileged("a_link_flap_loses_neither_the_socket_nor_a_held_connection") {
+        return;
+    }
+    let r = start("rr");
+    let t = &r.t;
+    let before = t.tcp_load(TESTNET, "198.19.0.1:80", 30, 5000);
+    assert!(before.starts_with("ok=30 failed=0"), "{before}");
+    let mut hold = t.client.ns.command(TESTNET);
+    hold.args(["hold", "--connect", "198.19.0.1:80", "--seconds", "6"]);
+    let (hold, first) =
+        Spawned::start(hold, "long-lived connection", Duration::from_secs(5)).unwrap();
+    assert!(first.starts_with("connected b"), "{first}");
+
+    t.gateway.ip(&["link", "set", "g0", "down"]).unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    t.gateway.ip(&["link", "set", "g0", "up"]).unwrap();
+
+    let after = t.tcp_load(TESTNET, "198.19.0.1:80", 30, 5000);
+    assert!(
+        after.starts_with("ok=30 failed=0"),
+        "after the flap: {after}"
+    );
+    let (status, printed) = hold.wait(Duration::from_secs(15));
+    assert!(status.is_some_and(|s| s.success()), "{printed}");
+    assert!(printed.trim().starts_with("ok rounds="), "{printed}");
+    let link = t.gateway.ip(&["-d", "link", "show", "g0"]).unwrap().stdout;
+    let link = String::from_utf8_lossy(&link);
+    assert!(link.contains("prog/xdp"), "steering program gone:\n{link}");
+    let line = r.xvs.stop_accounted();
+    assert!(field(&line, "forwarded") > 0, "{line}");
+}
