@@ -28,6 +28,19 @@ const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
 const VIP: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
 const VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0xff, 0, 0, 0, 0, 1);
 
+/// A two-arm topology (one backend, one queue) and its gateway
+/// namespace's name, for a thread of the test to enter.
+fn two_arm() -> (Topology, String) {
+    let t = Topology::build(Spec {
+        arms: Arms::Two,
+        backends: 1,
+        queues: 1,
+    })
+    .unwrap();
+    let gw = t.gateway.name().to_owned();
+    (t, gw)
+}
+
 /// What the socket saw: IPv4 packets to the VIP, ARP about the VIP, the
 /// same for the IPv6 VIP (neighbour solicitations whose target is it), and
 /// anything else.
@@ -65,13 +78,7 @@ fn only_owned_traffic_reaches_the_socket() {
     if !privileged("only_owned_traffic_reaches_the_socket") {
         return;
     }
-    let t = Topology::build(Spec {
-        arms: Arms::Two,
-        backends: 1,
-        queues: 1,
-    })
-    .unwrap();
-    let gw = t.gateway.name().to_owned();
+    let (t, gw) = two_arm();
     let (ready_tx, ready_rx) = mpsc::channel();
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
     let receiver = std::thread::spawn(move || -> Seen {
@@ -243,13 +250,7 @@ fn a_queue_is_bound_again_right_after_its_socket_closes() {
     if !privileged("a_queue_is_bound_again_right_after_its_socket_closes") {
         return;
     }
-    let t = Topology::build(Spec {
-        arms: Arms::Two,
-        backends: 1,
-        queues: 1,
-    })
-    .unwrap();
-    let gw = t.gateway.name().to_owned();
+    let (_t, gw) = two_arm(); // the topology lives until the test ends
     let binds = std::thread::spawn(move || -> Result<u32, String> {
         xvs_vm_tests::netns::Netns::existing(&gw)
             .enter_current_thread()
