@@ -64,30 +64,42 @@ impl EventView {
     }
 }
 
-/// `observe`'s filters, named as `hubble observe`'s flags; `None` passes
-/// every event. A flow's ends: the client (`from`), the VIP and the
-/// backend (`to`: either, as hubble shows a service's flow to the
-/// endpoint it was translated to). A health check's event comes from no
-/// address.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+/// `observe`'s filters, named as `hubble observe`'s flags: `xvsadm
+/// observe`'s flags, `GET /v1/events`'s query keys (the same names, with
+/// `_` for `-`); `None` passes every event. A flow's ends: the client
+/// (`from`), the VIP and the backend (`to`: either, as hubble shows a
+/// service's flow to the endpoint it was translated to). A health
+/// check's event comes from no address.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, clap::Args)]
 pub struct EventFilter {
-    /// `NEW`, `CLOSED`, `DROPPED`, `BACKEND_UP` or `BACKEND_DOWN`.
+    /// Only this verdict: NEW, CLOSED, DROPPED, FORWARDED (new or
+    /// closed), BACKEND_UP or BACKEND_DOWN.
+    #[arg(long)]
     pub verdict: Option<String>,
-    /// `VIP:PORT` (the destination, as the event names it).
+    /// Only flows to this VIP:PORT.
+    #[arg(long)]
     pub service: Option<String>,
-    /// Any end's address.
+    /// Only flows with this address at either end (client, VIP or
+    /// backend).
+    #[arg(long)]
     pub ip: Option<IpAddr>,
-    /// The client's address.
+    /// Only flows from this client address.
+    #[arg(long)]
     pub from_ip: Option<IpAddr>,
-    /// The VIP's or the backend's address.
+    /// Only flows to this VIP or backend address.
+    #[arg(long)]
     pub to_ip: Option<IpAddr>,
-    /// Any end's port.
+    /// Only flows with this port at either end.
+    #[arg(long)]
     pub port: Option<u16>,
-    /// The client's port.
+    /// Only flows from this client port.
+    #[arg(long)]
     pub from_port: Option<u16>,
-    /// The VIP's or the backend's port.
+    /// Only flows to this VIP or backend port.
+    #[arg(long)]
     pub to_port: Option<u16>,
-    /// `TCP` or `UDP` (any case).
+    /// Only this protocol: tcp, udp or icmp.
+    #[arg(long)]
     pub protocol: Option<String>,
 }
 
@@ -120,19 +132,10 @@ impl EventFilter {
         known(&self.protocol, &PROTOCOLS, "protocol")
     }
 
-    /// Whether `e` passes every filter given.
+    /// Whether `e` passes every filter given. Its addresses are parsed
+    /// only when an address or port filter asks for them.
     pub fn matches(&self, e: &EventView) -> bool {
-        let end = |s: &str| s.parse::<SocketAddr>().ok();
-        let from = [end(&e.src)];
-        let to = [end(&e.dst), e.backend.as_deref().and_then(end)];
-        let ip = |want: Option<IpAddr>, ends: &[Option<SocketAddr>]| {
-            want.is_none_or(|w| ends.iter().flatten().any(|a| a.ip() == w))
-        };
-        let port = |want: Option<u16>, ends: &[Option<SocketAddr>]| {
-            want.is_none_or(|w| ends.iter().flatten().any(|a| a.port() == w))
-        };
-        let all = [from[0], to[0], to[1]];
-        self.verdict.as_deref().is_none_or(|v| {
+        let named = self.verdict.as_deref().is_none_or(|v| {
             e.verdict.eq_ignore_ascii_case(v)
                 || (v.eq_ignore_ascii_case("FORWARDED")
                     && matches!(e.verdict.as_str(), "NEW" | "CLOSED"))
@@ -140,8 +143,27 @@ impl EventFilter {
             && self
                 .protocol
                 .as_deref()
-                .is_none_or(|p| e.protocol.eq_ignore_ascii_case(p))
-            && ip(self.ip, &all)
+                .is_none_or(|p| e.protocol.eq_ignore_ascii_case(p));
+        let by_ends = [self.ip, self.from_ip, self.to_ip]
+            .iter()
+            .any(Option::is_some)
+            || [self.port, self.from_port, self.to_port]
+                .iter()
+                .any(Option::is_some);
+        if !named || !by_ends {
+            return named;
+        }
+        let end = |s: &str| s.parse::<SocketAddr>().ok();
+        let from = [end(&e.src)];
+        let to = [end(&e.dst), e.backend.as_deref().and_then(end)];
+        let all = [from[0], to[0], to[1]];
+        let ip = |want: Option<IpAddr>, ends: &[Option<SocketAddr>]| {
+            want.is_none_or(|w| ends.iter().flatten().any(|a| a.ip() == w))
+        };
+        let port = |want: Option<u16>, ends: &[Option<SocketAddr>]| {
+            want.is_none_or(|w| ends.iter().flatten().any(|a| a.port() == w))
+        };
+        ip(self.ip, &all)
             && ip(self.from_ip, &from)
             && ip(self.to_ip, &to)
             && port(self.port, &all)
@@ -468,6 +490,32 @@ mod tests {
             let got = [&flow, &six, &check].map(|e| f.matches(e));
             assert_eq!(got, want, "{f:?}");
         }
+    }
+
+    /// What xvsadm sends is what the API reads back: every filter, an
+    /// IPv6 service's brackets and colons escaped, no key for a filter
+    /// not given.
+    #[test]
+    fn a_filter_goes_through_the_query_whole() {
+        let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        let f = EventFilter {
+            verdict: Some("DROPPED".into()),
+            service: Some("[2001:2:ff::1]:53".into()),
+            ip: ip("198.18.0.2"),
+            from_ip: ip("2001:2::2"),
+            to_ip: ip("198.18.1.10"),
+            port: Some(53),
+            from_port: Some(5300),
+            to_port: Some(8080),
+            protocol: Some("udp".into()),
+        };
+        let q = serde_urlencoded::to_string(&f).unwrap();
+        assert!(q.contains("service=%5B2001%3A2%3Aff%3A%3A1%5D%3A53"), "{q}");
+        assert_eq!(serde_urlencoded::from_str::<EventFilter>(&q), Ok(f));
+        assert_eq!(
+            serde_urlencoded::to_string(EventFilter::default()).unwrap(),
+            ""
+        );
     }
 
     /// hubble's FORWARDED is a flow's new or closed event; a verdict or

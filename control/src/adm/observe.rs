@@ -5,12 +5,12 @@
 //! the events that pass; `-o json` as its `--json`.
 
 use std::io::Write;
-use std::net::IpAddr;
 
 use clap::{ArgAction, Parser};
 use hyper::Method;
 
 use super::client::{request, stream, Endpoint};
+use crate::events::EventFilter;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -18,35 +18,8 @@ use super::client::{request, stream, Endpoint};
     about = "Flow events (new, closed, dropped with reason), like hubble observe"
 )]
 struct Args {
-    /// Only this verdict: NEW, CLOSED, DROPPED, FORWARDED (new or
-    /// closed), BACKEND_UP or BACKEND_DOWN.
-    #[arg(long)]
-    verdict: Option<String>,
-    /// Only flows to this VIP:PORT.
-    #[arg(long)]
-    service: Option<String>,
-    /// Only flows with this address at either end (client, VIP or
-    /// backend).
-    #[arg(long)]
-    ip: Option<IpAddr>,
-    /// Only flows from this client address.
-    #[arg(long)]
-    from_ip: Option<IpAddr>,
-    /// Only flows to this VIP or backend address.
-    #[arg(long)]
-    to_ip: Option<IpAddr>,
-    /// Only flows with this port at either end.
-    #[arg(long)]
-    port: Option<u16>,
-    /// Only flows from this client port.
-    #[arg(long)]
-    from_port: Option<u16>,
-    /// Only flows to this VIP or backend port.
-    #[arg(long)]
-    to_port: Option<u16>,
-    /// Only this protocol: tcp, udp or icmp.
-    #[arg(long)]
-    protocol: Option<String>,
+    #[command(flatten)]
+    filter: EventFilter,
     /// How many past events to show first.
     #[arg(long, default_value_t = 20)]
     last: usize,
@@ -86,37 +59,11 @@ pub fn main(argv: &[String], to: &Endpoint, out: &mut dyn Write, err: &mut dyn W
 
 fn run(o: &Args, to: &Endpoint, out: &mut dyn Write) -> Result<(), String> {
     // What the server would refuse, refused here with the same words.
-    let filter = crate::events::EventFilter {
-        verdict: o.verdict.clone(),
-        protocol: o.protocol.clone(),
-        ..Default::default()
-    };
-    filter.check()?;
+    o.filter.check()?;
     let mut q = vec![format!("last={}", o.last)];
-    if let Some(v) = &o.verdict {
-        q.push(format!("verdict={v}"));
-    }
-    if let Some(s) = &o.service {
-        // An IPv6 service is `[addr]:port`: brackets are not allowed
-        // bare in a query.
-        q.push(format!(
-            "service={}",
-            s.replace('[', "%5B").replace(']', "%5D")
-        ));
-    }
-    let filters = [
-        ("ip", o.ip.map(|a| a.to_string())),
-        ("from_ip", o.from_ip.map(|a| a.to_string())),
-        ("to_ip", o.to_ip.map(|a| a.to_string())),
-        ("port", o.port.map(|p| p.to_string())),
-        ("from_port", o.from_port.map(|p| p.to_string())),
-        ("to_port", o.to_port.map(|p| p.to_string())),
-        ("protocol", o.protocol.clone()),
-    ];
-    for (k, v) in filters {
-        if let Some(v) = v {
-            q.push(format!("{k}={v}"));
-        }
+    let filters = serde_urlencoded::to_string(&o.filter).map_err(|e| e.to_string())?;
+    if !filters.is_empty() {
+        q.push(filters);
     }
     if o.follow {
         q.push("follow=true".into());
