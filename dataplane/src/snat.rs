@@ -62,11 +62,7 @@ impl<A: Address> SnatEndpoints<A> {
         if size == 0 {
             return None;
         }
-        let addr = *self.addrs.get(self.addr as usize)?;
-        let end = Endpoint {
-            addr,
-            port: (u32::from(self.ports.first) + self.port) as u16,
-        };
+        let end = self.endpoint(self.addr, self.port)?;
         // Saturating as `total()` is (no overflow, whatever the config).
         let at = self.addr.saturating_mul(size).saturating_add(self.port);
         self.port += 1;
@@ -87,10 +83,7 @@ impl<A: Address> SnatEndpoints<A> {
         let size = self.ports.size();
         let port = u64::from(self.port) + u64::from(ahead);
         if port < u64::from(size) {
-            return Some(Endpoint {
-                addr: *self.addrs.get(self.addr as usize)?,
-                port: (u32::from(self.ports.first) + port as u32) as u16,
-            });
+            return self.endpoint(self.addr, port as u32);
         }
         // Past this address's last port: where the walk will be.
         let total = u64::from(self.total());
@@ -98,9 +91,17 @@ impl<A: Address> SnatEndpoints<A> {
             return None;
         }
         let at = (u64::from(self.addr) * u64::from(size) + port) % total;
+        let size = u64::from(size);
+        self.endpoint((at / size) as u32, (at % size) as u32)
+    }
+
+    /// The endpoint of address `addr` (an index) and port offset `port`
+    /// (`< ports.size()`), if there is such an address.
+    #[inline(always)]
+    fn endpoint(&self, addr: u32, port: u32) -> Option<Endpoint<A>> {
         Some(Endpoint {
-            addr: *self.addrs.get((at / u64::from(size)) as usize)?,
-            port: (u64::from(self.ports.first) + at % u64::from(size)) as u16,
+            addr: *self.addrs.get(addr as usize)?,
+            port: (u32::from(self.ports.first) + port) as u16,
         })
     }
 
