@@ -206,9 +206,9 @@ pub fn stats_line(x: &WorkerConntrack) -> String {
 
 /// An event as conntrack -E prints it (`None`: not a conntrack event).
 pub fn event_line(e: &EventView, extended: bool) -> Option<String> {
-    let tag = match e.verdict.as_str() {
-        "NEW" => "[NEW]",
-        "CLOSED" => "[UPDATE]",
+    let tag = match kind(e) {
+        NEW => "[NEW]",
+        UPDATES => "[UPDATE]",
         _ => return None,
     };
     let (name, num) = match e.protocol.as_str() {
@@ -526,10 +526,10 @@ fn event_matches(a: &Args, e: &EventView) -> bool {
         && port(a.reply_sport, backend)
         && port(a.reply_dport, snat)
         && !a.no_flow_marked()
-        && a.family.as_deref().is_none_or(|f| {
-            let six = matches!(f.to_ascii_lowercase().as_str(), "ipv6" | "inet6" | "6");
-            src.is_some_and(|x| x.is_ipv6() == six)
-        })
+        // `check` let only `ipv4` and `ipv6` through.
+        && a.family
+            .as_deref()
+            .is_none_or(|f| src.is_some_and(|x| x.is_ipv6() == (f == "ipv6")))
 }
 
 /// conntrack's line for a delete or flush (on stderr, as conntrack's), or
