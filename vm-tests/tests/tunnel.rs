@@ -126,10 +126,6 @@ fn config6(t: &Topology, backends: &str) -> String {
     )
 }
 
-fn client_tcp(t: &Topology, connections: usize, payload: usize) -> String {
-    t.tcp_load_payload(TESTNET, &format!("{VIP}:80"), connections, payload)
-}
-
 /// One service, an IPIP and a GUE real server: every connection works,
 /// xvs forwards exactly the client's segments (the answers bypass it),
 /// and each backend received its own encapsulation only.
@@ -206,6 +202,37 @@ fn ip6ip6_and_gue6_real_servers_answer_the_client_themselves() {
     );
 }
 
+/// Four uploads of 2 MB to `to` through the tunnel real server `name`
+/// (its decapsulator `decap`, which counts them at `index` of
+/// [`decapsulated`]): every byte arrives, the client's route to the VIP
+/// (`ip ROUTE_GET`) ends with path MTU `mtu`, xvs answered at least one
+/// too-big packet, and at least the 8 MB in segments of at most 1440
+/// bytes went through the tunnel.
+fn uploads_lower_the_path_mtu(
+    t: &Topology,
+    xvs: Daemon,
+    (to, route_get): (&str, &[&str]),
+    (name, index, decap): (&str, usize, Spawned),
+    mtu: u32,
+) {
+    let summary = t.tcp_load_payload(TESTNET, to, 4, 2_000_000);
+    assert_eq!(summary, format!("ok=4 failed=0 by={name}:4"));
+    let route = t.client.ns.ip(route_get).unwrap();
+    let route = String::from_utf8_lossy(&route.stdout).into_owned();
+    assert!(route.contains(&format!("mtu {mtu}")), "{route}");
+    let line = xvs.stop_accounted();
+    assert!(field(&line, "too_big") >= 1, "{line}");
+    assert!(
+        field(&line, "answered") >= field(&line, "too_big"),
+        "{line}"
+    );
+    let passed = decapsulated(decap)[index];
+    assert!(
+        passed >= 4 * 2_000_000 / 1440,
+        "only {passed} packets decapsulated"
+    );
+}
+
 /// Uploads of 2 MB through an IPIP real server whose link has the
 /// client's MTU (1500): the first full-size segments do not fit once
 /// wrapped, xvs answers fragmentation needed with 1480, the client's
@@ -221,32 +248,11 @@ fn a_large_upload_through_a_tunnel_lowers_the_client_s_path_mtu() {
         "{{ address = \"{}\", forward = \"tunnel\" }}",
         backend_addr(0)
     );
-    let (xvs, _) = Daemon::start(
-        &t,
-        "tun-mtu",
-        &daemon::bins(TESTNET),
-        &config(&t, &backends),
-        &[],
-    )
-    .unwrap();
-    let summary = client_tcp(&t, 4, 2_000_000);
-    assert_eq!(summary, "ok=4 failed=0 by=ipip:4");
-    let route = t.client.ns.ip(&["route", "get", VIP]).unwrap();
-    let route = String::from_utf8_lossy(&route.stdout).into_owned();
-    assert!(route.contains("mtu 1480"), "{route}");
-    let line = xvs.stop_accounted();
-    assert!(field(&line, "too_big") >= 1, "{line}");
-    assert!(
-        field(&line, "answered") >= field(&line, "too_big"),
-        "{line}"
-    );
-    // At least the 8 MB in segments of at most 1440 bytes went through
-    // the tunnel.
-    let [ipip, ..] = decapsulated(decap);
-    assert!(
-        ipip >= 4 * 2_000_000 / 1440,
-        "only {ipip} packets decapsulated"
-    );
+    let text = config(&t, &backends);
+    let (xvs, _) = Daemon::start(&t, "tun-mtu", &daemon::bins(TESTNET), &text, &[]).unwrap();
+    let to = format!("{VIP}:80");
+    let route_get: &[&str] = &["route", "get", VIP];
+    uploads_lower_the_path_mtu(&t, xvs, (&to, route_get), ("ipip", 0, decap), 1480);
 }
 
 /// The same over IPv6: uploads of 2 MB through an IPv6-in-IPv6 real
@@ -266,26 +272,8 @@ fn a_large_upload_through_an_ipv6_tunnel_lowers_the_client_s_path_mtu() {
     );
     let text = config6(&t, &backends);
     let (xvs, _) = Daemon::start(&t, "tun6-mtu", &daemon::bins(TESTNET), &text, &[]).unwrap();
-    let summary = t.tcp_load_payload(TESTNET, &format!("[{VIP6}]:80"), 4, 2_000_000);
-    assert_eq!(summary, "ok=4 failed=0 by=ip6ip6:4");
-    let route = t
-        .client
-        .ns
-        .ip(&["-6", "route", "get", &VIP6.to_string()])
-        .unwrap();
-    let route = String::from_utf8_lossy(&route.stdout).into_owned();
-    assert!(route.contains("mtu 1460"), "{route}");
-    let line = xvs.stop_accounted();
-    assert!(field(&line, "too_big") >= 1, "{line}");
-    assert!(
-        field(&line, "answered") >= field(&line, "too_big"),
-        "{line}"
-    );
-    // At least the 8 MB in segments of at most 1440 bytes went through
-    // the tunnel.
-    let [_, _, six] = decapsulated(decap);
-    assert!(
-        six >= 4 * 2_000_000 / 1440,
-        "only {six} packets decapsulated"
-    );
+    let to = format!("[{VIP6}]:80");
+    let vip6 = VIP6.to_string();
+    let route_get: &[&str] = &["-6", "route", "get", &vip6];
+    uploads_lower_the_path_mtu(&t, xvs, (&to, route_get), ("ip6ip6", 2, decap), 1460);
 }
