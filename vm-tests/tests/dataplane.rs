@@ -653,7 +653,8 @@ fn steering_all_hands_every_packet_to_xvs() {
 /// connection is held through the VIP: the AF_XDP socket and the
 /// steering program stay bound across it, the held connection goes on
 /// once the link is back (its segments retransmitted over the gap), new
-/// connections work, and every frame is accounted for.
+/// connections work (the echo client's, and curl's to nginx behind a
+/// service added with xvsadm -A/-a), and every frame is accounted for.
 #[test]
 fn a_link_flap_loses_neither_the_socket_nor_a_held_connection() {
     if !privileged("a_link_flap_loses_neither_the_socket_nor_a_held_connection") {
@@ -661,6 +662,27 @@ fn a_link_flap_loses_neither_the_socket_nor_a_held_connection() {
     }
     let r = start("rr");
     let t = &r.t;
+    // nginx behind port 81, added as an operator would (ipvsadm's -A, -a).
+    let _nginx = t.nginx_on_backends(false, 8081).unwrap();
+    r.xvs.adm_ok(&["-A", "-t", "198.19.0.1:81", "-s", "rr"]);
+    for i in 0..t.backends.len() {
+        let real = format!("{}:8081", backend_addr(i));
+        r.xvs
+            .adm_ok(&["-a", "-t", "198.19.0.1:81", "-r", &real, "-m"]);
+    }
+    let curls = |n: usize| -> Vec<String> {
+        (0..n)
+            .map(|_| {
+                let out = t
+                    .client
+                    .ns
+                    .exec("curl", &["-sS", "-m", "2", "http://198.19.0.1:81/"]);
+                let out = out.unwrap_or_else(|e| panic!("curl: {e:?}"));
+                String::from_utf8_lossy(&out.stdout).trim().to_owned()
+            })
+            .collect()
+    };
+    assert_eq!(curls(3), ["b0", "b1", "b2"]);
     let before = t.tcp_load(TESTNET, "198.19.0.1:80", 30, 5000);
     assert!(before.starts_with("ok=30 failed=0"), "{before}");
     let mut hold = t.client.ns.command(TESTNET);
@@ -678,6 +700,7 @@ fn a_link_flap_loses_neither_the_socket_nor_a_held_connection() {
         after.starts_with("ok=30 failed=0"),
         "after the flap: {after}"
     );
+    assert_eq!(curls(3), ["b0", "b1", "b2"], "curl to nginx after the flap");
     let (status, printed) = hold.wait(Duration::from_secs(15));
     assert!(status.is_some_and(|s| s.success()), "{printed}");
     assert!(printed.trim().starts_with("ok rounds="), "{printed}");
