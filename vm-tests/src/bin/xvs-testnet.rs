@@ -26,8 +26,8 @@
 //!   lose their outer headers and the inner packets enter the stack
 //!   through a TUN device, as if an `ipip`, `ip6tnl` or `fou` interface
 //!   had decapsulated them; prints `ready` once the sockets and the
-//!   device exist, then `decapsulated ipip=N gue=M ip6ip6=K` when its
-//!   time is up (`ipip` counts IPv4-in-IPv4 only).
+//!   device exist, then `decapsulated ipip=N gue=M ip6ip6=K` on SIGTERM
+//!   or when its time is up (`ipip` counts IPv4-in-IPv4 only).
 //!
 //! Every operation has a timeout; loads are bounded in count and time.
 
