@@ -292,7 +292,8 @@ fn setup<F: Fam>(in_file: bool, load: Load) -> Pipeline {
 /// pipeline_10_services_1k_flows` (with `GLIBC_TUNABLES` set as
 /// [`xvs_benches::exec_with_huge_page_heap`] sets it, so that valgrind
 /// follows no exec). With `XVS_PIPELINE_NEW=1` too, that many batches of
-/// 64 new flows instead; with `XVS_PIPELINE_GENERAL=1`, the established
+/// 64 new flows instead (all to one service with
+/// `XVS_PIPELINE_ONE_SERVICE=1`); with `XVS_PIPELINE_GENERAL=1`, the established
 /// batch with the express lane off (the general path).
 fn count_only() -> Option<usize> {
     std::env::var("XVS_PIPELINE_COUNT").ok()?.parse().ok()
@@ -426,6 +427,10 @@ struct Row {
     new_flow: f64,
     /// One at a time.
     new_single: f64,
+    /// In batches of 64, every flow to one service (the end-to-end
+    /// bench's traffic, a single busy service's: each frame's scheduler
+    /// pick and SNAT endpoint follow every frame's before it).
+    new_one_service: f64,
 }
 
 /// Each workload's time per packet next to the memory floor: the ratio
@@ -437,7 +442,7 @@ fn report(base: &Baseline, rows: &[(String, Row)]) {
         base.independent, base.dependent
     );
     println!(
-        "{:<44} {:>13} {:>7} {:>7} {:>13} {:>7} {:>13} {:>7} {:>7} {:>13}",
+        "{:<44} {:>13} {:>7} {:>7} {:>13} {:>7} {:>13} {:>7} {:>7} {:>13} {:>13}",
         "workload",
         "established",
         "÷ read",
@@ -447,11 +452,12 @@ fn report(base: &Baseline, rows: &[(String, Row)]) {
         "new flow",
         "÷ read",
         "÷ miss",
-        "new, single"
+        "new, single",
+        "new, 1 svc"
     );
     for (name, r) in rows {
         println!(
-            "{:<44} {:>10.1} ns {:>7.2} {:>7.2} {:>10.1} ns {:>7.2} {:>10.0} ns {:>7.2} {:>7.2} {:>10.0} ns",
+            "{:<44} {:>10.1} ns {:>7.2} {:>7.2} {:>10.1} ns {:>7.2} {:>10.0} ns {:>7.2} {:>7.2} {:>10.0} ns {:>10.0} ns",
             name,
             r.established,
             r.established / base.independent,
@@ -462,10 +468,11 @@ fn report(base: &Baseline, rows: &[(String, Row)]) {
             r.new_flow / base.independent,
             r.new_flow / base.dependent,
             r.new_single,
+            r.new_one_service,
         );
     }
     println!(
-        "(established and new flow in batches of 64, the worker's way; ÷ read: overlapped reads' worth, ÷ miss: dependent misses' worth;\n general path: established with the express lane off, timed alternately with it; ÷ it: the lane's time over the general path's)"
+        "(established and new flow in batches of 64, the worker's way; ÷ read: overlapped reads' worth, ÷ miss: dependent misses' worth;\n general path: established with the express lane off, timed alternately with it; ÷ it: the lane's time over the general path's;\n new, 1 svc: new flows in batches of 64, all to one service)"
     );
 }
 
@@ -484,10 +491,12 @@ fn measure<F: Fam>(c: &mut Criterion, group: &str, mut p: Pipeline, load: Load) 
     if let Some(batches) = count_only() {
         let mut batch = Batch::new();
         if std::env::var_os("XVS_PIPELINE_NEW").is_some() {
-            // New flows instead: `batches` batches of 64 SYNs.
+            // New flows instead: `batches` batches of 64 SYNs (all to
+            // one service with XVS_PIPELINE_ONE_SERVICE set).
+            let one = std::env::var_os("XVS_PIPELINE_ONE_SERVICE").is_some();
             let mut next = load.flows;
             let spent: Duration = (0..batches)
-                .map(|_| new_flows::<F>(&mut p, load, &mut next, 64, Some(&mut batch)))
+                .map(|_| new_flows::<F>(&mut p, load, &mut next, 64, Some(&mut batch), one))
                 .sum();
             let per = spent.as_nanos() as f64 / (batches * 64) as f64;
             println!(
@@ -556,7 +565,7 @@ fn measure<F: Fam>(c: &mut Criterion, group: &str, mut p: Pipeline, load: Load) 
                 while left > 0 {
                     let n = left.min(20_000) as u32;
                     let batch = batched.then_some(&mut batch);
-                    spent += new_flows::<F>(&mut p, load, &mut next, n, batch);
+                    spent += new_flows::<F>(&mut p, load, &mut next, n, batch, false);
                     left -= u64::from(n);
                 }
                 spent
@@ -592,24 +601,26 @@ fn measure<F: Fam>(c: &mut Criterion, group: &str, mut p: Pipeline, load: Load) 
     }
     p.set_express(true);
     let [established, general] = lanes.map(median);
-    let mut new_flow = |mut batch: Option<&mut Batch>| {
+    let mut new_flow = |mut batch: Option<&mut Batch>, one_service: bool| {
         median(
             (0..5)
                 .map(|_| {
-                    let spent =
-                        new_flows::<F>(&mut p, load, &mut next, 5_000, batch.as_deref_mut());
+                    let b = batch.as_deref_mut();
+                    let spent = new_flows::<F>(&mut p, load, &mut next, 5_000, b, one_service);
                     spent.as_nanos() as f64 / 5_000.0
                 })
                 .collect(),
         )
     };
-    let new_single = new_flow(None);
-    let new_flow = new_flow(Some(&mut batch));
+    let new_single = new_flow(None, false);
+    let new_one_service = new_flow(Some(&mut batch), true);
+    let new_flow = new_flow(Some(&mut batch), false);
     Row {
         established,
         general,
         new_flow,
         new_single,
+        new_one_service,
     }
 }
 
@@ -720,7 +731,8 @@ impl Batch {
     }
 }
 
-/// `n` new flows (SYNs to random services) from `next` on, one at a time
+/// `n` new flows (SYNs to random services, or all to the first with
+/// `one_service`) from `next` on, one at a time
 /// or, with `batch`, in batches of 64 the worker's way: the time they
 /// took; they are taken out again (not timed).
 fn new_flows<F: Fam>(
@@ -729,13 +741,17 @@ fn new_flows<F: Fam>(
     next: &mut u32,
     n: u32,
     batch: Option<&mut Batch>,
+    one_service: bool,
 ) -> Duration {
     let len = F::LEN;
     let frames: Vec<[u8; 96]> = (0..n)
         .map(|j| {
             let i = *next + j;
             let (c, port) = F::client_of(i);
-            let s = ((u64::from(i) * 2_654_435_761) % u64::from(load.services)) as u32;
+            let s = match one_service {
+                true => 0,
+                false => ((u64::from(i) * 2_654_435_761) % u64::from(load.services)) as u32,
+            };
             F::frame(c, port, F::vip(s), 0x02)
         })
         .collect();

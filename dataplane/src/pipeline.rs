@@ -177,6 +177,12 @@ fn new_flows_among<'a>(services: impl IntoIterator<Item = &'a u32>, service: u32
 /// enough that the guess it rests on still holds.
 pub const PREFETCH_AHEAD: usize = 8;
 
+// Every frame between the one processed and the one fetched for may be a
+// new flow of the latter's service (one busy service: all of them): the
+// scheduler's guess must reach that far, or a single hot service's new
+// flows are never fetched ahead.
+const _: () = assert!(PREFETCH_AHEAD <= crate::sched::PEEK_MAX);
+
 mod express;
 
 /// The verdict on a frame rewritten for `side` (or why it could not be).

@@ -29,6 +29,12 @@ pub use least::Least;
 pub use locality::{Locality, EXPIRATION as LOCALITY_EXPIRATION};
 pub use maglev::{Maglev, MaglevTable, DEFAULT_SEED};
 pub use random::WeightedRandom;
+
+/// The farthest offset [`Scheduler::peek`] answers for round-robin
+/// schedulers (it steps a copy of their state that far). The pipeline
+/// asks up to its prefetch distance: every frame in between may be a new
+/// flow of the same service, a single hot service's steady state.
+pub const PEEK_MAX: usize = 16;
 pub use rr::{RoundRobin, WeightedRoundRobin};
 use xvs_config::{Scheduler as Kind, SchedulerFlags};
 use xvs_conntrack::{Endpoint, FlowTable, L4Proto, Observer};
@@ -120,7 +126,7 @@ impl Scheduler {
         rng_seed: u64,
     ) -> Scheduler {
         match kind {
-            Kind::Rr => Scheduler::Rr(rr::RoundRobin::default()),
+            Kind::Rr => Scheduler::Rr(rr::RoundRobin::new(backends)),
             Kind::Wrr => Scheduler::Wrr(rr::WeightedRoundRobin::new(backends)),
             Kind::Lc | Kind::Wlc | Kind::Sed | Kind::Nq => {
                 Scheduler::Least(least::Least::new(kind))
@@ -181,8 +187,8 @@ impl Scheduler {
     /// new flow from now (0: the next), if no other pick or count change
     /// came between, without changing anything; `None` where that cannot
     /// be told cheaply (schedulers that read every backend's connection
-    /// counts, random ones). Only a guess for prefetching: a wrong one
-    /// costs a wasted fetch.
+    /// counts, random ones; round-robin ones past [`PEEK_MAX`]). Only a
+    /// guess for prefetching: a wrong one costs a wasted fetch.
     #[inline]
     pub fn peek<A: Address>(
         &self,
@@ -190,14 +196,9 @@ impl Scheduler {
         req: &Request<A>,
         offset: usize,
     ) -> Option<usize> {
-        /// Round-robin states are stepped on a copy, at most this far.
-        const MAX_STEPS: usize = 8;
+        const MAX_STEPS: usize = PEEK_MAX + 1;
         match self {
-            Scheduler::Rr(s) if offset < MAX_STEPS => {
-                let mut s = s.clone();
-                (0..offset).try_for_each(|_| s.pick(backends).map(drop))?;
-                s.pick(backends)
-            }
+            Scheduler::Rr(s) if offset < MAX_STEPS => s.peek(backends, offset),
             Scheduler::Wrr(s) if offset < MAX_STEPS => {
                 let mut s = s.clone();
                 (0..offset).try_for_each(|_| s.pick(backends).map(drop))?;
@@ -341,9 +342,14 @@ mod tests {
         for kind in [Kind::Rr, Kind::Wrr, Kind::Sh, Kind::Dh, Kind::Mh] {
             let mut s = Scheduler::new(kind, SchedulerFlags::default(), &b, maglev, 7);
             for round in 0..20u16 {
-                let guesses: Vec<_> = (0..8).map(|k| s.peek(&b, &req(round), k)).collect();
+                let guesses: Vec<_> = (0..=PEEK_MAX).map(|k| s.peek(&b, &req(round), k)).collect();
+                // The round-robin ones answer every offset the pipeline
+                // asks (hashing ones answer `None` for a quiesced pick).
+                if matches!(kind, Kind::Rr | Kind::Wrr) {
+                    assert!(guesses.iter().all(Option::is_some), "{kind:?}");
+                }
                 let mut ahead = s.clone();
-                let picks: Vec<_> = (0..8)
+                let picks: Vec<_> = (0..=PEEK_MAX)
                     .map(|_| ahead.pick(&b, &req(round), &counts, 0).ok())
                     .collect();
                 assert_eq!(guesses, picks, "{kind:?} round {round}");

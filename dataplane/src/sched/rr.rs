@@ -13,9 +13,20 @@ use xvs_config::Address;
 #[derive(Debug, Clone, Default)]
 pub struct RoundRobin {
     next: usize,
+    /// Every backend of the list it was made for has a weight (the
+    /// common case): [`RoundRobin::peek`] then counts instead of walking.
+    dense: bool,
 }
 
 impl RoundRobin {
+    /// The state for `backends`, the list its picks are made from.
+    pub(crate) fn new<A: Address>(backends: &[SchedBackend<A>]) -> Self {
+        RoundRobin {
+            next: 0,
+            dense: !backends.is_empty() && backends.iter().all(SchedBackend::available),
+        }
+    }
+
     /// The search wraps by comparison, not `%`: a division is tens of
     /// cycles on a new flow's critical path (`next` is at most `n` after
     /// a pick; only a list shorter than the last one divides).
@@ -38,7 +49,53 @@ impl RoundRobin {
         }
         None
     }
+
+    /// The backend the `offset`-th [`RoundRobin::pick`] from now would
+    /// choose: counted `offset` places on from the next where every
+    /// backend has a weight, or else by one walk over the list (stepping
+    /// a copy of the state `offset` times cost 14 instructions a step on
+    /// a new flow's path). The walk looks at most [`PEEK_LOOKS`] places
+    /// past the `offset + 1` it needs: `None` beyond (a list mostly
+    /// quiesced). A guess for prefetching: given another list than its
+    /// own, a wrong one.
+    pub(crate) fn peek<A: Address>(
+        &self,
+        backends: &[SchedBackend<A>],
+        offset: usize,
+    ) -> Option<usize> {
+        let n = backends.len();
+        if self.dense && n > 0 {
+            // Subtracted, not `%` (see `pick`): `offset / n + 1` steps.
+            let mut i = self.next.saturating_add(offset);
+            while i >= n {
+                i -= n;
+            }
+            return Some(i);
+        }
+        let mut i = match self.next {
+            next if next < n => next,
+            _ if n == 0 => return None,
+            next => next % n,
+        };
+        let mut left = offset;
+        for _ in 0..offset + 1 + PEEK_LOOKS {
+            if backends[i].available() {
+                if left == 0 {
+                    return Some(i);
+                }
+                left -= 1;
+            }
+            i += 1;
+            if i == n {
+                i = 0;
+            }
+        }
+        None
+    }
 }
+
+/// How many quiesced backends [`RoundRobin::peek`] walks past at most.
+const PEEK_LOOKS: usize = 32;
 
 /// wrr state and the weights' max and gcd.
 #[derive(Debug, Clone)]
@@ -117,6 +174,45 @@ mod tests {
         assert_eq!(RoundRobin::default().pick::<std::net::Ipv4Addr>(&[]), None);
     }
 
+    /// From every place in lists with and without quiesced backends
+    /// (and one nearly all quiesced), a peek `k` ahead is the `k`-th pick
+    /// to come or, past its walk's bound, no guess; never another
+    /// backend, and never `None` where every backend is available.
+    #[test]
+    fn rr_peeks_name_the_picks_to_come() {
+        let mut sparse = vec![0; 100];
+        sparse[7] = 1;
+        sparse[60] = 1;
+        for weights in [&[1, 1, 1][..], &[4], &[1, 0, 5, 1, 0], &sparse] {
+            let b = backends(weights);
+            for next in 0..b.len() + 2 {
+                // Made for the list (counting where it is dense) and not
+                // (walking).
+                let made = RoundRobin {
+                    next,
+                    ..RoundRobin::new(&b)
+                };
+                assert_eq!(made.dense, !weights.contains(&0));
+                for s in [made, RoundRobin { next, dense: false }] {
+                    let mut walk = s.clone();
+                    for k in 0..20 {
+                        let pick = walk.pick(&b);
+                        let at = format!("{weights:?} from {next}, k {k}, dense {}", s.dense);
+                        match s.peek(&b, k) {
+                            Some(guess) => assert_eq!(Some(guess), pick, "{at}"),
+                            None => assert!(weights.contains(&0), "{at}"),
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            RoundRobin::default().peek::<std::net::Ipv4Addr>(&[], 0),
+            None
+        );
+        assert_eq!(RoundRobin::default().peek(&backends(&[0, 0]), 0), None);
+    }
+
     /// The search wraps as `(next + k) % n` did, from every place in the
     /// list, and a state left past the end of a shorter list starts over
     /// where `%` put it.
@@ -130,7 +226,7 @@ mod tests {
         };
         for next in 0..12 {
             for list in [&b[..], &b[..3], &b[..1]] {
-                let mut s = RoundRobin { next };
+                let mut s = RoundRobin { next, dense: false };
                 assert_eq!(
                     s.pick(list),
                     modulo(next, list),
