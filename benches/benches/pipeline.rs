@@ -748,9 +748,10 @@ fn new_flows<F: Fam>(
         .map(|j| {
             let i = *next + j;
             let (c, port) = F::client_of(i);
-            let s = match one_service {
-                true => 0,
-                false => ((u64::from(i) * 2_654_435_761) % u64::from(load.services)) as u32,
+            let s = if one_service {
+                0
+            } else {
+                ((u64::from(i) * 2_654_435_761) % u64::from(load.services)) as u32
             };
             F::frame(c, port, F::vip(s), 0x02)
         })

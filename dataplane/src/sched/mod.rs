@@ -29,15 +29,16 @@ pub use least::Least;
 pub use locality::{Locality, EXPIRATION as LOCALITY_EXPIRATION};
 pub use maglev::{Maglev, MaglevTable, DEFAULT_SEED};
 pub use random::WeightedRandom;
-
-/// The farthest offset [`Scheduler::peek`] answers for round-robin
-/// schedulers (it steps a copy of their state that far). The pipeline
-/// asks up to its prefetch distance: every frame in between may be a new
-/// flow of the same service, a single hot service's steady state.
-pub const PEEK_MAX: usize = 16;
 pub use rr::{RoundRobin, WeightedRoundRobin};
 use xvs_config::{Scheduler as Kind, SchedulerFlags};
 use xvs_conntrack::{Endpoint, FlowTable, L4Proto, Observer};
+
+/// The farthest offset [`Scheduler::peek`] answers for round-robin
+/// schedulers (rr counts or walks that far, wrr steps a copy of its
+/// state). The pipeline asks up to its prefetch distance: every frame in
+/// between may be a new flow of the same service, a single hot service's
+/// steady state.
+pub const PEEK_MAX: usize = 16;
 
 /// A backend as the schedulers see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -27,20 +27,38 @@ impl RoundRobin {
         }
     }
 
-    /// The search wraps by comparison, not `%`: a division is tens of
-    /// cycles on a new flow's critical path (`next` is at most `n` after
-    /// a pick; only a list shorter than the last one divides).
+    /// The next backend with a weight, at most one pass over the list.
     pub(crate) fn pick<A: Address>(&mut self, backends: &[SchedBackend<A>]) -> Option<usize> {
+        let i = self.nth_available(backends, 0, backends.len())?;
+        self.next = i + 1;
+        Some(i)
+    }
+
+    /// The `skip`-th backend with a weight (0: the first) from where the
+    /// next search starts, looking at `looks` places at most. The walk
+    /// wraps by comparison, not `%`: a division is tens of cycles on a
+    /// new flow's critical path (`next` is at most `n` after a pick; only
+    /// a list shorter than the last one divides).
+    #[inline(always)]
+    fn nth_available<A: Address>(
+        &self,
+        backends: &[SchedBackend<A>],
+        skip: usize,
+        looks: usize,
+    ) -> Option<usize> {
         let n = backends.len();
         let mut i = match self.next {
             next if next < n => next,
             _ if n == 0 => return None,
             next => next % n,
         };
-        for _ in 0..n {
+        let mut left = skip;
+        for _ in 0..looks {
             if backends[i].available() {
-                self.next = i + 1;
-                return Some(i);
+                if left == 0 {
+                    return Some(i);
+                }
+                left -= 1;
             }
             i += 1;
             if i == n {
@@ -72,25 +90,7 @@ impl RoundRobin {
             }
             return Some(i);
         }
-        let mut i = match self.next {
-            next if next < n => next,
-            _ if n == 0 => return None,
-            next => next % n,
-        };
-        let mut left = offset;
-        for _ in 0..offset + 1 + PEEK_LOOKS {
-            if backends[i].available() {
-                if left == 0 {
-                    return Some(i);
-                }
-                left -= 1;
-            }
-            i += 1;
-            if i == n {
-                i = 0;
-            }
-        }
-        None
+        self.nth_available(backends, offset, offset + 1 + PEEK_LOOKS)
     }
 }
 
