@@ -314,6 +314,10 @@ struct Core {
     /// flows between two frames over: dense, where the lookups' enum is
     /// not.
     miss_services: [u32; xvs_conntrack::BATCH],
+    /// Whether a miss of the batch last looked up named a service: if
+    /// none did (a batch of established flows), there is no reply key to
+    /// fetch ahead and [`Pipeline::prefetch_ahead`] returns at once.
+    fetch_replies: bool,
 }
 
 /// Sync records a batch stages before they are published.
@@ -660,14 +664,17 @@ impl<A: Family> Half<A> {
         self.services.upsert(svc, worker);
     }
 
-    /// Looks a batch's keys up at once (see [`Pipeline::lookup_prepared`]).
+    /// Looks a batch's keys up at once (see [`Pipeline::lookup_prepared`]);
+    /// whether any miss named a service (a new flow's reply key to fetch
+    /// ahead).
     fn lookup_batch(
         &mut self,
         prepared: &[Prepared],
         out: &mut [Lookup],
         miss_services: &mut [u32; xvs_conntrack::BATCH],
         worker: usize,
-    ) {
+    ) -> bool {
+        let mut to_services = false;
         let LookupScratch {
             keys,
             at,
@@ -752,6 +759,7 @@ impl<A: Family> Half<A> {
                 let key = (k.dst, k.proto, k.dst_port);
                 let pos = self.services.confirm(m.service_hash, key, m.service_at);
                 *found = pos.unwrap_or(NO_SERVICE);
+                to_services |= pos.is_some();
                 // A service's VIP is owned: the owned-address set is
                 // asked only for a miss that names no service (not
                 // staged: traffic to no service is the rare case).
@@ -781,6 +789,7 @@ impl<A: Family> Half<A> {
                 slot.prefetch_ahead();
             }
         }
+        to_services
     }
 
     /// Fetches the index bucket of the reply key that `key`'s new flow
@@ -1451,6 +1460,7 @@ impl Pipeline {
                 staged: Vec::with_capacity(STAGED),
                 express: true,
                 miss_services: [NO_SERVICE; xvs_conntrack::BATCH],
+                fetch_replies: false,
             },
             v4,
             v6,
@@ -1679,10 +1689,9 @@ impl Pipeline {
         let worker = self.core.cfg.worker;
         let services = &mut self.core.miss_services;
         services.fill(NO_SERVICE);
-        self.v4.lookup_batch(prepared, out, services, worker);
-        if !self.v6.table.is_empty() {
-            self.v6.lookup_batch(prepared, out, services, worker);
-        }
+        let v4 = self.v4.lookup_batch(prepared, out, services, worker);
+        let v6 = !self.v6.table.is_empty() && self.v6.lookup_batch(prepared, out, services, worker);
+        self.core.fetch_replies = v4 || v6;
     }
 
     /// Before frame `j` of a batch is processed: if the frame
@@ -1691,9 +1700,13 @@ impl Pipeline {
     /// misses are taken to become new flows first, each with a SNAT
     /// endpoint) and fetches that key's index bucket, so that its SNAT
     /// probe and insert find it in cache.
-    /// (The first frame also starts the fetches of the ones up to there.)
+    /// (The first frame also starts the fetches of the ones up to there;
+    /// in a batch whose misses named no service, nothing is fetched.)
     #[inline]
     pub fn prefetch_ahead(&self, prepared: &[Prepared], looked: &[Lookup], j: usize) {
+        if !self.core.fetch_replies {
+            return;
+        }
         if j == 0 {
             for t in 1..PREFETCH_AHEAD {
                 self.prefetch_frame(prepared, looked, 0, t);
