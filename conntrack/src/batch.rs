@@ -73,33 +73,40 @@ impl<A: Address> FlowTable<A> {
         out: &mut [Option<(FlowId, Direction)>],
         hashes: &mut [u64],
     ) {
-        let mut cand = [(0u64, NIL, false); BATCH];
+        let n = keys.len().min(out.len()).min(hashes.len());
+        let (keys, out, hashes) = (&keys[..n], &mut out[..n], &mut hashes[..n]);
         let fetch = !self.is_cache_resident();
-        // Stage 1: every hash, its bucket line prefetched, so the probes
-        // below find their lines arriving instead of each waiting alone.
-        for (c, key) in cand.iter_mut().zip(keys) {
-            c.0 = self.hash(key);
+        // Stage 1: every hash (into the caller's array, which returns
+        // them), its bucket line prefetched, so the probes below find
+        // their lines arriving instead of each waiting alone.
+        for (h, key) in hashes.iter_mut().zip(keys) {
+            *h = self.hash(key);
             if fetch {
-                self.index.prefetch(c.0);
+                self.index.prefetch(*h);
             }
         }
-        for c in cand.iter_mut().take(keys.len()) {
-            let hash = c.0;
-            let (mut first, mut more) = (NIL, false);
+        // Stage 2: each key's first candidate; a key whose probe matched
+        // more than one tag (rare) gets its bit in `more` (a chunk is at
+        // most 64 keys).
+        let mut cand = [NIL; BATCH];
+        let mut more = 0u64;
+        for (i, (c, &hash)) in cand.iter_mut().zip(hashes.iter()).enumerate() {
+            let (mut first, mut many) = (NIL, false);
             // Collect tag matches without reading the slab: `false` keeps
             // the probe going to the end of its sequence.
             self.index.find(hash, |v| {
                 if first == NIL {
                     first = v;
                 } else {
-                    more = true;
+                    many = true;
                 }
                 false
             });
-            *c = (hash, first, more);
+            *c = first;
+            more |= u64::from(many) << i;
         }
         if fetch {
-            for &(_, v, _) in cand.iter().take(keys.len()) {
+            for &v in &cand[..n] {
                 if let Some(e) = self.slab.entries.get(slot_of(v) as usize) {
                     // Every line of the entry, not only the key's: a hit's
                     // packet next writes its counters and clock (one line
@@ -108,13 +115,12 @@ impl<A: Address> FlowTable<A> {
                 }
             }
         }
-        let looked = keys.iter().zip(&cand).zip(out.iter_mut().zip(hashes));
-        for ((key, &(hash, v, more)), (slot, h)) in looked {
-            *h = hash;
+        let looked = keys.iter().zip(&cand).zip(out.iter_mut()).enumerate();
+        for (i, ((key, &v), slot)) in looked {
             *slot = if v == NIL {
                 self.stats.miss += 1;
                 None
-            } else if more {
+            } else if more & (1 << i) != 0 {
                 self.lookup(key)
             } else {
                 let e = &self.slab.entries[slot_of(v) as usize];
