@@ -1689,9 +1689,11 @@ impl Pipeline {
         let worker = self.core.cfg.worker;
         let services = &mut self.core.miss_services;
         services.fill(NO_SERVICE);
-        let v4 = self.v4.lookup_batch(prepared, out, services, worker);
-        let v6 = !self.v6.table.is_empty() && self.v6.lookup_batch(prepared, out, services, worker);
-        self.core.fetch_replies = v4 || v6;
+        let mut to_services = self.v4.lookup_batch(prepared, out, services, worker);
+        if !self.v6.table.is_empty() {
+            to_services |= self.v6.lookup_batch(prepared, out, services, worker);
+        }
+        self.core.fetch_replies = to_services;
     }
 
     /// Before frame `j` of a batch is processed: if the frame

@@ -197,10 +197,9 @@ impl Scheduler {
         req: &Request<A>,
         offset: usize,
     ) -> Option<usize> {
-        const MAX_STEPS: usize = PEEK_MAX + 1;
         match self {
-            Scheduler::Rr(s) if offset < MAX_STEPS => s.peek(backends, offset),
-            Scheduler::Wrr(s) if offset < MAX_STEPS => {
+            Scheduler::Rr(s) if offset <= PEEK_MAX => s.peek(backends, offset),
+            Scheduler::Wrr(s) if offset <= PEEK_MAX => {
                 let mut s = s.clone();
                 (0..offset).try_for_each(|_| s.pick(backends).map(drop))?;
                 s.pick(backends)
