@@ -100,14 +100,26 @@ pub struct Takeover {
     pub held: u64,
 }
 
-/// The program attached to an interface: id, name and mode flag.
-#[derive(Debug, Clone)]
+/// How one attach ended.
+enum Attempt {
+    /// Attached, over what the look found.
+    Done(Takeover),
+    /// The interface changed since the look: look again (or, once the
+    /// looks are spent, this error).
+    Changed(SteerError),
+}
+
+/// The program attached to an interface: id, name, mode flag, and a
+/// descriptor that keeps it loaded (so a replace or detach that names it
+/// means this program, even if it was detached since the look).
+#[derive(Debug)]
 struct Attached {
     /// Program id.
     id: u32,
     /// Program name (truncated to 15 bytes by the kernel).
     name: String,
     mode: u32,
+    fd: Fd,
 }
 
 impl Attached {
@@ -142,6 +154,7 @@ fn ifindex_of(ifname: &str) -> Result<i32, SteerError> {
 }
 
 /// An owned file descriptor from libbpf (closed on drop).
+#[derive(Debug)]
 struct Fd(i32);
 
 impl Drop for Fd {
@@ -151,41 +164,60 @@ impl Drop for Fd {
     }
 }
 
+/// Looks at an interface again after it changed under a look or an
+/// attach (another process attached or detached in between); bounded so
+/// that an interface flapping without end is an error, not a hang.
+const LOOKS: u32 = 4;
+
 /// The program attached to interface `ifindex` (`ifname`) in any mode,
-/// if any.
+/// if any. A program detached (and freed) between the query and opening
+/// it is looked for again.
 fn attached_at(ifname: &str, ifindex: i32) -> Result<Option<Attached>, SteerError> {
-    // SAFETY: bpf_xdp_query_opts is plain old data; zero is valid.
-    let mut q: sys::bpf_xdp_query_opts = unsafe { std::mem::zeroed() };
-    q.sz = std::mem::size_of::<sys::bpf_xdp_query_opts>();
-    // SAFETY: `q` is a valid, sized options struct for the call.
-    let ret = unsafe { sys::bpf_xdp_query(ifindex, 0, &mut q) };
-    if ret != 0 {
-        return Err(bpf_err(format!("ask which program {ifname} runs"), ret));
+    let mut looks = 0;
+    loop {
+        looks += 1;
+        // SAFETY: bpf_xdp_query_opts is plain old data; zero is valid.
+        let mut q: sys::bpf_xdp_query_opts = unsafe { std::mem::zeroed() };
+        q.sz = std::mem::size_of::<sys::bpf_xdp_query_opts>();
+        // SAFETY: `q` is a valid, sized options struct for the call.
+        let ret = unsafe { sys::bpf_xdp_query(ifindex, 0, &mut q) };
+        if ret != 0 {
+            return Err(bpf_err(format!("ask which program {ifname} runs"), ret));
+        }
+        let (id, mode) = if q.drv_prog_id != 0 {
+            (q.drv_prog_id, XDP_FLAGS_DRV_MODE)
+        } else if q.skb_prog_id != 0 {
+            (q.skb_prog_id, XDP_FLAGS_SKB_MODE)
+        } else if q.hw_prog_id != 0 {
+            (q.hw_prog_id, XDP_FLAGS_HW_MODE)
+        } else {
+            return Ok(None);
+        };
+        // SAFETY: plain syscall wrapper.
+        let raw = unsafe { sys::bpf_prog_get_fd_by_id(id) };
+        if raw == -libc::ENOENT && looks < LOOKS {
+            continue;
+        }
+        if raw < 0 {
+            return Err(bpf_err(format!("open program {id} on {ifname}"), raw));
+        }
+        let fd = Fd(raw);
+        // SAFETY: bpf_prog_info is plain old data; zero is valid (and asks
+        // for no arrays).
+        let mut info: sys::bpf_prog_info = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<sys::bpf_prog_info>() as u32;
+        // SAFETY: `info` is writable for `len` bytes.
+        let ret = unsafe { sys::bpf_prog_get_info_by_fd(fd.0, &mut info, &mut len) };
+        if ret != 0 {
+            return Err(bpf_err(format!("read program {id} on {ifname}"), ret));
+        }
+        return Ok(Some(Attached {
+            id,
+            name: c_name(&info.name),
+            mode,
+            fd,
+        }));
     }
-    let (id, mode) = if q.drv_prog_id != 0 {
-        (q.drv_prog_id, XDP_FLAGS_DRV_MODE)
-    } else if q.skb_prog_id != 0 {
-        (q.skb_prog_id, XDP_FLAGS_SKB_MODE)
-    } else if q.hw_prog_id != 0 {
-        (q.hw_prog_id, XDP_FLAGS_HW_MODE)
-    } else {
-        return Ok(None);
-    };
-    let fd = prog_fd_by_id(id)?;
-    // SAFETY: bpf_prog_info is plain old data; zero is valid (and asks
-    // for no arrays).
-    let mut info: sys::bpf_prog_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<sys::bpf_prog_info>() as u32;
-    // SAFETY: `info` is writable for `len` bytes.
-    let ret = unsafe { sys::bpf_prog_get_info_by_fd(fd.0, &mut info, &mut len) };
-    if ret != 0 {
-        return Err(bpf_err(format!("read program {id} on {ifname}"), ret));
-    }
-    Ok(Some(Attached {
-        id,
-        name: c_name(&info.name),
-        mode,
-    }))
 }
 
 /// A name the kernel fills in (NUL-terminated, at most 16 bytes).
@@ -274,10 +306,9 @@ pub fn release(ifname: &str, id: Option<u32>) -> Result<Option<u32>, SteerError>
     if !a.is_xvs() || id.is_some_and(|id| id != a.id) {
         return Ok(None);
     }
-    let fd = prog_fd_by_id(a.id)?;
-    let opts = attach_opts(fd.0);
+    let opts = attach_opts(a.fd.0);
     // SAFETY: plain syscall wrapper with a valid options struct; REPLACE
-    // makes the kernel detach only if `fd`'s program is still attached.
+    // makes the kernel detach only if `a`'s program is still attached.
     let ret = unsafe { sys::bpf_xdp_detach(ifindex, a.mode | XDP_FLAGS_REPLACE, &opts) };
     if ret != 0 && ret != -libc::EEXIST {
         return Err(bpf_err(
@@ -537,14 +568,50 @@ impl Steering {
     /// Attaches the loaded program in `mode`. A program left by an
     /// earlier xvs is replaced (atomically when it runs in the same
     /// mode); any other program is an error that says how to remove it.
+    /// If the interface changes between the look and the attach (the
+    /// earlier xvs's hold window ends and its guard detaches, or another
+    /// instance attaches), it is looked at again and the rules applied to
+    /// what is there now.
     pub fn attach_mode(&mut self, mode: XdpAttachMode) -> Result<Takeover, SteerError> {
+        self.attach_mode_with_gap(mode, || {})
+    }
+
+    /// [`Steering::attach_mode`], running `gap` after each look at the
+    /// interface and before changing it: the window in which another
+    /// process can change what is attached. Tests land a change there.
+    #[doc(hidden)]
+    pub fn attach_mode_with_gap(
+        &mut self,
+        mode: XdpAttachMode,
+        mut gap: impl FnMut(),
+    ) -> Result<Takeover, SteerError> {
         let modes: &[u32] = match mode {
             XdpAttachMode::Native => &[XDP_FLAGS_DRV_MODE],
             XdpAttachMode::Generic => &[XDP_FLAGS_SKB_MODE],
             XdpAttachMode::Auto => &[XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE],
         };
+        let mut looks = 0;
+        loop {
+            looks += 1;
+            let seen = attached_at(&self.ifname, self.ifindex)?;
+            gap();
+            match self.attach_over(seen, modes, mode)? {
+                Attempt::Done(takeover) => return Ok(takeover),
+                Attempt::Changed(e) if looks >= LOOKS => return Err(e),
+                Attempt::Changed(_) => {}
+            }
+        }
+    }
+
+    /// One attach, given what a look found on the interface.
+    fn attach_over(
+        &mut self,
+        seen: Option<Attached>,
+        modes: &[u32],
+        mode: XdpAttachMode,
+    ) -> Result<Attempt, SteerError> {
         let mut takeover = Takeover::default();
-        if let Some(old) = attached_at(&self.ifname, self.ifindex)? {
+        if let Some(old) = seen {
             if !old.is_xvs() {
                 let (mode, off) = old.mode_name();
                 return Err(SteerError::Foreign {
@@ -559,8 +626,7 @@ impl Steering {
                 previous: Some(old.id),
                 held: held_by(old.id),
             };
-            let old_fd = prog_fd_by_id(old.id)?;
-            let opts = attach_opts(old_fd.0);
+            let opts = attach_opts(old.fd.0);
             if modes.contains(&old.mode) {
                 // SAFETY: plain syscall wrapper with valid options: the
                 // kernel swaps the programs only if `old` is still there.
@@ -573,13 +639,19 @@ impl Steering {
                     )
                 };
                 if ret != 0 {
-                    return Err(bpf_err(
+                    let e = bpf_err(
                         format!("replace program {} on {}", old.id, self.ifname),
                         ret,
-                    ));
+                    );
+                    // EEXIST: `old` is no longer the program attached.
+                    return if ret == -libc::EEXIST {
+                        Ok(Attempt::Changed(e))
+                    } else {
+                        Err(e)
+                    };
                 }
                 self.flags = old.mode;
-                return Ok(takeover);
+                return Ok(Attempt::Done(takeover));
             }
             // Another mode than asked for: off, then on in the new mode.
             // SAFETY: as above; detaches only `old`.
@@ -600,16 +672,26 @@ impl Steering {
                 unsafe { sys::bpf_xdp_attach(self.ifindex, self.prog_fd, flags, std::ptr::null()) };
             if last == 0 {
                 self.flags = m;
-                return Ok(takeover);
+                return Ok(Attempt::Done(takeover));
+            }
+            // EBUSY (a program in this mode) or EEXIST (one in the other
+            // mode): something was attached since the look.
+            if last == -libc::EBUSY || last == -libc::EEXIST {
+                break;
             }
         }
-        Err(bpf_err(
+        let e = bpf_err(
             format!(
                 "attach the steering program to {} ({mode} mode)",
                 self.ifname
             ),
             last,
-        ))
+        );
+        if last == -libc::EBUSY || last == -libc::EEXIST {
+            Ok(Attempt::Changed(e))
+        } else {
+            Err(e)
+        }
     }
 
     /// Leaves the program attached when this handle drops: the hold

@@ -841,13 +841,24 @@ fn a_guard_leaves_a_successors_program_alone() {
     let t = Topology::build(Spec::one_arm(2)).unwrap();
     let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
     let scratch = ScratchDir::new(&t, "restart-guard").unwrap();
-    let first = config(&t, &scratch.path().join("a"), "500ms");
+    // A window long enough for the successor to start inside it on a
+    // slow host: the test is about a guard whose window ends after a
+    // successor took its program over.
+    let hold = Duration::from_secs(4);
+    let first = config(&t, &scratch.path().join("a"), "4s");
     let (gw, _) = Daemon::start(&t, "ga", &bins(), &first, &[]).unwrap();
     gw.stop();
+    let stopped = Instant::now();
     let second = config(&t, &scratch.path().join("b"), "500ms");
+    assert!(link_has_program(&t), "the first window holds its program");
     let (gw, _) = Daemon::start(&t, "gb", &bins(), &second, &[]).unwrap();
+    assert!(
+        stopped.elapsed() < hold,
+        "the successor started after the first window ended ({:?}): nothing to test",
+        stopped.elapsed()
+    );
     // The first instance's window ends, and its guard looks.
-    std::thread::sleep(Duration::from_millis(1500));
+    std::thread::sleep((hold + Duration::from_millis(1000)).saturating_sub(stopped.elapsed()));
     assert!(
         link_has_program(&t),
         "the first guard detached the successor's program"

@@ -276,3 +276,87 @@ fn a_queue_is_bound_again_right_after_its_socket_closes() {
     });
     assert_eq!(binds.join().unwrap(), Ok(40));
 }
+
+/// The id of the XDP program attached to the gateway's `gc`, as
+/// `ip -d link` shows it.
+fn attached_id(t: &Topology) -> Option<u32> {
+    let out = t.gateway.ip(&["-d", "link", "show", "gc"]).unwrap().stdout;
+    let link = String::from_utf8_lossy(&out).into_owned();
+    let at = link.find("prog/xdp id ")? + "prog/xdp id ".len();
+    link[at..].split_whitespace().next()?.parse().ok()
+}
+
+/// A start whose look at the interface goes stale before it attaches
+/// looks again and applies the rules to what is there now: the program
+/// it found was detached (a stopped xvs's hold window ended and its
+/// guard released it) → it attaches afresh; another xvs took the
+/// interface over → it replaces that one. Each is landed in the gap
+/// between the look and the attach, where a successor starting as the
+/// guard's window ended used to fail with "cannot replace program N:
+/// File exists".
+#[test]
+fn an_attach_whose_look_goes_stale_looks_again() {
+    if !privileged("an_attach_whose_look_goes_stale_looks_again") {
+        return;
+    }
+    let (t, gw) = two_arm();
+    let ids = std::thread::spawn(move || -> Result<Vec<(Option<u32>, u32, u32)>, String> {
+        xvs_vm_tests::netns::Netns::existing(&gw)
+            .enter_current_thread()
+            .map_err(|e| e.to_string())?;
+        let native = XdpAttachMode::Native;
+        let kept = || -> Result<u32, String> {
+            let mut s = Steering::attach("gc", native).map_err(|e| e.to_string())?;
+            s.keep_attached();
+            s.program_id().ok_or("no id".to_owned())
+        };
+        let mut seen = Vec::new();
+        // Released in the gap.
+        let first = kept()?;
+        let mut second = Steering::load("gc").map_err(|e| e.to_string())?;
+        let mut looks = 0;
+        let takeover = second
+            .attach_mode_with_gap(native, || {
+                looks += 1;
+                if looks == 1 {
+                    let gone = xvs_dataplane::steer::release("gc", Some(first));
+                    assert_eq!(gone.unwrap(), Some(first), "the guard's release");
+                }
+            })
+            .map_err(|e| format!("after a release: {e}"))?;
+        seen.push((takeover.previous, looks, second.program_id().unwrap_or(0)));
+        second.keep_attached();
+        drop(second);
+        // Replaced by another xvs in the gap.
+        let mut third = Steering::load("gc").map_err(|e| e.to_string())?;
+        let mut looks = 0;
+        let mut successor = 0;
+        let takeover = third
+            .attach_mode_with_gap(native, || {
+                looks += 1;
+                if looks == 1 {
+                    successor = kept().unwrap();
+                }
+            })
+            .map_err(|e| format!("after a takeover: {e}"))?;
+        seen.push((takeover.previous, looks, third.program_id().unwrap_or(0)));
+        seen.push((Some(successor), 0, 0));
+        Ok(seen)
+    });
+    let seen = ids.join().unwrap().unwrap();
+    let (previous, looks, second) = seen[0];
+    assert_eq!(
+        (previous, looks),
+        (None, 2),
+        "after the release, a second look found nothing to take over"
+    );
+    let (previous, looks, third) = seen[1];
+    assert_eq!(
+        (previous, looks),
+        (seen[2].0, 2),
+        "the second look found the successor's program and replaced it"
+    );
+    assert_ne!(second, third);
+    // The third handle dropped with the thread: it detached its program.
+    assert_eq!(attached_id(&t), None, "the last program is gone");
+}
