@@ -73,7 +73,15 @@ fn config(t: &Topology, g: &Gw<'_>, key: &Path) -> String {
 fn hears(gw: &Daemon, node: u32) {
     let deadline = Instant::now() + Duration::from_secs(10);
     let want = format!("peer {node} at");
-    while !gw.adm_ok(&["-L", "--daemon"]).contains(&want) && Instant::now() < deadline {
+    loop {
+        let daemon = gw.adm_ok(&["-L", "--daemon"]);
+        if daemon.contains(&want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {node} not heard after 10 s:\n{daemon}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -209,12 +217,30 @@ impl Bed {
     }
 }
 
-/// Waits (at most 15 s) until `gw` lists `n` established flows.
-fn wait_established(gw: &Daemon, n: usize) {
+/// Waits (at most 15 s) until `gw` lists `n` established flows, and
+/// hands `streams` back; else fails with what the streams said and the
+/// drop counters of the gateways `all`, so that a slow start and a lost
+/// packet tell themselves apart.
+fn wait_established(gw: &Daemon, n: usize, streams: Spawned, all: &[&Daemon]) -> Spawned {
     let deadline = Instant::now() + Duration::from_secs(15);
-    while established(gw) < n && Instant::now() < deadline {
+    let mut got = established(gw);
+    while got < n && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
+        got = established(gw);
     }
+    if got >= n {
+        return streams;
+    }
+    let drops: Vec<String> = all
+        .iter()
+        .map(|d| d.nonzero_metrics(&["xvs_drops_total", "xvs_rejected_total"]))
+        .collect();
+    let (_, out) = streams.stop(libc::SIGTERM, Duration::from_secs(10));
+    panic!(
+        "{got} of {n} flows established after 15 s; the streams said:\n{out}\n\
+         the gateways' drops:\n{}",
+        drops.join("\n--\n")
+    );
 }
 
 #[test]
@@ -250,7 +276,7 @@ fn a_backup_takes_over_and_every_synced_connection_continues() {
     let resets = Capture::start(t, bed.scratch.path());
     let streams = streams(t, 12);
     // Every stream is older than the sync delay, and is on the backup.
-    wait_established(&backup, STREAMS as usize);
+    let streams = wait_established(&backup, STREAMS as usize, streams, &[&active, &backup]);
     std::thread::sleep(Duration::from_secs(2));
     let synced = established(&backup);
     assert!(
@@ -434,7 +460,7 @@ fn an_active_peer_adopts_a_killed_peer_s_addresses_and_flows_behind_ecmp() {
 
     let resets = Capture::start(t, bed.scratch.path());
     let streams = streams(t, 12);
-    wait_established(&b, STREAMS as usize);
+    let streams = wait_established(&b, STREAMS as usize, streams, &[&a, &b]);
     std::thread::sleep(Duration::from_secs(2));
     // The router spread the connections over both; each holds all.
     let (on_a, on_b) = (established_via(&a, snat_a), established_via(&b, snat_b));
@@ -503,7 +529,7 @@ fn a_backup_takes_over_by_itself_when_the_active_goes_silent() {
     let (active, backup) = bed.active_backup("wlc", None, "peer_timeout = \"1s\"\n");
     hears(&backup, 1);
     let streams = streams(t, 8);
-    wait_established(&backup, STREAMS as usize);
+    let streams = wait_established(&backup, STREAMS as usize, streams, &[&active, &backup]);
     assert!(
         backup.steered().is_empty(),
         "the backup waits while the active speaks"
