@@ -683,68 +683,92 @@ impl<A: Family> Half<A> {
             miss,
             found,
         } = &mut *self.scratch;
+        let resident = self.table.is_cache_resident();
+        let epoch = self.table.epoch();
         for (c, (prep, out)) in prepared
             .chunks(xvs_conntrack::BATCH)
             .zip(out.chunks_mut(xvs_conntrack::BATCH))
             .enumerate()
         {
+            // `keys[..n]` (with `at` and `hashes`) end up holding at least
+            // the misses; `miss` names them.
             let mut n = 0;
-            for (i, p) in prep.iter().enumerate() {
-                if let Some(k) = p.key::<A>() {
-                    keys[n] = k;
-                    at[n] = i;
-                    n += 1;
-                }
-            }
-            if n == 0 {
-                continue;
-            }
-            let mark = self
-                .table
-                .lookup_batch(&keys[..n], &mut hits[..n], &mut hashes[..n]);
-            // The hits' entries are in cache now. The next stages fetch
-            // what the packets will touch after them, each a pass ahead
-            // of the one that reads it: the service's counter handle,
-            // then the backend's counter line (the packet updates it and
-            // reads the backend's state and next hop from it).
-            // A miss may be a new flow: its ownership and service are
-            // looked up in stages too, every miss's at once (hash and
-            // fetch the buckets; probe them and fetch the service slot;
-            // fetch the compiled service and its counter handles; its
-            // backends; the flow's count cell), so the packet's own
-            // lookup finds them in cache.
             let mut misses = 0;
-            let fetch = !self.table.is_cache_resident();
-            let epoch = self.table.epoch();
-            for (j, hit) in hits[..n].iter().enumerate() {
-                match *hit {
-                    Some((id, dir)) => {
-                        if fetch {
-                            self.services
-                                .prefetch_handles(self.table.flow(id).service());
-                        }
-                        out[at[j]] = Lookup::Hit(id, dir, epoch);
+            let mark = if resident {
+                // A cache-resident table: staging gains nothing (nothing
+                // to overlap), so each key is looked up as it is read,
+                // and only the misses are kept (the staged way cost 50
+                // instructions a packet more: the copies of every key and
+                // result, and its passes).
+                let mark = self.table.lookup_mark();
+                for (i, p) in prep.iter().enumerate() {
+                    let Some(k) = p.key::<A>() else {
+                        continue;
+                    };
+                    let hash = self.table.key_hash(&k);
+                    if let Some((id, dir)) = self.table.lookup_hashed(&k, hash) {
+                        out[i] = Lookup::Hit(id, dir, epoch);
+                    } else {
+                        (keys[n], at[n], hashes[n]) = (k, i, hash);
+                        miss[misses] = StagedMiss {
+                            key: n,
+                            ..StagedMiss::default()
+                        };
+                        (n, misses) = (n + 1, misses + 1);
                     }
-                    None => {
-                        let k = &keys[j];
-                        let sh = self.services.key_hash(k.dst, k.proto, k.dst_port);
-                        self.services.prefetch_hash(sh);
+                }
+                mark
+            } else {
+                for (i, p) in prep.iter().enumerate() {
+                    if let Some(k) = p.key::<A>() {
+                        keys[n] = k;
+                        at[n] = i;
+                        n += 1;
+                    }
+                }
+                if n == 0 {
+                    continue;
+                }
+                let mark = self
+                    .table
+                    .lookup_batch(&keys[..n], &mut hits[..n], &mut hashes[..n]);
+                // The hits' entries are in cache now. The next stages
+                // fetch what the packets will touch after them, each a
+                // pass ahead of the one that reads it: the service's
+                // counter handle, then the backend's counter line (the
+                // packet updates it and reads the backend's state and
+                // next hop from it).
+                for (j, hit) in hits[..n].iter().enumerate() {
+                    if let Some((id, dir)) = *hit {
+                        self.services
+                            .prefetch_handles(self.table.flow(id).service());
+                        out[at[j]] = Lookup::Hit(id, dir, epoch);
+                    } else {
                         miss[misses] = StagedMiss {
                             key: j,
-                            service_hash: sh,
                             ..StagedMiss::default()
                         };
                         misses += 1;
                     }
                 }
-            }
-            if fetch {
                 for &(id, _) in hits[..n].iter().flatten() {
                     let f = self.table.flow(id);
                     if let Some(t) = self.services.traffic(f.service()) {
                         xvs_conntrack::prefetch(t.cell_addr(worker, f.backend_id()));
                     }
                 }
+                mark
+            };
+            // A miss may be a new flow: its ownership and service are
+            // looked up in stages, every miss's at once (hash and fetch
+            // the buckets; probe them and fetch the service slot; fetch
+            // the compiled service and its counter handles; its
+            // backends; the flow's count cell), so the packet's own
+            // lookup finds them in cache.
+            for m in &mut miss[..misses] {
+                let k = &keys[m.key];
+                m.service_hash = self.services.key_hash(k.dst, k.proto, k.dst_port);
+                self.services.prefetch_hash(m.service_hash);
             }
             // The buckets arrived: their candidates' entries are fetched,
             // then checked a pass later.

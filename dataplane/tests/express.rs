@@ -27,12 +27,12 @@ use smoltcp::wire::{EthernetAddress, IpAddress};
 use support::{
     config, endpoints, rr_service, run, tcp, tcp_segment, udp as udp4, udp_datagram, GW_MAC,
 };
-use xvs_config::{ConnRules, Family, PortRange, Protocol, Service, UnknownPort};
+use xvs_config::{ConnRules, Family, ForwardMethod, PortRange, Protocol, Service, UnknownPort};
 use xvs_conntrack::tcp_flags::{ACK, FIN, RST, SYN};
 
 /// TCP PSH (data), beside conntrack's flags.
 const PSH: u8 = 0x08;
-use xvs_conntrack::Filter;
+use xvs_conntrack::{Filter, CACHE_RESIDENT_FLOWS};
 use xvs_dataplane::events::FlowEvents;
 use xvs_dataplane::pipeline::{
     Counters, Lookup, Pipeline, PipelineConfig, Prepared, Side, Verdict,
@@ -42,6 +42,9 @@ use xvs_dataplane::sync::SyncQueue;
 use xvs_dataplane::wire::ndp;
 
 const VIP: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
+/// [`Gw::filled`]'s VIP and client.
+const FILL_VIP: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 9);
+const FILL_CLIENT: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 99);
 const CLIENT: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 10);
 const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 const SNAT: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 2);
@@ -97,6 +100,11 @@ impl Gw {
     /// TCP 80 and UDP 53 over both backends (rr, full NAT), over IPv4
     /// and IPv6; the first backend's next hop known, the second's not.
     fn new(express: bool) -> Gw {
+        Gw::with_capacity(express, config().capacity)
+    }
+
+    /// [`Gw::new`], with another flow table capacity.
+    fn with_capacity(express: bool, capacity: u32) -> Gw {
         let mut p = Pipeline::new(
             PipelineConfig {
                 snat_addrs: vec![SNAT],
@@ -105,6 +113,7 @@ impl Gw {
                     first: 2000,
                     last: 2063,
                 },
+                capacity,
                 ..config()
             },
             0,
@@ -139,6 +148,31 @@ impl Gw {
         };
         gw.arp(0, 0);
         gw.na(0, 0);
+        gw
+    }
+
+    /// [`Gw::new`] holding more flows than a cache-resident table
+    /// ([`CACHE_RESIDENT_FLOWS`]), so that a batch's lookups run in
+    /// stages: SYNs from another client to a direct-routing service of
+    /// another VIP (its flows take no SNAT endpoint, of which there are
+    /// few here).
+    fn filled(express: bool) -> Gw {
+        let mut gw = Gw::with_capacity(express, 4 * CACHE_RESIDENT_FLOWS);
+        let mut s = rr_service(FILL_VIP, Protocol::Tcp, 80, &[(BACKENDS[0], 80, 1)]);
+        s.backends[0].forward = ForwardMethod::Route;
+        gw.p.own(FILL_VIP);
+        gw.p.upsert_service(Arc::new(CompiledService::new(9, &s, 1, None)));
+        for port in 0..CACHE_RESIDENT_FLOWS + 64 {
+            let syn = tcp(
+                CLIENT_MAC,
+                (FILL_CLIENT, 10_000 + port as u16),
+                (FILL_VIP, 80),
+                SYN,
+                64,
+            );
+            run(&mut gw.p, &syn, 0);
+        }
+        assert_eq!(gw.p.flows(), CACHE_RESIDENT_FLOWS + 64);
         gw
     }
 
@@ -511,6 +545,23 @@ proptest! {
     fn batches_agree_with_one_frame_at_a_time(steps in prop::collection::vec(step(), 1..40)) {
         let (mut a, mut b) = (Gw::new(true), Gw::new(true));
         agree(&steps, &mut a, &mut b, |_| Mode::Single)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// The same above the flow count up to which a table is taken to be
+    /// cache resident, where a batch's keys are looked up in stages
+    /// (all hashed, then probed, then checked) rather than one at a
+    /// time as they are read.
+    #[test]
+    fn batches_agree_with_one_frame_at_a_time_in_a_table_beyond_the_cache(
+        steps in prop::collection::vec(step(), 1..40)
+    ) {
+        let (mut a, mut b) = (Gw::filled(true), Gw::filled(true));
+        agree(&steps, &mut a, &mut b, |_| Mode::Single)?;
+        prop_assert!(a.p.flows() > CACHE_RESIDENT_FLOWS);
     }
 }
 
