@@ -390,6 +390,21 @@ struct StagedMiss {
     service_at: Option<u32>,
 }
 
+impl StagedMiss {
+    /// The miss of key `k` (at `key` in the batch's keys), its service
+    /// key's bucket fetched: the first stage of its service lookup.
+    #[inline(always)]
+    fn of<A: Family>(services: &ServiceTable<A>, key: usize, k: &FlowKey<A>) -> StagedMiss {
+        let service_hash = services.key_hash(k.dst, k.proto, k.dst_port);
+        services.prefetch_hash(service_hash);
+        StagedMiss {
+            key,
+            service_hash,
+            service_at: None,
+        }
+    }
+}
+
 /// The batch lookup's working arrays, kept from batch to batch: only the
 /// first entries a batch fills are read, so they are never initialised
 /// again (as arrays on the stack, every call, the idle worker's included,
@@ -710,13 +725,16 @@ impl<A: Family> Half<A> {
                         out[i] = Lookup::Hit(id, dir, epoch);
                     } else {
                         (keys[n], at[n], hashes[n]) = (k, i, hash);
-                        miss[misses] = StagedMiss {
-                            key: n,
-                            ..StagedMiss::default()
-                        };
-                        (n, misses) = (n + 1, misses + 1);
+                        n += 1;
                     }
                 }
+                // Every key kept is a miss: their service lookups start
+                // here, a pass apart from the flow lookups (inside that
+                // loop, they cost its hits 9 instructions a packet).
+                for (j, (m, k)) in miss.iter_mut().zip(&keys[..n]).enumerate() {
+                    *m = StagedMiss::of(&self.services, j, k);
+                }
+                misses = n;
                 mark
             } else {
                 for (i, p) in prep.iter().enumerate() {
@@ -744,10 +762,7 @@ impl<A: Family> Half<A> {
                             .prefetch_handles(self.table.flow(id).service());
                         out[at[j]] = Lookup::Hit(id, dir, epoch);
                     } else {
-                        miss[misses] = StagedMiss {
-                            key: j,
-                            ..StagedMiss::default()
-                        };
+                        miss[misses] = StagedMiss::of(&self.services, j, &keys[j]);
                         misses += 1;
                     }
                 }
@@ -761,15 +776,10 @@ impl<A: Family> Half<A> {
             };
             // A miss may be a new flow: its ownership and service are
             // looked up in stages, every miss's at once (hash and fetch
-            // the buckets; probe them and fetch the service slot; fetch
-            // the compiled service and its counter handles; its
+            // the buckets, above; probe them and fetch the service slot;
+            // fetch the compiled service and its counter handles; its
             // backends; the flow's count cell), so the packet's own
             // lookup finds them in cache.
-            for m in &mut miss[..misses] {
-                let k = &keys[m.key];
-                m.service_hash = self.services.key_hash(k.dst, k.proto, k.dst_port);
-                self.services.prefetch_hash(m.service_hash);
-            }
             // The buckets arrived: their candidates' entries are fetched,
             // then checked a pass later.
             for m in &mut miss[..misses] {
