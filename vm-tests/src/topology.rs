@@ -500,6 +500,33 @@ impl Topology {
         &self.switch
     }
 
+    /// What the kernels on the way say, for a failing test to print
+    /// beside xvs's own counters: the gateway's link (is the program
+    /// still attached; frames in and out) with its driver's per-queue XDP
+    /// counters, the gateway's IP counters (packets the kernel got
+    /// instead of xvs), the switch's ports, and the client's TCP
+    /// sockets and neighbours (retransmitting? the gateway resolved?).
+    /// A command that fails says so in its place.
+    pub fn kernel_view(&self) -> String {
+        let show = |ns: &Netns, program: &str, args: &[&str]| {
+            let out = match ns.exec(program, args) {
+                Ok(o) => String::from_utf8_lossy(&o.stdout).into_owned(),
+                Err(e) => format!("({e})\n"),
+            };
+            format!("--- {} {program} {}\n{out}", ns.name(), args.join(" "))
+        };
+        let gw = self.gateway_client_if.as_str();
+        [
+            show(&self.gateway, "ip", &["-s", "-d", "link", "show", gw]),
+            show(&self.gateway, "ethtool", &["-S", gw]),
+            show(&self.gateway, "nstat", &["-as"]),
+            show(&self.switch, "ip", &["-s", "link"]),
+            show(&self.client.ns, "ss", &["-tin"]),
+            show(&self.client.ns, "ip", &["neigh"]),
+        ]
+        .concat()
+    }
+
     /// Names of every namespace of this topology.
     pub fn namespaces(&self) -> Vec<String> {
         let mut v = vec![

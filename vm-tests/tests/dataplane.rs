@@ -114,13 +114,15 @@ fn start(scheduler: &str) -> Running {
 impl Running {
     /// Runs the test client; if it fails, the panic carries what xvs's
     /// counters and drops said at that moment (a stall, a drop reason,
-    /// frames lost) beside the client's own error.
+    /// frames lost) beside the client's own error, and what the kernels
+    /// on the way said (frames that never reached xvs).
     fn client(&self, args: &[&str]) -> String {
         let out = self.t.client.ns.exec(TESTNET, args).unwrap_or_else(|e| {
             panic!(
-                "{e}\nxvs's non-zero counters then:\n{}\n{}",
+                "{e}\nxvs's non-zero counters then:\n{}\n{}\n{}",
                 self.xvs.nonzero_metrics(&[]),
-                self.xvs.get("/v1/status")
+                self.xvs.get("/v1/status"),
+                self.t.kernel_view()
             )
         });
         String::from_utf8(out.stdout).unwrap().trim().to_owned()
