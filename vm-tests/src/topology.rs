@@ -504,8 +504,9 @@ impl Topology {
     /// beside xvs's own counters: the gateway's link (is the program
     /// still attached; frames in and out) with its driver's per-queue XDP
     /// counters, the gateway's IP counters (packets the kernel got
-    /// instead of xvs), the switch's ports, and the client's TCP
-    /// sockets and neighbours (retransmitting? the gateway resolved?).
+    /// instead of xvs), the switch's ports, and the client's
+    /// and backends' TCP sockets and counters (retransmitting? segments
+    /// refused?) and the client's neighbours (the gateway resolved?).
     /// A command that fails says so in its place.
     pub fn kernel_view(&self) -> String {
         let show = |ns: &Netns, program: &str, args: &[&str]| {
@@ -516,15 +517,21 @@ impl Topology {
             format!("--- {} {program} {}\n{out}", ns.name(), args.join(" "))
         };
         let gw = self.gateway_client_if.as_str();
-        [
+        let mut view = [
             show(&self.gateway, "ip", &["-s", "-d", "link", "show", gw]),
             show(&self.gateway, "ethtool", &["-S", gw]),
             show(&self.gateway, "nstat", &["-as"]),
             show(&self.switch, "ip", &["-s", "link"]),
-            show(&self.client.ns, "ss", &["-tin"]),
+            show(&self.client.ns, "ss", &["-tinm"]),
             show(&self.client.ns, "ip", &["neigh"]),
+            show(&self.client.ns, "nstat", &["-as"]),
         ]
-        .concat()
+        .concat();
+        for b in &self.backends {
+            view.push_str(&show(&b.ns, "ss", &["-tinm"]));
+            view.push_str(&show(&b.ns, "nstat", &["-as"]));
+        }
+        view
     }
 
     /// Names of every namespace of this topology.
