@@ -8,7 +8,9 @@
 //! dies). The guard is a separate process started before the data plane
 //! opens anything, so it holds no socket or program of it; it waits for
 //! the instance to exit, then for the hold window, and releases only when
-//! it can take every lock itself, that is when no successor runs. A
+//! it can take every lock itself and finds its own instance's pid stamped
+//! in it, that is when no successor runs or ran (a successor that ended
+//! inside the window leaves the release to its own guard). A
 //! successor that starts while a guard releases waits for the lock rather
 //! than failing.
 
@@ -62,6 +64,15 @@ fn stamp(mut file: &File, role: &str) {
     let _ = file.set_len(0);
     let _ = file.rewind();
     let _ = writeln!(file, "{role} pid {}", std::process::id());
+}
+
+/// The pid a lock file's stamp names ([`stamp`]), if it has one.
+fn stamped_pid(mut file: &File) -> Option<u32> {
+    let mut text = String::new();
+    file.rewind().ok()?;
+    file.read_to_string(&mut text).ok()?;
+    let mut words = text.split_whitespace().skip_while(|w| *w != "pid");
+    words.nth(1)?.parse().ok()
 }
 
 fn holder(path: &Path) -> String {
@@ -258,7 +269,9 @@ fn stderr_is_pipe() -> bool {
 /// The guard's work (`xvs guard`): learns from stdin which programs its
 /// instance attached (nothing, if the instance ends first), waits for
 /// `pid` to exit, then for the hold window, then releases unless a
-/// successor holds the lock.
+/// successor holds the lock or held it since (a successor killed inside
+/// the window has a guard of its own, whose window is still open: the
+/// state it left is for the next start).
 pub fn guard(pid: u32, hold: Duration, left: &Leftovers) -> u8 {
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line);
@@ -269,6 +282,10 @@ pub fn guard(pid: u32, hold: Duration, left: &Leftovers) -> u8 {
     let mut locks = Vec::new();
     for name in names {
         match try_lock(&lock_path(&left.state_dir, name)) {
+            // A successor started inside the window and has ended since
+            // (it stamped the lock with its pid): what is left is its, and
+            // its own guard's window, begun when it ended, decides.
+            Ok(Some(f)) if stamped_pid(&f).is_some_and(|p| p != pid) => return 0,
             Ok(Some(f)) => {
                 stamp(&f, "guard");
                 locks.push(f);
@@ -310,4 +327,25 @@ fn wait_exit(pid: u32) {
     }
     // SAFETY: closes the pidfd opened above, once.
     unsafe { libc::close(fd) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What [`stamp`] writes, [`stamped_pid`] reads back; a lock file
+    /// never stamped (just created) names nobody.
+    #[test]
+    fn a_lock_s_stamp_names_its_pid() {
+        let dir = std::env::temp_dir().join(format!("xvs-stamp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = lock_path(&dir, "g0");
+        let f = try_lock(&path).unwrap().unwrap();
+        assert_eq!(stamped_pid(&f), None);
+        stamp(&f, "run");
+        assert_eq!(stamped_pid(&f), Some(std::process::id()));
+        assert_eq!(holder(&path), format!("run pid {}", std::process::id()));
+        drop(f);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -871,3 +871,84 @@ fn a_guard_leaves_a_successors_program_alone() {
         "the second guard left its program"
     );
 }
+
+/// Whether the guard of the instance with process id `pid` (`xvs guard
+/// --pid PID ...`) still runs.
+fn guard_runs(pid: u32) -> bool {
+    let pid = pid.to_string();
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        let args = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let args: Vec<&[u8]> = args.split(|&b| b == 0).collect();
+        args.windows(3)
+            .any(|w| w[0] == b"guard" && w[1] == b"--pid" && w[2] == pid.as_bytes())
+    })
+}
+
+/// Killed twice in a row, as a crash-looping unit or an impatient
+/// operator does: the second instance starts inside the first one's hold
+/// window and is killed before that window ends. The first guard then
+/// finds the lock free, but the state is the second instance's, for the
+/// next start: that guard leaves it, and the third instance adopts the
+/// flows (CI once saw the first guard remove it and the third start
+/// empty).
+#[test]
+fn a_successor_killed_inside_the_window_leaves_its_state_to_the_next() {
+    if !privileged("a_successor_killed_inside_the_window_leaves_its_state_to_the_next") {
+        return;
+    }
+    let t = Topology::build(Spec::one_arm(2)).unwrap();
+    let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
+    let scratch = ScratchDir::new(&t, "restart-twice").unwrap();
+    let state = scratch.path().join("state");
+    // The first window short, the later ones long: the test waits for the
+    // first guard, then starts the third instance well inside the second
+    // window.
+    let short = config(&t, &state, "3s");
+    let long = config(&t, &state, "10s");
+    let (gw, _) = Daemon::start(&t, "rt", &bins(), &short, &[]).unwrap();
+    let load = t.tcp_load(TESTNET, "198.19.0.1:80", 20, 5000);
+    assert!(load.starts_with("ok=20 failed=0"), "{load}");
+    let first = gw.pid();
+    assert!(guard_runs(first), "no guard for the first instance");
+    let (status, _) = gw.kill(libc::SIGKILL);
+    assert!(status.is_some());
+    let adopted = |gw: &Daemon| {
+        let status: serde_json::Value = serde_json::from_str(&gw.get("/v1/status")).unwrap();
+        status["restart"]["adopted_flows"].as_u64().unwrap_or(0)
+    };
+    let (gw, _) = Daemon::start(&t, "rt", &bins(), &long, &[]).unwrap();
+    assert!(
+        adopted(&gw) >= 20,
+        "the second instance adopted {}",
+        adopted(&gw)
+    );
+    let (status, _) = gw.kill(libc::SIGKILL);
+    assert!(status.is_some());
+    let second_killed = Instant::now();
+    // The first window ends and its guard looks, then exits.
+    let waited = Instant::now();
+    while guard_runs(first) && waited.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!guard_runs(first), "the first guard still runs");
+    assert!(
+        second_killed.elapsed() < Duration::from_secs(8),
+        "the second window nearly over ({:?}): nothing to test",
+        second_killed.elapsed()
+    );
+    assert!(link_has_program(&t), "the second instance's program went");
+    assert_eq!(
+        state_files(&state).len(),
+        1,
+        "the first guard removed the state"
+    );
+    let (gw, _) = Daemon::start(&t, "rt", &bins(), &long, &[]).unwrap();
+    assert!(
+        adopted(&gw) >= 20,
+        "the third instance adopted {}",
+        adopted(&gw)
+    );
+    let load = t.tcp_load(TESTNET, "198.19.0.1:80", 20, 5000);
+    assert!(load.starts_with("ok=20 failed=0"), "{load}");
+    gw.stop();
+}
