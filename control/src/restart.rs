@@ -66,11 +66,10 @@ fn stamp(mut file: &File, role: &str) {
     let _ = writeln!(file, "{role} pid {}", std::process::id());
 }
 
-/// The pid a lock file's stamp names ([`stamp`]), if it has one.
-fn stamped_pid(mut file: &File) -> Option<u32> {
-    let mut text = String::new();
-    file.rewind().ok()?;
-    file.read_to_string(&mut text).ok()?;
+/// The pid a lock file's stamp names ([`stamp`], read by [`holder`]),
+/// if it has one.
+fn stamped_pid(path: &Path) -> Option<u32> {
+    let text = holder(path);
     let mut words = text.split_whitespace().skip_while(|w| *w != "pid");
     words.nth(1)?.parse().ok()
 }
@@ -281,11 +280,12 @@ pub fn guard(pid: u32, hold: Duration, left: &Leftovers) -> u8 {
     let names: Vec<&str> = left.interfaces.iter().map(String::as_str).collect();
     let mut locks = Vec::new();
     for name in names {
-        match try_lock(&lock_path(&left.state_dir, name)) {
+        let path = lock_path(&left.state_dir, name);
+        match try_lock(&path) {
             // A successor started inside the window and has ended since
             // (it stamped the lock with its pid): what is left is its, and
             // its own guard's window, begun when it ended, decides.
-            Ok(Some(f)) if stamped_pid(&f).is_some_and(|p| p != pid) => return 0,
+            Ok(Some(_)) if stamped_pid(&path).is_some_and(|p| p != pid) => return 0,
             Ok(Some(f)) => {
                 stamp(&f, "guard");
                 locks.push(f);
@@ -341,9 +341,9 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = lock_path(&dir, "g0");
         let f = try_lock(&path).unwrap().unwrap();
-        assert_eq!(stamped_pid(&f), None);
+        assert_eq!(stamped_pid(&path), None);
         stamp(&f, "run");
-        assert_eq!(stamped_pid(&f), Some(std::process::id()));
+        assert_eq!(stamped_pid(&path), Some(std::process::id()));
         assert_eq!(holder(&path), format!("run pid {}", std::process::id()));
         drop(f);
         std::fs::remove_dir_all(&dir).unwrap();

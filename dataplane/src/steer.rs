@@ -230,21 +230,9 @@ fn c_name(raw: &[std::os::raw::c_char]) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-fn prog_fd_by_id(id: u32) -> Result<Fd, SteerError> {
-    // SAFETY: plain syscall wrapper.
-    let fd = unsafe { sys::bpf_prog_get_fd_by_id(id) };
-    if fd < 0 {
-        return Err(bpf_err(format!("open program {id}"), fd));
-    }
-    Ok(Fd(fd))
-}
-
-/// Packets the program `id` held, summed over CPUs (its `held` map); 0 if
-/// it has none.
-fn held_by(id: u32) -> u64 {
-    let Ok(fd) = prog_fd_by_id(id) else {
-        return 0;
-    };
+/// Packets the program open at `fd` held, summed over CPUs (its `held`
+/// map); 0 if it has none.
+fn held_by(fd: &Fd) -> u64 {
     let mut ids = [0u32; 16];
     // SAFETY: plain old data; zero is valid.
     let mut info: sys::bpf_prog_info = unsafe { std::mem::zeroed() };
@@ -624,7 +612,7 @@ impl Steering {
             }
             takeover = Takeover {
                 previous: Some(old.id),
-                held: held_by(old.id),
+                held: held_by(&old.fd),
             };
             let opts = attach_opts(old.fd.0);
             if modes.contains(&old.mode) {
@@ -677,21 +665,21 @@ impl Steering {
             // EBUSY (a program in this mode) or EEXIST (one in the other
             // mode): something was attached since the look.
             if last == -libc::EBUSY || last == -libc::EEXIST {
-                break;
+                return Ok(Attempt::Changed(self.attach_error(mode, last)));
             }
         }
-        let e = bpf_err(
+        Err(self.attach_error(mode, last))
+    }
+
+    /// The error of an attach (if-none) in `mode` that failed with `ret`.
+    fn attach_error(&self, mode: XdpAttachMode, ret: i32) -> SteerError {
+        bpf_err(
             format!(
                 "attach the steering program to {} ({mode} mode)",
                 self.ifname
             ),
-            last,
-        );
-        if last == -libc::EBUSY || last == -libc::EEXIST {
-            Ok(Attempt::Changed(e))
-        } else {
-            Err(e)
-        }
+            ret,
+        )
     }
 
     /// Leaves the program attached when this handle drops: the hold

@@ -300,7 +300,10 @@ fn an_attach_whose_look_goes_stale_looks_again() {
         return;
     }
     let (t, gw) = two_arm();
-    let ids = std::thread::spawn(move || -> Result<Vec<(Option<u32>, u32, u32)>, String> {
+    // Per attach: (what it took over, its looks, its program id); and
+    // the id of the program landed in the second gap.
+    type Seen = (Vec<(Option<u32>, u32, u32)>, u32);
+    let ids = std::thread::spawn(move || -> Result<Seen, String> {
         xvs_vm_tests::netns::Netns::existing(&gw)
             .enter_current_thread()
             .map_err(|e| e.to_string())?;
@@ -340,10 +343,9 @@ fn an_attach_whose_look_goes_stale_looks_again() {
             })
             .map_err(|e| format!("after a takeover: {e}"))?;
         seen.push((takeover.previous, looks, third.program_id().unwrap_or(0)));
-        seen.push((Some(successor), 0, 0));
-        Ok(seen)
+        Ok((seen, successor))
     });
-    let seen = ids.join().unwrap().unwrap();
+    let (seen, successor) = ids.join().unwrap().unwrap();
     let (previous, looks, second) = seen[0];
     assert_eq!(
         (previous, looks),
@@ -353,7 +355,7 @@ fn an_attach_whose_look_goes_stale_looks_again() {
     let (previous, looks, third) = seen[1];
     assert_eq!(
         (previous, looks),
-        (seen[2].0, 2),
+        (Some(successor), 2),
         "the second look found the successor's program and replaced it"
     );
     assert_ne!(second, third);

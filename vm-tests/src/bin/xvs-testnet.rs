@@ -336,12 +336,15 @@ fn serve(name: &str, tcp: SocketAddr, udp: Option<SocketAddr>) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// The length of the block a payload repeats: a prime, so that no
+/// segment size divides it.
+const PERIOD: usize = 65_521;
+
 /// The payload of connection `id`: bytes no other connection sends. A
-/// block of up to `PERIOD` bytes (a prime: no segment size divides it)
-/// made byte by byte, then copies of it: 512 MiB made byte by byte took
-/// a debug build 17 s of CPU per connection.
+/// block of up to [`PERIOD`] bytes made byte by byte, then copies of it:
+/// 512 MiB made byte by byte took a debug build 17 s of CPU per
+/// connection.
 fn payload_of(id: u32, len: usize) -> Vec<u8> {
-    const PERIOD: usize = 65_521;
     let seed = id.wrapping_mul(2_654_435_761);
     let mut v: Vec<u8> = (0..len.min(PERIOD))
         .map(|i| (seed.wrapping_add((i as u32).wrapping_mul(31)) >> 7) as u8)
@@ -914,18 +917,18 @@ mod decap {
 
 #[cfg(test)]
 mod tests {
-    use super::payload_of;
+    use super::{payload_of, PERIOD};
 
     /// Past its first block the payload is copies of it, each going on
     /// where the one before ended; connections' payloads differ.
     #[test]
     fn a_payload_repeats_its_block_seamlessly() {
-        let len = 3 * 65_521 + 1_000;
+        let len = 3 * PERIOD + 1_000;
         let p = payload_of(7, len);
         assert_eq!(p.len(), len);
         assert_eq!(payload_of(7, 100), p[..100]);
-        for i in 65_521..len {
-            assert_eq!(p[i], p[i - 65_521], "byte {i}");
+        for i in PERIOD..len {
+            assert_eq!(p[i], p[i - PERIOD], "byte {i}");
         }
         assert_ne!(payload_of(8, 4096), p[..4096]);
         assert!(payload_of(1, 0).is_empty());
