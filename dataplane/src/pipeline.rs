@@ -422,6 +422,12 @@ struct LookupScratch<A: Family> {
     miss: [StagedMiss; xvs_conntrack::BATCH],
     /// Each miss's service position, or [`NO_SERVICE`].
     found: [u32; xvs_conntrack::BATCH],
+    /// Each frame's key hash, in frame order (a cache-resident table's
+    /// first pass).
+    ahead: [u64; xvs_conntrack::BATCH],
+    /// Whether the last chunk looked up in a cache-resident table had a
+    /// miss (the next one fetches its buckets first).
+    missed: bool,
 }
 
 impl<A: Family> LookupScratch<A> {
@@ -435,10 +441,50 @@ impl<A: Family> LookupScratch<A> {
             at: [0; xvs_conntrack::BATCH],
             hits: [None; xvs_conntrack::BATCH],
             hashes: [0; xvs_conntrack::BATCH],
+            ahead: [0; xvs_conntrack::BATCH],
+            missed: false,
             miss: [StagedMiss::default(); xvs_conntrack::BATCH],
             found: [NO_SERVICE; xvs_conntrack::BATCH],
         })
     }
+}
+
+/// A cache-resident table's lookups of a chunk (`prep`), each key as it
+/// is read: a hit's result into `out`, a miss's key, frame and hash kept
+/// in `keep`'s arrays; how many were kept. With `FETCHED`, each frame's
+/// hash was computed (and its bucket fetched) ahead, into `ahead`.
+#[inline(always)]
+fn look_each<A: Family, const FETCHED: bool>(
+    table: &mut FlowTable<A>,
+    prep: &[Prepared],
+    out: &mut [Lookup],
+    epoch: u32,
+    ahead: &[u64; xvs_conntrack::BATCH],
+    keep: (
+        &mut [FlowKey<A>; xvs_conntrack::BATCH],
+        &mut [usize; xvs_conntrack::BATCH],
+        &mut [u64; xvs_conntrack::BATCH],
+    ),
+) -> usize {
+    let (keys, at, hashes) = keep;
+    let mut n = 0;
+    for (i, p) in prep.iter().enumerate() {
+        let Some(k) = p.key::<A>() else {
+            continue;
+        };
+        let hash = if FETCHED {
+            ahead[i]
+        } else {
+            table.key_hash(&k)
+        };
+        if let Some((id, dir)) = table.lookup_hashed(&k, hash) {
+            out[i] = Lookup::Hit(id, dir, epoch);
+        } else {
+            (keys[n], at[n], hashes[n]) = (k, i, hash);
+            n += 1;
+        }
+    }
+    n
 }
 
 /// The observer that keeps `services`' connection counts right for
@@ -697,6 +743,8 @@ impl<A: Family> Half<A> {
             hashes,
             miss,
             found,
+            ahead,
+            missed,
         } = &mut *self.scratch;
         let resident = self.table.is_cache_resident();
         let epoch = self.table.epoch();
@@ -710,24 +758,33 @@ impl<A: Family> Half<A> {
             let mut n = 0;
             let mut misses = 0;
             let mark = if resident {
-                // A cache-resident table: staging gains nothing (nothing
-                // to overlap), so each key is looked up as it is read,
+                // A cache-resident table: its flows' buckets and entries
+                // stay in cache, so each key is looked up as it is read,
                 // and only the misses are kept (the staged way cost 50
                 // instructions a packet more: the copies of every key and
                 // result, and its passes).
+                //
+                // A miss's bucket is not among those: its key is new, its
+                // bucket anywhere in an index sized for the table's
+                // capacity. Misses come in runs (a burst of connections, a
+                // flood), so after a chunk that had one, every key's
+                // bucket is fetched in a first pass (else each miss waits
+                // for its line alone: 40 ns a new flow, 1,000 flows in a
+                // table for 201,000); a chunk after one of hits alone does
+                // without (it costs 33 instructions a packet).
                 let mark = self.table.lookup_mark();
-                for (i, p) in prep.iter().enumerate() {
-                    let Some(k) = p.key::<A>() else {
-                        continue;
-                    };
-                    let hash = self.table.key_hash(&k);
-                    if let Some((id, dir)) = self.table.lookup_hashed(&k, hash) {
-                        out[i] = Lookup::Hit(id, dir, epoch);
-                    } else {
-                        (keys[n], at[n], hashes[n]) = (k, i, hash);
-                        n += 1;
+                let keep = (&mut *keys, &mut *at, &mut *hashes);
+                n = if *missed {
+                    for (p, h) in prep.iter().zip(ahead.iter_mut()) {
+                        if let Some(k) = p.key::<A>() {
+                            *h = self.table.key_hash(&k);
+                            self.table.prefetch_hash(*h);
+                        }
                     }
-                }
+                    look_each::<A, true>(&mut self.table, prep, out, epoch, ahead, keep)
+                } else {
+                    look_each::<A, false>(&mut self.table, prep, out, epoch, ahead, keep)
+                };
                 // Every key kept is a miss: their service lookups start
                 // here, a pass apart from the flow lookups (inside that
                 // loop, they cost its hits 9 instructions a packet).
@@ -735,6 +792,7 @@ impl<A: Family> Half<A> {
                     *m = StagedMiss::of(&self.services, j, k);
                 }
                 misses = n;
+                *missed = n > 0;
                 mark
             } else {
                 for (i, p) in prep.iter().enumerate() {
