@@ -738,9 +738,12 @@ impl Batch {
 /// `n` new flows (SYNs to random services, or all to the first with
 /// `one_service`) from `next` on, one at a time
 /// or, with `batch`, in batches of 64 the worker's way: the time they
-/// took; they are taken out again (not timed) after every `load.flows`
-/// of them (at most 20,000), so the table holds at most twice its
-/// workload's flows: a cache-resident workload's stays cache-resident.
+/// took; they are taken out again (not timed), each by its whole tuple
+/// (a lookup: a walk of the table would leave the caches cold for the
+/// next ones, which a gateway's flows, ending by their timers, do not),
+/// after every `load.flows` of them (at most 20,000), so the table holds
+/// at most twice its workload's flows: a cache-resident workload's stays
+/// cache-resident.
 fn new_flows<F: Fam>(
     p: &mut Pipeline,
     load: Load,
@@ -770,7 +773,7 @@ fn new_flows_once<F: Fam>(
     one_service: bool,
 ) -> Duration {
     let len = F::LEN;
-    let frames: Vec<[u8; 96]> = (0..n)
+    let tuples: Vec<(F::A, u16, F::A)> = (0..n)
         .map(|j| {
             let i = *next + j;
             let (c, port) = F::client_of(i);
@@ -779,8 +782,12 @@ fn new_flows_once<F: Fam>(
             } else {
                 ((u64::from(i) * 2_654_435_761) % u64::from(load.services)) as u32
             };
-            F::frame(c, port, F::vip(s), 0x02)
+            (c, port, F::vip(s))
         })
+        .collect();
+    let frames: Vec<[u8; 96]> = tuples
+        .iter()
+        .map(|&(c, port, vip)| F::frame(c, port, vip, 0x02))
         .collect();
     let before = p.flows();
     let mut buf = [0u8; 2048];
@@ -798,24 +805,17 @@ fn new_flows_once<F: Fam>(
             .map(|chunk| batch.run_frames(p, chunk, len, 2))
             .sum(),
     };
-    // The slab hands out its free slots last-freed first, so the new
-    // flows lie among the first `before + n` slots: scanning those is
-    // enough (a scan of the whole table would evict the caches a
-    // cache-resident workload is measured in). Checked: should any be
-    // left, the rest of the table is scanned too.
-    let filter = Filter::<IpAddr> {
-        state: Some(xvs_conntrack::FlowState::SynRecv),
-        proto: Some(L4Proto::Tcp),
-        ..Filter::default()
-    };
-    p.delete_matching(&filter, F::FAMILY, 0, before + n);
-    if p.flows() != before {
-        for family in [Family::V4, Family::V6] {
-            let mut cursor = Some(0);
-            while let Some(c) = cursor {
-                cursor = p.delete_matching(&filter, family, c, u32::MAX).1;
-            }
-        }
+    for &(client, port, vip) in &tuples {
+        let whole = Filter::<IpAddr> {
+            client: Some(client.ip()),
+            client_port: Some(port),
+            vip: Some(vip.ip()),
+            vip_port: Some(80),
+            proto: Some(L4Proto::Tcp),
+            state: Some(xvs_conntrack::FlowState::SynRecv),
+            ..Filter::default()
+        };
+        p.delete_matching(&whole, F::FAMILY, 0, 1);
     }
     assert_eq!(p.flows(), before, "new flows left in the table");
     *next = load.flows + (*next - load.flows + n) % (1 << 22);

@@ -5,12 +5,19 @@
 //!
 //! A walk is not a snapshot: entries created or removed between chunks may
 //! or may not be seen, as with `conntrack -L` on a live table.
+//!
+//! A filter that names a flow's whole original tuple (client and VIP
+//! address and port, protocol; templates excluded) selects at most one
+//! flow: that one is found by a lookup instead of a walk, in the first
+//! call, which also ends it (`conntrack -D` and `-G` with a whole tuple
+//! find their entry by hash the same way). Such a delete costs the same
+//! whatever the table's size.
 
 use std::net::Ipv4Addr;
 
 use xvs_config::Address;
 
-use crate::key::{Endpoint, L4Proto};
+use crate::key::{Endpoint, FlowKey, L4Proto};
 use crate::slab::{Entry, FLAG_QUIESCED};
 use crate::state::FlowState;
 use crate::table::{FlowId, FlowRef, FlowTable, Observer};
@@ -87,6 +94,23 @@ impl Filter<std::net::IpAddr> {
 }
 
 impl<A: Address> Filter<A> {
+    /// The original-direction key of the one flow this filter can select,
+    /// if it names one whole (see the module docs).
+    fn exact(&self) -> Option<FlowKey<A>> {
+        if self.templates {
+            return None;
+        }
+        let client = Endpoint {
+            addr: self.client?,
+            port: self.client_port?,
+        };
+        let vip = Endpoint {
+            addr: self.vip?,
+            port: self.vip_port?,
+        };
+        Some(FlowKey::between(client, vip, self.proto?))
+    }
+
     fn matches(&self, e: &Entry<A>) -> bool {
         e.is_live()
             && (self.templates || !e.is_template())
@@ -190,6 +214,12 @@ impl<A: Address> FlowTable<A> {
         now: u32,
         out: &mut Vec<FlowInfo<A>>,
     ) -> Option<u32> {
+        if let Some(key) = filter.exact() {
+            if let Some(id) = self.selected(filter, &key, cursor) {
+                out.push(FlowInfo::of(self.slab.flow(id.0), now));
+            }
+            return None;
+        }
         let entries = &self.slab.entries;
         let end = (cursor as usize)
             .saturating_add(budget as usize)
@@ -213,6 +243,13 @@ impl<A: Address> FlowTable<A> {
         budget: u32,
         obs: &mut impl Observer<A>,
     ) -> (u32, Option<u32>) {
+        if let Some(key) = filter.exact() {
+            let Some(id) = self.selected(filter, &key, cursor) else {
+                return (0, None);
+            };
+            self.remove(id, obs);
+            return (1, None);
+        }
         let len = self.slab.entries.len();
         let end = (cursor as usize).saturating_add(budget as usize).min(len);
         let mut deleted = 0;
@@ -223,6 +260,17 @@ impl<A: Address> FlowTable<A> {
             }
         }
         (deleted, (end < len).then_some(end as u32))
+    }
+
+    /// The flow whose original key is `key` if `filter` (which names that
+    /// key whole) selects it, in a walk's first call (`cursor` 0): found
+    /// by a lookup that is not counted as a packet's.
+    fn selected(&self, filter: &Filter<A>, key: &FlowKey<A>, cursor: u32) -> Option<FlowId> {
+        let (id, dir) = self.peek(key)?;
+        (cursor == 0
+            && dir == crate::state::Direction::Original
+            && filter.matches(&self.slab.entries[id.0 as usize]))
+        .then_some(id)
     }
 
     /// Every live entry, for tests and small tables (not chunked).

@@ -439,21 +439,28 @@ impl<A: Address> FlowTable<A> {
     #[inline(always)]
     pub fn lookup_hashed(&mut self, key: &FlowKey<A>, hash: u64) -> Option<(FlowId, Direction)> {
         debug_assert_eq!(hash, self.hash(key));
+        let hit = self.find(key, hash);
+        match hit {
+            Some(_) => self.stats.found += 1,
+            None => self.stats.miss += 1,
+        }
+        hit
+    }
+
+    /// [`FlowTable::lookup`] without counting it (a listing's or a
+    /// delete's, not a packet's).
+    pub(crate) fn peek(&self, key: &FlowKey<A>) -> Option<(FlowId, Direction)> {
+        self.find(key, self.hash(key))
+    }
+
+    #[inline(always)]
+    fn find(&self, key: &FlowKey<A>, hash: u64) -> Option<(FlowId, Direction)> {
         let entries = &self.slab.entries;
-        let hit = self.index.find(hash, |v| {
+        let v = self.index.find(hash, |v| {
             let e = &entries[(v & !DIR_BIT) as usize];
             !e.is_template() && e.key(dir_of(v)) == *key
-        });
-        match hit {
-            Some(v) => {
-                self.stats.found += 1;
-                Some((FlowId(v & !DIR_BIT), dir_of(v)))
-            }
-            None => {
-                self.stats.miss += 1;
-                None
-            }
-        }
+        })?;
+        Some((FlowId(v & !DIR_BIT), dir_of(v)))
     }
 
     /// Whether `id` is a live flow whose `dir` key is still `key` (a

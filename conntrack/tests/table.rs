@@ -590,6 +590,77 @@ fn ports_and_the_snat_address_select_flows_for_dump_and_delete() {
     t.check_invariants().unwrap();
 }
 
+/// A filter naming a flow's whole original tuple (`conntrack -D -s -d -p
+/// --sport --dport`) selects that flow alone, by lookup: one call, which
+/// ends the walk, at any budget; its other fields still select; the
+/// tuple of a flow's reply direction, or templates included, select as a
+/// walk does; and the lookup is not a packet's (not counted as found).
+#[test]
+fn a_whole_tuple_selects_its_flow_by_lookup() {
+    let mut t = FlowTable::new(100, Timeouts::default(), 0);
+    for n in 0..60 {
+        t.insert(&new_flow(n, L4Proto::Tcp), syn(), 0, &mut ())
+            .unwrap();
+    }
+    let f = new_flow(7, L4Proto::Tcp);
+    let whole = Filter {
+        client: Some(f.client.addr),
+        client_port: Some(f.client.port),
+        vip: Some(f.vip.addr),
+        vip_port: Some(f.vip.port),
+        proto: Some(L4Proto::Tcp),
+        ..Filter::default()
+    };
+    let found = t.stats().found;
+    let mut out = Vec::new();
+    // A budget of one slot: a walk would not reach slot 7.
+    assert_eq!(t.dump(&whole, 0, 1, 0, &mut out), None);
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].client, out[0].snat), (f.client, f.snat));
+    let other_state = Filter {
+        state: Some(FlowState::Established),
+        ..whole
+    };
+    let udp = Filter {
+        proto: Some(L4Proto::Udp),
+        ..whole
+    };
+    for f in [&other_state, &udp] {
+        assert_eq!(t.delete_matching(f, 0, 1, &mut ()), (0, None), "{f:?}");
+    }
+    // The reply direction's tuple names no flow's original one.
+    let reply = Filter {
+        client: Some(f.backend.addr),
+        client_port: Some(f.backend.port),
+        vip: Some(f.snat.addr),
+        vip_port: Some(f.snat.port),
+        ..whole
+    };
+    let mut none = Vec::new();
+    assert_eq!(t.dump(&reply, 0, 1000, 0, &mut none), None);
+    assert!(none.is_empty());
+    assert_eq!(t.stats().found, found);
+    assert_eq!(t.delete_matching(&whole, 0, 1, &mut ()), (1, None));
+    assert_eq!(t.len(), 59);
+    assert_eq!(t.delete_matching(&whole, 0, 1, &mut ()), (0, None));
+    // With templates included, a walk: chunked by the budget.
+    let (mut deleted, mut cursor) = (0, Some(0));
+    let f8 = new_flow(8, L4Proto::Tcp);
+    let walked = Filter {
+        client: Some(f8.client.addr),
+        client_port: Some(f8.client.port),
+        templates: true,
+        ..whole
+    };
+    let mut calls = 0;
+    while let Some(c) = cursor {
+        let (d, next) = t.delete_matching(&walked, c, 10, &mut ());
+        (deleted, cursor, calls) = (deleted + d, next, calls + 1);
+    }
+    assert_eq!((deleted, calls, t.len()), (1, 10, 58));
+    t.check_invariants().unwrap();
+}
+
 /// A million flows through open → established → close → expiry on a
 /// virtual clock, with exact counter totals at the end.
 #[test]
