@@ -122,9 +122,22 @@ fn dig_through_xvs_and_a_resolver_s_port_moves_when_its_backend_is_removed() {
     assert_eq!(pinned.len(), 1, "one port, one backend: {pinned:?}");
 
     // The iptables-mode remedy, by hand: the flow deleted as conntrack
-    // deletes it; the port's next query is scheduled afresh (rr: the
-    // other backend) and stays there.
-    let (code, _, said) = xvs.adm(&["conntrack", "-D", "-p", "udp", "--sport", "5300"]);
+    // deletes it, named by its whole tuple (found by a lookup, not a
+    // walk: listed first, then deleted, as `conntrack -G` and `-D`); the
+    // port's next query is scheduled afresh (rr: the other backend) and
+    // stays there.
+    let client = CLIENT_ADDR.to_string();
+    let tuple = [
+        "-p", "udp", "-s", &client, "-d", VIP, "--sport", "5300", "--dport", "53",
+    ];
+    let (code, listed, said) = xvs.adm(&[&["conntrack", "-L"], &tuple[..]].concat());
+    assert_eq!(code, 0, "{said}");
+    assert!(said.contains(" 1 flow entries have been shown."), "{said}");
+    assert!(
+        listed.contains(&format!("src={client} dst={VIP} sport=5300 dport=53 ")),
+        "{listed}"
+    );
+    let (code, _, said) = xvs.adm(&[&["conntrack", "-D"], &tuple[..]].concat());
     assert_eq!(code, 0, "{said}");
     assert!(
         said.contains(" 1 flow entries have been deleted."),
