@@ -266,9 +266,11 @@ impl<A: Address> FlowTable<A> {
     /// key whole) selects it, in a walk's first call (`cursor` 0): found
     /// by a lookup that is not counted as a packet's.
     fn selected(&self, filter: &Filter<A>, key: &FlowKey<A>, cursor: u32) -> Option<FlowId> {
+        if cursor != 0 {
+            return None;
+        }
         let (id, dir) = self.peek(key)?;
-        (cursor == 0
-            && dir == crate::state::Direction::Original
+        (dir == crate::state::Direction::Original
             && filter.matches(&self.slab.entries[id.0 as usize]))
         .then_some(id)
     }

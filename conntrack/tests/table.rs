@@ -478,6 +478,17 @@ fn templates_are_not_early_dropped_nor_counted_as_connections() {
     t.check_invariants().unwrap();
 }
 
+/// A table for 100 flows holding flows 0 to 59 ([`new_flow`]), each
+/// after its SYN.
+fn sixty_handshakes() -> FlowTable {
+    let mut t = FlowTable::new(100, Timeouts::default(), 0);
+    for n in 0..60 {
+        t.insert(&new_flow(n, L4Proto::Tcp), syn(), 0, &mut ())
+            .unwrap();
+    }
+    t
+}
+
 #[test]
 fn dump_and_delete_in_chunks_with_filters() {
     let mut t = FlowTable::new(100, Timeouts::default(), 0);
@@ -542,11 +553,7 @@ fn dump_and_delete_in_chunks_with_filters() {
 /// a dump by it lists, not every flow the other fields match.
 #[test]
 fn ports_and_the_snat_address_select_flows_for_dump_and_delete() {
-    let mut t = FlowTable::new(100, Timeouts::default(), 0);
-    for n in 0..60 {
-        t.insert(&new_flow(n, L4Proto::Tcp), syn(), 0, &mut ())
-            .unwrap();
-    }
+    let mut t = sixty_handshakes();
     let listed = |t: &FlowTable, f: &Filter| {
         let mut out = Vec::new();
         t.dump(f, 0, 1000, 0, &mut out);
@@ -597,11 +604,7 @@ fn ports_and_the_snat_address_select_flows_for_dump_and_delete() {
 /// walk does; and the lookup is not a packet's (not counted as found).
 #[test]
 fn a_whole_tuple_selects_its_flow_by_lookup() {
-    let mut t = FlowTable::new(100, Timeouts::default(), 0);
-    for n in 0..60 {
-        t.insert(&new_flow(n, L4Proto::Tcp), syn(), 0, &mut ())
-            .unwrap();
-    }
+    let mut t = sixty_handshakes();
     let f = new_flow(7, L4Proto::Tcp);
     let whole = Filter {
         client: Some(f.client.addr),

@@ -422,9 +422,6 @@ struct LookupScratch<A: Family> {
     miss: [StagedMiss; xvs_conntrack::BATCH],
     /// Each miss's service position, or [`NO_SERVICE`].
     found: [u32; xvs_conntrack::BATCH],
-    /// Each frame's key hash, in frame order (a cache-resident table's
-    /// first pass).
-    ahead: [u64; xvs_conntrack::BATCH],
     /// Whether the last chunk looked up in a cache-resident table had a
     /// miss (the next one fetches its buckets first).
     missed: bool,
@@ -441,7 +438,6 @@ impl<A: Family> LookupScratch<A> {
             at: [0; xvs_conntrack::BATCH],
             hits: [None; xvs_conntrack::BATCH],
             hashes: [0; xvs_conntrack::BATCH],
-            ahead: [0; xvs_conntrack::BATCH],
             missed: false,
             miss: [StagedMiss::default(); xvs_conntrack::BATCH],
             found: [NO_SERVICE; xvs_conntrack::BATCH],
@@ -451,15 +447,16 @@ impl<A: Family> LookupScratch<A> {
 
 /// A cache-resident table's lookups of a chunk (`prep`), each key as it
 /// is read: a hit's result into `out`, a miss's key, frame and hash kept
-/// in `keep`'s arrays; how many were kept. With `FETCHED`, each frame's
-/// hash was computed (and its bucket fetched) ahead, into `ahead`.
+/// in `keep`'s arrays; how many were kept. With `FETCHED`, frame `i`'s
+/// hash was computed (and its bucket fetched) ahead, into `keep`'s
+/// `hashes[i]`: a miss's is moved down to its place among the kept, never
+/// past a frame still to be read (kept ones are at most as many as read).
 #[inline(always)]
 fn look_each<A: Family, const FETCHED: bool>(
     table: &mut FlowTable<A>,
     prep: &[Prepared],
     out: &mut [Lookup],
     epoch: u32,
-    ahead: &[u64; xvs_conntrack::BATCH],
     keep: (
         &mut [FlowKey<A>; xvs_conntrack::BATCH],
         &mut [usize; xvs_conntrack::BATCH],
@@ -473,7 +470,7 @@ fn look_each<A: Family, const FETCHED: bool>(
             continue;
         };
         let hash = if FETCHED {
-            ahead[i]
+            hashes[i]
         } else {
             table.key_hash(&k)
         };
@@ -743,7 +740,6 @@ impl<A: Family> Half<A> {
             hashes,
             miss,
             found,
-            ahead,
             missed,
         } = &mut *self.scratch;
         let resident = self.table.is_cache_resident();
@@ -773,17 +769,18 @@ impl<A: Family> Half<A> {
                 // table for 201,000); a chunk after one of hits alone does
                 // without (it costs 33 instructions a packet).
                 let mark = self.table.lookup_mark();
-                let keep = (&mut *keys, &mut *at, &mut *hashes);
                 n = if *missed {
-                    for (p, h) in prep.iter().zip(ahead.iter_mut()) {
+                    for (p, h) in prep.iter().zip(hashes.iter_mut()) {
                         if let Some(k) = p.key::<A>() {
                             *h = self.table.key_hash(&k);
                             self.table.prefetch_hash(*h);
                         }
                     }
-                    look_each::<A, true>(&mut self.table, prep, out, epoch, ahead, keep)
+                    let keep = (&mut *keys, &mut *at, &mut *hashes);
+                    look_each::<A, true>(&mut self.table, prep, out, epoch, keep)
                 } else {
-                    look_each::<A, false>(&mut self.table, prep, out, epoch, ahead, keep)
+                    let keep = (&mut *keys, &mut *at, &mut *hashes);
+                    look_each::<A, false>(&mut self.table, prep, out, epoch, keep)
                 };
                 // Every key kept is a miss: their service lookups start
                 // here, a pass apart from the flow lookups (inside that
