@@ -793,6 +793,38 @@ fn ipv6_flows_are_tracked_like_ipv4_ones() {
         ]
     );
     assert_eq!(t.flow(id).backend(), f.backend);
+    // Nine more clients: the whole tuple of the last one is found by
+    // lookup, with a one-slot budget that a walk from slot 0 could not
+    // spend on it, and deleted the same way.
+    let more = |n: u16| NewFlow {
+        client: v6(0x100 + n, 40_000 + n),
+        snat: v6(0xfe, 1025 + n),
+        ..f
+    };
+    for n in 0..9 {
+        t.insert(&more(n), syn(), 0, &mut ()).unwrap();
+    }
+    let last = more(8);
+    let whole = Filter {
+        client: Some(last.client.addr),
+        client_port: Some(last.client.port),
+        vip: Some(last.vip.addr),
+        vip_port: Some(last.vip.port),
+        proto: Some(L4Proto::Tcp),
+        ..Filter::default()
+    };
+    let mut one = Vec::new();
+    assert_eq!(t.dump(&whole, 0, 1, 0, &mut one), None);
+    assert_eq!(one.len(), 1);
+    assert_eq!((one[0].client, one[0].snat), (last.client, last.snat));
+    assert_eq!(t.delete_matching(&whole, 0, 1, &mut ()), (1, None));
+    assert_eq!(t.delete_matching(&whole, 0, 1, &mut ()), (0, None));
+    for n in 0..8 {
+        let m = more(n);
+        let key = FlowKey::between(m.client, m.vip, L4Proto::Tcp);
+        let (id, _) = t.lookup(&key).unwrap();
+        t.remove(id, &mut ());
+    }
     let mut listed = Vec::new();
     let by_vip = Filter {
         vip: Some(f.vip.addr),
