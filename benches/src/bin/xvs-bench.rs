@@ -21,7 +21,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use clap::Parser;
 use xvs_benches::e2e::{
@@ -548,12 +548,20 @@ fn run_kernel(
 }
 
 /// A criterion median in nanoseconds per element (`per` elements per
-/// iteration), if `cargo bench` ran.
-fn criterion_ns(dir: &std::path::Path, group: &str, bench: &str, per: f64) -> Option<f64> {
-    let text =
-        std::fs::read_to_string(dir.join(group).join(bench).join("new/estimates.json")).ok()?;
+/// iteration) and when it was written, if `cargo bench` ran.
+fn criterion_ns(
+    dir: &std::path::Path,
+    group: &str,
+    bench: &str,
+    per: f64,
+) -> Option<(f64, SystemTime)> {
+    let path = dir.join(group).join(bench).join("new/estimates.json");
+    let text = std::fs::read_to_string(&path).ok()?;
+    let written = std::fs::metadata(&path).ok()?.modified().ok()?;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    v["median"]["point_estimate"].as_f64().map(|ns| ns / per)
+    v["median"]["point_estimate"]
+        .as_f64()
+        .map(|ns| (ns / per, written))
 }
 
 fn targets(cli: &Cli, rows: &[Row]) -> Vec<Target> {
@@ -588,20 +596,7 @@ fn targets(cli: &Cli, rows: &[Row]) -> Vec<Target> {
             cause: "run-to-run noise of the shared 2-vCPU machine (the service lookup is one hash probe at any count; see pipeline_100k_services_1M_flows/service_lookup)".into(),
         });
     }
-    let worst_of_ceiling = rows
-        .iter()
-        .filter(|r| r.mode == "xvs")
-        .filter_map(|r| r.of_ceiling.map(|c| (c, r.services, r.workload.clone())))
-        .min_by(|a, b| a.0.total_cmp(&b.0));
-    if let Some((c, n, w)) = worst_of_ceiling {
-        out.push(Target {
-            goal: "xvs >= 0.8 of the raw AF_XDP forwarder".into(),
-            measured: format!("worst {c:.2} ({w} flows, {n} services)"),
-            met: c >= 0.8,
-            missed_by: format!("{:.2}", 0.8 - c),
-            cause: "per-packet work of xvs (conntrack, NAT, scheduling) beyond the raw forwarder's MAC rewrite, on a CPU that also runs the sink's softirqs".into(),
-        });
-    }
+    out.extend(ceiling_targets(rows));
     let legacy = pps("iptables-legacy", "new");
     let below: Vec<String> = xvs_new
         .iter()
@@ -652,62 +647,142 @@ fn targets(cli: &Cli, rows: &[Row]) -> Vec<Target> {
             cause: "an IPv6 frame is 20 bytes longer and its entry two cache lines where an IPv4 entry is one (128 bytes against 64): more bytes per packet through the same CPU".into(),
         });
     }
-    let group = "pipeline_100k_services_1M_flows";
-    let est = criterion_ns(&cli.criterion, group, "established_batch64", 64.0);
-    let est1 = criterion_ns(&cli.criterion, group, "established_packet", 1.0);
-    let new = criterion_ns(&cli.criterion, group, "new_flow_syn_batch64", 1.0);
-    let new1 = criterion_ns(&cli.criterion, group, "new_flow_syn", 1.0);
-    let lookup = criterion_ns(&cli.criterion, "conntrack_1000000", "lookup_hit", 1.0);
-    let dram = criterion_ns(&cli.criterion, "memory_baseline", "random_read_128MiB", 1.0);
+    out.extend(pipeline_targets(&cli.criterion, SystemTime::now()));
+    out
+}
+
+/// The end-to-end targets: xvs's share of the raw forwarder's pps in the
+/// same round (the median of the rounds' shares), new flows >= 0.9 and
+/// established ones >= 0.95, at every IPv4 service count measured.
+fn ceiling_targets(rows: &[Row]) -> Vec<Target> {
+    [("new", 0.9), ("established", 0.95)]
+        .into_iter()
+        .filter_map(|(workload, floor)| {
+            let shares: Vec<(usize, f64)> = rows
+                .iter()
+                .filter(|r| r.mode == "xvs" && r.workload == workload)
+                .filter_map(|r| r.of_ceiling.map(|c| (r.services, c)))
+                .collect();
+            let worst = shares.iter().map(|s| s.1).reduce(f64::min)?;
+            Some(Target {
+                goal: format!(
+                    "xvs {workload} flows >= {floor} of the raw AF_XDP forwarder at every service count"
+                ),
+                measured: shares
+                    .iter()
+                    .map(|(n, c)| format!("{n} services: {c:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                met: worst >= floor,
+                missed_by: if worst >= floor {
+                    String::new()
+                } else {
+                    format!("{:.2}", floor - worst)
+                },
+                cause: "per-packet work of xvs (conntrack, NAT, scheduling; for new flows an insert, a SNAT reply-key probe and an expiry, all at random in the flow table) beyond the raw forwarder's MAC rewrite, on a CPU whose time the kernel's copy-mode transmit takes most of; rounds of one run spread about 0.1 on this machine (`--rounds` takes the median)".into(),
+            })
+        })
+        .collect()
+}
+
+/// The per-packet targets, read from criterion's medians of the
+/// `pipeline` bench (each estimate's age is shown: they are whatever run
+/// of `cargo bench -p xvs-benches --bench pipeline` wrote them last; that
+/// run's own report divides them by the memory floor of the same run).
+fn pipeline_targets(dir: &std::path::Path, now: SystemTime) -> Vec<Target> {
+    let lookup = criterion_ns(dir, "conntrack_1000000", "lookup_hit", 1.0);
+    let dram = criterion_ns(dir, "memory_baseline", "random_read_128MiB", 1.0);
     let cause_dram = format!(
         "random access over 1M flows and 100k services: each packet's flow-index bucket, its entry's cache line, its service's handles, its backend's traffic counters (300k backends, IPVS-style per-packet --stats) and its next hop miss the caches; a batch prefetches them in stages, so the packet costs what the memory system's parallelism allows (conntrack lookup hit at 1M: {} ns; independent random reads: {} ns each; the pipeline bench's report divides each time by the reads of its own run)",
-        lookup.map_or("-".into(), |v| format!("{v:.0}")),
-        dram.map_or("-".into(), |v| format!("{v:.1}"))
+        lookup.map_or("-".into(), |(v, _)| format!("{v:.0}")),
+        dram.map_or("-".into(), |(v, _)| format!("{v:.1}"))
     );
-    let not_run =
-        "not measured: run `cargo bench -p xvs-benches --bench pipeline` first".to_owned();
-    match est {
-        Some(v) => out.push(Target {
-            goal: "per-packet pipeline <= 100 ns, established flow (100k services, 1M flows)"
-                .into(),
-            measured: format!(
-                "{v:.0} ns in batches of 64 (one at a time: {})",
-                est1.map_or("-".into(), |v| format!("{v:.0} ns"))
-            ),
-            met: v <= 100.0,
-            missed_by: format!("{:.0} ns", v - 100.0),
-            cause: cause_dram.clone(),
-        }),
-        None => out.push(Target {
-            goal: "per-packet pipeline <= 100 ns, established flow".into(),
-            measured: not_run.clone(),
-            met: false,
-            missed_by: "-".into(),
-            cause: "-".into(),
-        }),
+    let cause_new = format!(
+        "a new flow probes the service table, reads its scheduler and backends, probes the flow index for the SNAT candidate's reply key, takes a free entry, inserts both keys and counts the connection in two per-backend lines: misses at 1M flows that its batch overlaps only in part; {cause_dram}"
+    );
+    let cause_resident = "instructions, not misses: about 530 per established packet and 2,000 per new flow (callgrind, `XVS_PIPELINE_COUNT`), spread over classification, lookup, state, rewrite, checksum and counters; and the machine's window (the same build's times differ about 2x between hours here)".to_owned();
+    let big = "pipeline_100k_services_1M_flows";
+    let small = "pipeline_10_services_1k_flows";
+    [
+        (
+            big,
+            "established_batch64",
+            64.0,
+            "established_packet",
+            100.0,
+            "established flow (100k services, 1M flows)",
+            &cause_dram,
+        ),
+        (
+            big,
+            "new_flow_syn_batch64",
+            1.0,
+            "new_flow_syn",
+            300.0,
+            "new flow (100k services, 1M flows)",
+            &cause_new,
+        ),
+        (
+            small,
+            "established_batch64",
+            64.0,
+            "established_packet",
+            40.0,
+            "established flow (cache-resident: 10 services, 1,000 flows)",
+            &cause_resident,
+        ),
+        (
+            small,
+            "new_flow_syn_batch64",
+            1.0,
+            "new_flow_syn",
+            150.0,
+            "new flow (cache-resident: 10 services, 1,000 flows)",
+            &cause_resident,
+        ),
+    ]
+    .into_iter()
+    .map(|(group, batch, per, single, limit, what, cause)| {
+        let goal = format!("per-packet pipeline <= {limit:.0} ns, {what}");
+        match criterion_ns(dir, group, batch, per) {
+            Some((v, written)) => Target {
+                goal,
+                measured: format!(
+                    "{v:.0} ns in batches of 64 (one at a time: {}; criterion median {})",
+                    criterion_ns(dir, group, single, 1.0)
+                        .map_or("-".into(), |(v, _)| format!("{v:.0} ns")),
+                    age(written, now)
+                ),
+                met: v <= limit,
+                missed_by: if v <= limit {
+                    String::new()
+                } else {
+                    format!("{:.0} ns", v - limit)
+                },
+                cause: cause.clone(),
+            },
+            None => Target {
+                goal,
+                measured: "not measured: run `cargo bench -p xvs-benches --bench pipeline` first"
+                    .into(),
+                met: false,
+                missed_by: "-".into(),
+                cause: "-".into(),
+            },
+        }
+    })
+    .collect()
+}
+
+/// How long before `now` an estimate was written, for a reader to tell
+/// this run's figures from an old one's.
+fn age(written: SystemTime, now: SystemTime) -> String {
+    match now.duration_since(written) {
+        Ok(d) if d.as_secs() < 120 => format!("written {} s ago", d.as_secs()),
+        Ok(d) if d.as_secs() < 7_200 => format!("written {} min ago", d.as_secs() / 60),
+        Ok(d) => format!("written {:.1} h ago", d.as_secs_f64() / 3_600.0),
+        Err(_) => "written after this report began".into(),
     }
-    match new {
-        Some(v) => out.push(Target {
-            goal: "per-packet pipeline <= 300 ns, new flow (100k services, 1M flows)".into(),
-            measured: format!(
-                "{v:.0} ns in batches of 64 (one at a time: {})",
-                new1.map_or("-".into(), |v| format!("{v:.0} ns"))
-            ),
-            met: v <= 300.0,
-            missed_by: format!("{:.0} ns", v - 300.0),
-            cause: format!(
-                "a new flow probes the service table, reads its scheduler and backends, probes the flow index for the SNAT candidate's reply key, takes a free entry, inserts both keys and counts the connection in two per-backend lines: misses at 1M flows that its batch overlaps only in part; {cause_dram}"
-            ),
-        }),
-        None => out.push(Target {
-            goal: "per-packet pipeline <= 300 ns, new flow".into(),
-            measured: not_run,
-            met: false,
-            missed_by: "-".into(),
-            cause: "-".into(),
-        }),
-    }
-    out
 }
 
 fn bench(cli: Cli) -> Result<(), String> {
@@ -821,5 +896,108 @@ fn main() -> ExitCode {
             eprintln!("xvs-bench: {e}");
             ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn xvs_row(services: usize, workload: &str, of_ceiling: f64) -> Row {
+        Row {
+            mode: "xvs".into(),
+            services,
+            workload: workload.into(),
+            sent_pps: 500_000.0,
+            pps: Some(300_000.0 * of_ceiling),
+            of_ceiling: Some(of_ceiling),
+            of_iptables_legacy: None,
+            load_seconds: None,
+            error: None,
+            note: None,
+        }
+    }
+
+    /// The issue's end-to-end targets, per workload and at every count:
+    /// one count under the line misses the target by its gap.
+    #[test]
+    fn each_workload_s_share_is_held_to_its_own_floor_at_every_count() {
+        let rows = [
+            xvs_row(1, "new", 0.92),
+            xvs_row(100_000, "new", 0.87),
+            xvs_row(1, "established", 0.95),
+            xvs_row(100_000, "established", 0.97),
+        ];
+        let t = ceiling_targets(&rows);
+        assert_eq!(t.len(), 2);
+        assert!(t[0].goal.contains("new flows >= 0.9 "), "{}", t[0].goal);
+        assert_eq!(
+            (t[0].met, t[0].missed_by.as_str()),
+            (false, "0.03"),
+            "{t:?}"
+        );
+        assert_eq!(t[0].measured, "1 services: 0.92, 100000 services: 0.87");
+        assert!(t[1].goal.contains("established flows >= 0.95 "));
+        assert_eq!((t[1].met, t[1].missed_by.as_str()), (true, ""), "{t:?}");
+        // No xvs row of a workload: no verdict on it.
+        assert_eq!(ceiling_targets(&rows[2..]).len(), 1);
+    }
+
+    /// The per-packet targets read criterion's medians, per element, with
+    /// their age; a bench that did not run is said to be unmeasured.
+    #[test]
+    fn pipeline_targets_read_criterion_s_medians_with_their_age() {
+        let dir = std::env::temp_dir().join(format!("xvs-bench-targets-{}", std::process::id()));
+        let write = |group: &str, bench: &str, median: f64| {
+            let d = dir.join(group).join(bench).join("new");
+            std::fs::create_dir_all(&d).unwrap();
+            let json = format!(r#"{{"median": {{"point_estimate": {median}}}}}"#);
+            std::fs::write(d.join("estimates.json"), json).unwrap();
+        };
+        let big = "pipeline_100k_services_1M_flows";
+        write(big, "established_batch64", 64.0 * 99.0);
+        write(big, "established_packet", 400.0);
+        write(big, "new_flow_syn_batch64", 301.0);
+        write(
+            "pipeline_10_services_1k_flows",
+            "established_batch64",
+            64.0 * 41.0,
+        );
+        let later = SystemTime::now() + Duration::from_secs(3 * 3_600);
+        let t = pipeline_targets(&dir, later);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(t.len(), 4);
+        let verdicts: Vec<(bool, &str)> = t.iter().map(|t| (t.met, t.missed_by.as_str())).collect();
+        assert_eq!(
+            verdicts,
+            [(true, ""), (false, "1 ns"), (false, "1 ns"), (false, "-")]
+        );
+        assert!(t[0]
+            .measured
+            .starts_with("99 ns in batches of 64 (one at a time: 400 ns"));
+        assert!(
+            t[0].measured.contains("written 3.0 h ago"),
+            "{}",
+            t[0].measured
+        );
+        assert!(t[2]
+            .goal
+            .contains("<= 40 ns, established flow (cache-resident"));
+        assert!(t[3].goal.contains("<= 150 ns, new flow (cache-resident"));
+        assert!(t[3].measured.starts_with("not measured"));
+    }
+
+    #[test]
+    fn ages_read_in_the_unit_that_suits_them() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let at = |s: u64| age(t0, t0 + Duration::from_secs(s));
+        assert_eq!(at(5), "written 5 s ago");
+        assert_eq!(at(600), "written 10 min ago");
+        assert_eq!(at(5_400), "written 90 min ago");
+        assert_eq!(at(9_000), "written 2.5 h ago");
+        assert_eq!(
+            age(t0 + Duration::from_secs(1), t0),
+            "written after this report began"
+        );
     }
 }
