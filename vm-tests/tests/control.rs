@@ -15,9 +15,10 @@ use xvs_vm_tests::topology::{backend_addr, Spec, Topology};
 
 const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
 
+/// `xvs` or `xvsadm` of the build under test (checked as fresh as its
+/// sources, or from `XVS_BIN_DIR`: [`xvs_vm_tests::daemon::bins`]).
 fn sibling(name: &str) -> PathBuf {
-    let mut p = PathBuf::from(TESTNET);
-    p.set_file_name(name);
+    let p = bins().join(name);
     assert!(
         p.exists(),
         "{} missing: build the workspace (cargo build) first",
@@ -60,7 +61,7 @@ fn config_admin(t: &Topology, socket: &Path, weights81: &[u32], admin: &str) -> 
 }
 
 fn bins() -> PathBuf {
-    sibling("xvs").parent().unwrap().to_owned()
+    xvs_vm_tests::daemon::bins(TESTNET)
 }
 
 /// `xvs run` on [`config`] with `weights81`.

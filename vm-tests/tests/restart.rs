@@ -27,7 +27,7 @@ const SCHEDULERS: [(&str, u16); 4] = [("rr", 80), ("wlc", 81), ("sh", 82), ("mh"
 const PER_SERVICE: u32 = 50;
 
 fn bins() -> PathBuf {
-    PathBuf::from(TESTNET).parent().unwrap().to_owned()
+    xvs_vm_tests::daemon::bins(TESTNET)
 }
 
 fn config(t: &Topology, state: &Path, hold: &str) -> String {
