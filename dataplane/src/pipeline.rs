@@ -769,17 +769,18 @@ impl<A: Family> Half<A> {
                 // table for 201,000); a chunk after one of hits alone does
                 // without (it costs 33 instructions a packet).
                 let mark = self.table.lookup_mark();
-                n = if *missed {
+                if *missed {
                     for (p, h) in prep.iter().zip(hashes.iter_mut()) {
                         if let Some(k) = p.key::<A>() {
                             *h = self.table.key_hash(&k);
                             self.table.prefetch_hash(*h);
                         }
                     }
-                    let keep = (&mut *keys, &mut *at, &mut *hashes);
+                }
+                let keep = (&mut *keys, &mut *at, &mut *hashes);
+                n = if *missed {
                     look_each::<A, true>(&mut self.table, prep, out, epoch, keep)
                 } else {
-                    let keep = (&mut *keys, &mut *at, &mut *hashes);
                     look_each::<A, false>(&mut self.table, prep, out, epoch, keep)
                 };
                 // Every key kept is a miss: their service lookups start

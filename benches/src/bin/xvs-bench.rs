@@ -674,11 +674,7 @@ fn ceiling_targets(rows: &[Row]) -> Vec<Target> {
                     .collect::<Vec<_>>()
                     .join(", "),
                 met: worst >= floor,
-                missed_by: if worst >= floor {
-                    String::new()
-                } else {
-                    format!("{:.2}", floor - worst)
-                },
+                missed_by: missed_by(worst >= floor, || format!("{:.2}", floor - worst)),
                 cause: "per-packet work of xvs (conntrack, NAT, scheduling; for new flows an insert, a SNAT reply-key probe and an expiry, all at random in the flow table) beyond the raw forwarder's MAC rewrite, on a CPU whose time the kernel's copy-mode transmit takes most of; rounds of one run spread about 0.1 on this machine (`--rounds` takes the median)".into(),
             })
         })
@@ -703,75 +699,94 @@ fn pipeline_targets(dir: &std::path::Path, now: SystemTime) -> Vec<Target> {
     let cause_resident = "instructions, not misses: about 530 per established packet and 2,000 per new flow (callgrind, `XVS_PIPELINE_COUNT`), spread over classification, lookup, state, rewrite, checksum and counters; and the machine's window (the same build's times differ about 2x between hours here)".to_owned();
     let big = "pipeline_100k_services_1M_flows";
     let small = "pipeline_10_services_1k_flows";
-    [
-        (
-            big,
-            "established_batch64",
-            64.0,
-            "established_packet",
-            100.0,
-            "established flow (100k services, 1M flows)",
-            &cause_dram,
-        ),
-        (
-            big,
-            "new_flow_syn_batch64",
-            1.0,
-            "new_flow_syn",
-            300.0,
-            "new flow (100k services, 1M flows)",
-            &cause_new,
-        ),
-        (
-            small,
-            "established_batch64",
-            64.0,
-            "established_packet",
-            40.0,
-            "established flow (cache-resident: 10 services, 1,000 flows)",
-            &cause_resident,
-        ),
-        (
-            small,
-            "new_flow_syn_batch64",
-            1.0,
-            "new_flow_syn",
-            150.0,
-            "new flow (cache-resident: 10 services, 1,000 flows)",
-            &cause_resident,
-        ),
-    ]
-    .into_iter()
-    .map(|(group, batch, per, single, limit, what, cause)| {
-        let goal = format!("per-packet pipeline <= {limit:.0} ns, {what}");
-        match criterion_ns(dir, group, batch, per) {
-            Some((v, written)) => Target {
-                goal,
-                measured: format!(
-                    "{v:.0} ns in batches of 64 (one at a time: {}; criterion median {})",
-                    criterion_ns(dir, group, single, 1.0)
-                        .map_or("-".into(), |(v, _)| format!("{v:.0} ns")),
-                    age(written, now)
-                ),
-                met: v <= limit,
-                missed_by: if v <= limit {
-                    String::new()
-                } else {
-                    format!("{:.0} ns", v - limit)
+    let limits = [
+        Limit {
+            group: big,
+            batch: ("established_batch64", 64.0),
+            single: "established_packet",
+            ns: 100.0,
+            what: "established flow (100k services, 1M flows)",
+            cause: &cause_dram,
+        },
+        Limit {
+            group: big,
+            batch: ("new_flow_syn_batch64", 1.0),
+            single: "new_flow_syn",
+            ns: 300.0,
+            what: "new flow (100k services, 1M flows)",
+            cause: &cause_new,
+        },
+        Limit {
+            group: small,
+            batch: ("established_batch64", 64.0),
+            single: "established_packet",
+            ns: 40.0,
+            what: "established flow (cache-resident: 10 services, 1,000 flows)",
+            cause: &cause_resident,
+        },
+        Limit {
+            group: small,
+            batch: ("new_flow_syn_batch64", 1.0),
+            single: "new_flow_syn",
+            ns: 150.0,
+            what: "new flow (cache-resident: 10 services, 1,000 flows)",
+            cause: &cause_resident,
+        },
+    ];
+    limits
+        .into_iter()
+        .map(|l| {
+            let goal = format!("per-packet pipeline <= {:.0} ns, {}", l.ns, l.what);
+            match criterion_ns(dir, l.group, l.batch.0, l.batch.1) {
+                Some((v, written)) => Target {
+                    goal,
+                    measured: format!(
+                        "{v:.0} ns in batches of 64 (one at a time: {}; criterion median {})",
+                        criterion_ns(dir, l.group, l.single, 1.0)
+                            .map_or("-".into(), |(v, _)| format!("{v:.0} ns")),
+                        age(written, now)
+                    ),
+                    met: v <= l.ns,
+                    missed_by: missed_by(v <= l.ns, || format!("{:.0} ns", v - l.ns)),
+                    cause: l.cause.clone(),
                 },
-                cause: cause.clone(),
-            },
-            None => Target {
-                goal,
-                measured: "not measured: run `cargo bench -p xvs-benches --bench pipeline` first"
-                    .into(),
-                met: false,
-                missed_by: "-".into(),
-                cause: "-".into(),
-            },
-        }
-    })
-    .collect()
+                None => Target {
+                    goal,
+                    measured:
+                        "not measured: run `cargo bench -p xvs-benches --bench pipeline` first"
+                            .into(),
+                    met: false,
+                    missed_by: "-".into(),
+                    cause: "-".into(),
+                },
+            }
+        })
+        .collect()
+}
+
+/// A per-packet limit and the criterion medians that judge it.
+struct Limit<'a> {
+    /// Criterion's group (the `pipeline` bench's workload).
+    group: &'a str,
+    /// The batched function, and the packets one of its iterations takes.
+    batch: (&'a str, f64),
+    /// The one-at-a-time function (one packet an iteration).
+    single: &'a str,
+    /// The limit, in ns per packet.
+    ns: f64,
+    /// What is measured, for the goal's text.
+    what: &'a str,
+    /// Why it is missed, if it is.
+    cause: &'a String,
+}
+
+/// [`Target::missed_by`]: empty when the target is met, else `by()`.
+fn missed_by(met: bool, by: impl FnOnce() -> String) -> String {
+    if met {
+        String::new()
+    } else {
+        by()
+    }
 }
 
 /// How long before `now` an estimate was written, for a reader to tell
