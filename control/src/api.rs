@@ -821,20 +821,11 @@ async fn events(
         Ok::<_, std::convert::Infallible>(axum::body::Bytes::from(text))
     });
     let live = futures_util::stream::unfold((rx, filter), |(mut rx, q)| async move {
-        loop {
-            match rx.recv().await {
-                Ok(e) if q.matches(&e) => {
-                    let mut line = serde_json::to_string(&e).unwrap_or_default();
-                    line.push('\n');
-                    return Some((
-                        Ok::<_, std::convert::Infallible>(axum::body::Bytes::from(line)),
-                        (rx, q),
-                    ));
-                }
-                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-            }
-        }
+        let line = crate::events::next_line(&mut rx, &q).await?;
+        Some((
+            Ok::<_, std::convert::Infallible>(axum::body::Bytes::from(line)),
+            (rx, q),
+        ))
     });
     use futures_util::StreamExt;
     (

@@ -1,8 +1,12 @@
 //! Flow events on the control side: a collector drains every worker's
 //! queue every 20 ms, stamps the events with wall-clock time, keeps the
 //! last [`HISTORY`] of them and fans them out to live followers
-//! (`GET /v1/events`, `xvsadm observe`). A slow follower misses events
-//! (counted by the broadcast channel), never slows the collector.
+//! (`GET /v1/events`, `xvsadm observe`). A slow follower misses events,
+//! never slows the collector. Events are never lost without a word: a
+//! follower is told, in the stream, how many a full worker queue
+//! (`WORKER_QUEUE`, also `xvs_flow_events_overflow_total`) or its own lag
+//! (`FOLLOWER_QUEUE`) cost it, as hubble's `EVENTS LOST` lines do
+//! ([`LostEvents`]).
 //!
 //! Invariant: an event is kept as the data plane sent it (a copy, no
 //! allocation) and turned into its text form ([`EventView`]: five
@@ -70,6 +74,77 @@ impl EventView {
             snat: Some("198.18.1.2:1024".into()),
         }
     }
+}
+
+/// Events a follower did not get, as hubble's `lost_events`: from a
+/// worker's full queue (`WORKER_QUEUE`, with the worker) or from the
+/// follower's own lag behind the collector (`FOLLOWER_QUEUE`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LostEvents {
+    /// `WORKER_QUEUE` or `FOLLOWER_QUEUE`.
+    pub source: String,
+    /// How many.
+    pub num_events_lost: u64,
+    /// The worker whose queue was full.
+    pub worker: Option<u16>,
+}
+
+/// A follower's stream line for [`LostEvents`]: `{"lost_events": ...}`
+/// (an event's line has no such field).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LostLine {
+    /// What was lost.
+    pub lost_events: LostEvents,
+}
+
+impl LostEvents {
+    /// hubble's compact line: `EVENTS LOST: WORKER_QUEUE worker(0) 1234`.
+    pub fn line(&self) -> String {
+        match self.worker {
+            Some(w) => format!(
+                "EVENTS LOST: {} worker({w}) {}",
+                self.source, self.num_events_lost
+            ),
+            None => format!("EVENTS LOST: {} {}", self.source, self.num_events_lost),
+        }
+    }
+
+    /// A follower's lag: `n` events it will not get.
+    pub fn behind(n: u64) -> LostEvents {
+        LostEvents {
+            source: "FOLLOWER_QUEUE".into(),
+            num_events_lost: n,
+            worker: None,
+        }
+    }
+}
+
+/// What a follower receives: an event, or a count of those lost.
+#[derive(Debug, Clone)]
+pub enum Live {
+    /// One event.
+    Event(EventView),
+    /// Events lost before the collector could take them.
+    Lost(LostEvents),
+}
+
+/// One line of a follower's stream (newline-terminated JSON): an event
+/// that passes `filter`, or a notice of lost events (whatever the
+/// filter: what was lost might have passed it); `None` when the
+/// collector is gone.
+pub async fn next_line(rx: &mut broadcast::Receiver<Live>, filter: &EventFilter) -> Option<String> {
+    use broadcast::error::RecvError;
+    let lost = |l: LostEvents| serde_json::to_string(&LostLine { lost_events: l });
+    let text = loop {
+        match rx.recv().await {
+            Ok(Live::Event(e)) if filter.matches(&e) => break serde_json::to_string(&e),
+            Ok(Live::Event(_)) => continue,
+            Ok(Live::Lost(l)) => break lost(l),
+            Err(RecvError::Lagged(n)) => break lost(LostEvents::behind(n)),
+            Err(RecvError::Closed) => return None,
+        }
+    };
+    Some(text.unwrap_or_default() + "\n")
 }
 
 /// `observe`'s filters, named as `hubble observe`'s flags: `xvsadm
@@ -277,7 +352,7 @@ impl Kept {
 /// The collector's shared state.
 pub struct Collector {
     history: Mutex<VecDeque<Kept>>,
-    live: broadcast::Sender<EventView>,
+    live: broadcast::Sender<Live>,
 }
 
 impl Collector {
@@ -305,7 +380,7 @@ impl Collector {
     }
 
     /// Live events from now on.
-    pub fn follow(&self) -> broadcast::Receiver<EventView> {
+    pub fn follow(&self) -> broadcast::Receiver<Live> {
         self.live.subscribe()
     }
 
@@ -322,7 +397,7 @@ impl Collector {
         drop(h);
         if self.live.receiver_count() > 0 {
             for e in batch {
-                let _ = self.live.send(EventView::of(e, now));
+                let _ = self.live.send(Live::Event(EventView::of(e, now)));
             }
         }
     }
@@ -331,7 +406,7 @@ impl Collector {
     /// verdict) beside the flows'.
     pub fn record(&self, v: EventView) {
         Self::keep(&mut self.history(), Kept::Own(Box::new(v.clone())));
-        let _ = self.live.send(v);
+        let _ = self.live.send(Live::Event(v));
     }
 
     fn history(&self) -> std::sync::MutexGuard<'_, VecDeque<Kept>> {
@@ -351,16 +426,50 @@ impl Collector {
     /// Drains `queues` every [`DRAIN_EVERY`] until the task is dropped.
     pub async fn run(self: Arc<Self>, queues: Vec<Arc<FlowEvents>>) {
         let mut tick = tokio::time::interval(DRAIN_EVERY);
-        let mut batch = Vec::new();
+        let mut drain = Drain::new(&queues);
         loop {
             tick.tick().await;
-            batch.clear();
-            for q in &queues {
-                q.drain(&mut batch);
+            drain.once(&self, &queues);
+        }
+    }
+}
+
+/// The collector's drain of the workers' queues (by worker, in order):
+/// what it has taken, and each queue's overflow count when last read.
+pub struct Drain {
+    batch: Vec<FlowEvent>,
+    overflow: Vec<u64>,
+}
+
+impl Drain {
+    /// Losses before now are not reported (they are in the metric).
+    pub fn new(queues: &[Arc<FlowEvents>]) -> Drain {
+        Drain {
+            batch: Vec::new(),
+            overflow: queues.iter().map(|q| q.overflow()).collect(),
+        }
+    }
+
+    /// Takes every queued event into `c`, then tells the followers what
+    /// each full queue lost since the last drain.
+    pub fn once(&mut self, c: &Collector, queues: &[Arc<FlowEvents>]) {
+        self.batch.clear();
+        for q in queues {
+            q.drain(&mut self.batch);
+        }
+        if !self.batch.is_empty() {
+            c.take(&self.batch);
+        }
+        for (worker, (q, seen)) in queues.iter().zip(&mut self.overflow).enumerate() {
+            let now = q.overflow();
+            if now > *seen && c.live.receiver_count() > 0 {
+                let _ = c.live.send(Live::Lost(LostEvents {
+                    source: "WORKER_QUEUE".into(),
+                    num_events_lost: now - *seen,
+                    worker: Some(worker as u16),
+                }));
             }
-            if !batch.is_empty() {
-                self.take(&batch);
-            }
+            *seen = now;
         }
     }
 }
@@ -415,7 +524,103 @@ mod tests {
         );
         assert_eq!(c.last(10, &only(None, Some("198.19.0.1:80"))).len(), 2);
         assert_eq!(c.last(1, &only(None, None))[0].verdict, "CLOSED");
-        assert_eq!(rx.try_recv().unwrap().verdict, "NEW");
+        assert_eq!(event(rx.try_recv().unwrap()).verdict, "NEW");
+    }
+
+    fn event(l: Live) -> EventView {
+        match l {
+            Live::Event(e) => e,
+            Live::Lost(l) => panic!("an event, not {l:?}"),
+        }
+    }
+
+    /// A worker's full queue: the follower gets what was drained, then
+    /// how many were lost and where; a drain with no new loss says
+    /// nothing, and a loss while nobody follows is not told later.
+    #[test]
+    fn a_full_worker_queue_is_told_to_followers_as_lost_events() {
+        let (mut w0, q0) = FlowEvents::channel();
+        let (mut w1, q1) = FlowEvents::channel();
+        let queues = [q0, q1];
+        let c = Collector::new();
+        let mut drain = Drain::new(&queues);
+        // Nobody follows: an overflow now is only counted.
+        for i in 0..xvs_dataplane::events::QUEUE as u16 + 3 {
+            w1.push(ev(EventKind::New, i));
+        }
+        drain.once(&c, &queues);
+        let mut rx = c.follow();
+        for i in 0..xvs_dataplane::events::QUEUE as u16 + 5 {
+            w0.push(ev(EventKind::New, i));
+        }
+        w1.push(ev(EventKind::Close, 7));
+        drain.once(&c, &queues);
+        // The drained events are more than a follower's buffer: it lags
+        // (counted), and what it still gets ends with the notice.
+        let (mut got, mut lagged) = (Vec::new(), 0);
+        loop {
+            match rx.try_recv() {
+                Ok(l) => got.push(l),
+                Err(broadcast::error::TryRecvError::Lagged(n)) => lagged += n as usize,
+                Err(_) => break,
+            }
+        }
+        let lost: Vec<&LostEvents> = got
+            .iter()
+            .filter_map(|l| match l {
+                Live::Lost(l) => Some(l),
+                Live::Event(_) => None,
+            })
+            .collect();
+        let sent = xvs_dataplane::events::QUEUE + 1 + 1;
+        assert_eq!(lagged + got.len(), sent, "events, then one notice");
+        let want = LostEvents {
+            source: "WORKER_QUEUE".into(),
+            num_events_lost: 5,
+            worker: Some(0),
+        };
+        assert_eq!(lost, [&want]);
+        assert!(
+            matches!(got.last(), Some(Live::Lost(_))),
+            "after the drained events"
+        );
+        assert_eq!(want.line(), "EVENTS LOST: WORKER_QUEUE worker(0) 5");
+        assert_eq!(queues[0].overflow(), 5, "the metric counts the same");
+        w0.push(ev(EventKind::New, 1));
+        drain.once(&c, &queues);
+        assert_eq!(event(rx.try_recv().unwrap()).dst, "198.19.0.1:1");
+        assert!(rx.try_recv().is_err(), "no new loss, no notice");
+    }
+
+    /// A follower that falls behind the collector by more than its
+    /// buffer is told how many it missed (whatever its filter), then gets
+    /// the events it kept.
+    #[tokio::test]
+    async fn a_lagging_follower_is_told_how_many_it_missed() {
+        let c = Collector::new();
+        let mut rx = c.follow();
+        let batch: Vec<FlowEvent> = (0..HISTORY as u16 + 100)
+            .map(|i| ev(EventKind::New, 1000 + i))
+            .collect();
+        c.take(&batch);
+        let only = EventFilter {
+            port: Some(1100 + HISTORY as u16 - 1),
+            ..EventFilter::default()
+        };
+        let first = next_line(&mut rx, &only).await.unwrap();
+        let lost: LostLine = serde_json::from_str(first.trim()).unwrap();
+        assert_eq!(lost.lost_events, LostEvents::behind(100));
+        assert_eq!(lost.lost_events.line(), "EVENTS LOST: FOLLOWER_QUEUE 100");
+        let next = next_line(&mut rx, &only).await.unwrap();
+        let e: EventView = serde_json::from_str(next.trim()).unwrap();
+        assert_eq!(e.dst, format!("198.19.0.1:{}", 1099 + HISTORY));
+        assert!(next.ends_with('\n'));
+        drop(c);
+        assert_eq!(
+            next_line(&mut rx, &only).await,
+            None,
+            "the collector is gone"
+        );
     }
 
     #[test]
@@ -443,6 +648,7 @@ mod tests {
         c.record(check.clone());
         c.take(&[ev(EventKind::Drop(DropReason::NoService), 3)]);
         let got: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(event)
             .map(|e| format!("{} {}", e.verdict, e.dst))
             .collect();
         let want = [

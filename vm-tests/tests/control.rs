@@ -786,3 +786,73 @@ fn the_tcp_admin_listener_cannot_be_exhausted() {
     assert!(n >= opened - 256, "{line}");
     gw.stop();
 }
+
+/// `observe --follow` during a burst of drops, by a reader that stops
+/// reading (a paused terminal, a slow pipe): it misses events, and is told
+/// how many in the stream (hubble's `EVENTS LOST:`), so that what it read
+/// and what it was told it lost add up to every drop the metrics counted
+/// while it followed.
+#[test]
+fn a_follower_that_falls_behind_is_told_how_many_events_it_lost() {
+    if !privileged("a_follower_that_falls_behind_is_told_how_many_events_it_lost") {
+        return;
+    }
+    use std::io::{Read, Write};
+    let t = topology();
+    let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
+    let gw = start(&t, &[1, 1, 1]);
+    let drops =
+        |gw: &Daemon| xvs_vm_tests::daemon::sample_sum(&gw.get("/metrics"), "xvs_drops_total");
+    // HTTP/1.0: the stream's body ends with the connection, unchunked.
+    let mut follow =
+        std::os::unix::net::UnixStream::connect(dir_of(&t, "ctl").join("xvs.sock")).unwrap();
+    follow
+        .write_all(b"GET /v1/events?last=0&follow=true HTTP/1.0\r\nHost: xvs\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = drops(&gw);
+    // Every datagram to a port nothing serves is a drop, and each drop an
+    // event (drops are never sampled out); nothing is read meanwhile.
+    let blast = t.udp_blast(TESTNET, "198.19.0.1:99", 2);
+    let sent = xvs_vm_tests::daemon::field_of(&blast, "sent");
+    std::thread::sleep(Duration::from_millis(500));
+    let after = drops(&gw);
+    let mut text = Vec::new();
+    follow
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match follow.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => text.extend_from_slice(&buf[..n]),
+        }
+    }
+    let text = String::from_utf8_lossy(&text);
+    let (mut read, mut lost, mut notices) = (0u64, 0u64, Vec::new());
+    for line in text.lines().filter(|l| l.starts_with('{')) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        match v.get("lost_events") {
+            Some(l) => {
+                lost += l["num_events_lost"].as_u64().unwrap();
+                notices.push(format!("{} {}", l["source"], l["num_events_lost"]));
+            }
+            None if v["verdict"] == "DROPPED" => read += 1,
+            None => {}
+        }
+    }
+    let counted = (after - before) as u64;
+    eprintln!("{blast}; drops counted {counted}, read {read}, lost {lost}: {notices:?}");
+    assert!(sent > 20_000, "a burst the follower cannot hold: {blast}");
+    assert!(lost > 0, "nothing lost: the follower held {read} events");
+    assert!(
+        notices.iter().any(|n| n.starts_with("\"FOLLOWER_QUEUE\"")),
+        "the follower's own lag is named: {notices:?}"
+    );
+    assert_eq!(read + lost, counted, "every drop read or told as lost");
+    let line = gw.adm_ok(&["observe", "--last", "1", "--verdict", "DROPPED"]);
+    assert!(
+        line.contains("-> 198.19.0.1:99 DROPPED (UDP) no_service"),
+        "{line}"
+    );
+}

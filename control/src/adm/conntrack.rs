@@ -31,7 +31,7 @@ use hyper::Method;
 
 use super::client::{request, stream, Endpoint};
 use crate::api::ConnPage;
-use crate::events::EventView;
+use crate::events::{EventView, LostEvents, LostLine};
 use crate::metrics::WorkerConntrack;
 use crate::view::ConnView;
 
@@ -443,6 +443,9 @@ fn run(
             while let Some(i) = pending.find('\n') {
                 let text: String = pending.drain(..=i).collect();
                 let Ok(e) = serde_json::from_str::<EventView>(text.trim()) else {
+                    if let Ok(l) = serde_json::from_str::<LostLine>(text.trim()) {
+                        let _ = write!(err, "{}", enobufs(&l.lost_events));
+                    }
                     continue;
                 };
                 // The mask passes over the kinds it leaves out; events
@@ -499,6 +502,19 @@ fn run(
         &format!("/v1/connections?{}", q.join("&")),
     )?;
     w(out, &deleted(&body, a.json, err))
+}
+
+/// What conntrack(8) -E prints on stderr when the kernel drops events
+/// (ENOBUFS on its netlink socket), then what xvs lost and where.
+fn enobufs(l: &LostEvents) -> String {
+    let at = match l.worker {
+        Some(w) => format!("worker {w}'s event queue was full"),
+        None => "this reader fell behind".into(),
+    };
+    format!(
+        "WARNING: We have hit ENOBUFS! We are losing events.\n{PROGNAME} (xvs): {} events lost: {at}.\n",
+        l.num_events_lost
+    )
 }
 
 fn event_matches(a: &Args, e: &EventView) -> bool {
@@ -689,6 +705,25 @@ mod tests {
         );
         udp.packets = [2, 1];
         assert!(line(&udp, false).ends_with("[ASSURED] mark=0 use=1"));
+    }
+
+    /// Lost events get conntrack(8)'s ENOBUFS warning (on stderr), with
+    /// how many and where.
+    #[test]
+    fn lost_events_get_conntrack_s_enobufs_warning() {
+        let queue = LostEvents {
+            source: "WORKER_QUEUE".into(),
+            num_events_lost: 40,
+            worker: Some(1),
+        };
+        assert_eq!(
+            enobufs(&queue),
+            "WARNING: We have hit ENOBUFS! We are losing events.\n\
+             xvsadm conntrack (xvs): 40 events lost: worker 1's event queue was full.\n"
+        );
+        assert!(
+            enobufs(&LostEvents::behind(3)).ends_with("3 events lost: this reader fell behind.\n")
+        );
     }
 
     #[test]

@@ -78,10 +78,10 @@ fn run(o: &Args, to: &Endpoint, out: &mut dyn Write) -> Result<(), String> {
             let text = if o.json() {
                 line
             } else {
-                match serde_json::from_str::<crate::events::EventView>(line.trim()) {
-                    Ok(e) => e.line() + "\n",
+                match compact(&line) {
+                    Ok(text) => text,
                     Err(e) => {
-                        failed = Some(e.to_string());
+                        failed = Some(e);
                         continue;
                     }
                 }
@@ -97,6 +97,19 @@ fn run(o: &Args, to: &Endpoint, out: &mut dyn Write) -> Result<(), String> {
         print(&body, out);
     }
     failed.map_or(Ok(()), Err)
+}
+
+/// One line of the stream as hubble's compact output shows it: an event,
+/// or `EVENTS LOST: ...` for events the server could not deliver.
+fn compact(line: &str) -> Result<String, String> {
+    let line = line.trim();
+    match serde_json::from_str::<crate::events::EventView>(line) {
+        Ok(e) => Ok(e.line() + "\n"),
+        Err(e) => match serde_json::from_str::<crate::events::LostLine>(line) {
+            Ok(l) => Ok(l.lost_events.line() + "\n"),
+            Err(_) => Err(e.to_string()),
+        },
+    }
 }
 
 /// The subcommand's clap definition, as `xvsadm observe` reads it (for the
@@ -127,5 +140,20 @@ mod tests {
             [false, false, true, true, true]
         );
         assert!(json(&["-o", "table"]).is_err());
+    }
+
+    /// Lost events show as hubble's `EVENTS LOST:` line between the
+    /// events; a line that is neither is an error.
+    #[test]
+    fn lost_events_are_shown_in_the_stream() {
+        let lost = r#"{"lost_events":{"source":"WORKER_QUEUE","num_events_lost":12,"worker":1}}"#;
+        assert_eq!(
+            compact(lost).unwrap(),
+            "EVENTS LOST: WORKER_QUEUE worker(1) 12\n"
+        );
+        let e = crate::events::EventView::sample("NEW");
+        let line = serde_json::to_string(&e).unwrap() + "\n";
+        assert_eq!(compact(&line).unwrap(), e.line() + "\n");
+        assert!(compact(r#"{"lost":1}"#).is_err());
     }
 }
