@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use criterion::{criterion_group, BatchSize, Criterion, Throughput};
 use xvs_conntrack::Endpoint;
-use xvs_control::events::{Collector, EventFilter};
+use xvs_control::events::{Collector, EventFilter, Live};
 use xvs_dataplane::events::{EventKind, FlowEvent, QUEUE};
 
 fn at(a: u32, port: u16) -> Endpoint<IpAddr> {
@@ -62,7 +62,8 @@ fn events(c: &mut Criterion) {
                 let mut read = 0usize;
                 loop {
                     match rx.try_recv() {
-                        Ok(e) => read += e.src.len(),
+                        Ok(Live::Event(e)) => read += e.src.len(),
+                        Ok(Live::Lost(_)) => {}
                         Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => {}
                         Err(_) => break,
                     }
