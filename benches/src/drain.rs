@@ -7,7 +7,10 @@
 //! a queue another thread reads. A bench that runs the pipeline or the
 //! data plane without a drain measures instead a full queue refusing every
 //! push after its first 8,192 events: cheaper than what the daemon does.
-//! [`register`] gives a bench's queues the daemon's drain.
+//! [`register`] gives a bench's queues the daemon's drain: the drained
+//! events go into the control plane's own collector
+//! ([`xvs_control::events::Collector`], its history of the last events),
+//! with nobody following, as on a gateway nobody is watching.
 //!
 //! Invariants: one process-wide thread drains every registered queue that
 //! still exists, every [`DRAIN_EVERY`]; a queue dropped by its data plane is
@@ -49,6 +52,7 @@ pub fn register(queues: &[Arc<FlowEvents>]) -> std::io::Result<()> {
 
 fn drain_forever(list: &'static Mutex<Vec<Weak<FlowEvents>>>) {
     let mut batch = Vec::new();
+    let collector = xvs_control::events::Collector::new();
     loop {
         std::thread::sleep(DRAIN_EVERY);
         let live: Vec<Arc<FlowEvents>> = {
@@ -59,6 +63,7 @@ fn drain_forever(list: &'static Mutex<Vec<Weak<FlowEvents>>>) {
         for q in &live {
             q.drain(&mut batch);
         }
+        collector.take(&batch);
         batch.clear();
     }
 }
