@@ -2,7 +2,8 @@
 //! worker's full queue (8,192 new-flow events with a backend and a SNAT
 //! endpoint, the daemon's drain of 20 ms at 410k new flows per second)
 //! taken into the history, with nobody following and with one follower
-//! (`xvsadm observe --follow`) reading every event. The collector runs on
+//! (`xvsadm observe --follow`) reading every event it is sent, with no
+//! filter (every event rendered) and with one that passes none. The collector runs on
 //! the gateway's housekeeping core beside the kernel's own work, so what
 //! it spends per event is taken from the same two cores the packet path
 //! and its interrupts share.
@@ -14,9 +15,9 @@
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
 
-use criterion::{criterion_group, BatchSize, Criterion, Throughput};
+use criterion::{criterion_group, Criterion, Throughput};
 use xvs_conntrack::Endpoint;
-use xvs_control::events::{Collector, EventFilter, Live};
+use xvs_control::events::{next_line, Collector, EventFilter};
 use xvs_dataplane::events::{EventKind, FlowEvent, QUEUE};
 
 fn at(a: u32, port: u16) -> Endpoint<IpAddr> {
@@ -50,29 +51,39 @@ fn events(c: &mut Criterion) {
     g.bench_function("take_drain_unobserved", |b| {
         b.iter(|| collector.take(black_box(&batch)))
     });
-    let followed = Collector::new();
-    let mut rx = followed.follow();
-    g.bench_function("take_drain_followed", |b| {
-        b.iter_batched(
-            || (),
-            |()| {
+    // A follower as the API serves one: each line filtered, rendered and
+    // serialized (`events::next_line`), read until none is ready.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let everything = EventFilter::default();
+    let elsewhere = EventFilter {
+        to_ip: Some("198.18.9.9".parse().unwrap()),
+        ..EventFilter::default()
+    };
+    for (name, filter) in [
+        ("take_drain_followed", &everything),
+        ("take_drain_followed_filtered", &elsewhere),
+    ] {
+        let followed = Collector::new();
+        let mut rx = followed.follow();
+        g.bench_function(name, |b| {
+            b.iter(|| {
                 followed.take(black_box(&batch));
-                // The follower reads every event it was sent, as
-                // `observe --follow` does (its lag, if any, is skipped).
-                let mut read = 0usize;
-                loop {
-                    match rx.try_recv() {
-                        Ok(Live::Event(e)) => read += e.src.len(),
-                        Ok(Live::Lost(_)) => {}
-                        Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => {}
-                        Err(_) => break,
+                rt.block_on(async {
+                    let mut bytes = 0usize;
+                    let now = std::time::Duration::ZERO;
+                    while let Ok(Some(line)) =
+                        tokio::time::timeout(now, next_line(&mut rx, filter)).await
+                    {
+                        bytes += line.len();
                     }
-                }
-                black_box(read)
-            },
-            BatchSize::PerIteration,
-        )
-    });
+                    black_box(bytes)
+                })
+            })
+        });
+    }
     g.finish();
     // What `xvsadm observe --last 20` asks of a full history.
     c.bench_function("event_collector/last_20", |b| {

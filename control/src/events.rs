@@ -8,10 +8,11 @@
 //! (`FOLLOWER_QUEUE`) cost it, as hubble's `EVENTS LOST` lines do
 //! ([`LostEvents`]).
 //!
-//! Invariant: an event is kept as the data plane sent it (a copy, no
-//! allocation) and turned into its text form ([`EventView`]: five
-//! formatted addresses) only when it is read, by `last` or by a live
-//! follower; with nobody following, a drain costs a copy per event. (As
+//! Invariant: an event is kept and sent to followers as the data plane
+//! sent it (a copy, no allocation), filtered in that form, and turned
+//! into its text form ([`EventView`]: five formatted addresses) only
+//! when a reader's filter passes it: a drain costs a copy per event and
+//! per follower. (As
 //! hubble keeps flows in its ring and renders them for `observe`: at
 //! 400k new flows a second, rendering every one, read or not, took 1.7 µs
 //! each, most of a core; `cargo bench -p xvs-benches --bench events`.)
@@ -21,6 +22,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use xvs_config::HostPort;
+use xvs_conntrack::Endpoint;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
@@ -119,10 +121,14 @@ impl LostEvents {
     }
 }
 
-/// What a follower receives: an event, or a count of those lost.
+/// What a follower receives: an event (a flow's as the data plane sent
+/// it, with its wall-clock stamp: each follower renders only what its
+/// filter passes), or a count of those lost.
 #[derive(Debug, Clone)]
 pub enum Live {
-    /// One event.
+    /// A flow's event and its time (ms since the UNIX epoch).
+    Flow(FlowEvent, u64),
+    /// One of the control plane's own (a health check's verdict).
     Event(EventView),
     /// Events lost before the collector could take them.
     Lost(LostEvents),
@@ -137,8 +143,11 @@ pub async fn next_line(rx: &mut broadcast::Receiver<Live>, filter: &EventFilter)
     let lost = |l: LostEvents| serde_json::to_string(&LostLine { lost_events: l });
     let text = loop {
         match rx.recv().await {
+            Ok(Live::Flow(e, time_ms)) if filter.matches_flow(&e) => {
+                break serde_json::to_string(&EventView::of(&e, time_ms))
+            }
             Ok(Live::Event(e)) if filter.matches(&e) => break serde_json::to_string(&e),
-            Ok(Live::Event(_)) => continue,
+            Ok(Live::Flow(..) | Live::Event(_)) => continue,
             Ok(Live::Lost(l)) => break lost(l),
             Err(RecvError::Lagged(n)) => break lost(LostEvents::behind(n)),
             Err(RecvError::Closed) => return None,
@@ -215,31 +224,53 @@ impl EventFilter {
         known(&self.protocol, &PROTOCOLS, "protocol")
     }
 
-    /// Whether `e` passes every filter given. Its addresses are parsed
-    /// only when an address or port filter asks for them.
+    /// Whether `e` passes every filter given.
     pub fn matches(&self, e: &EventView) -> bool {
+        let end = |s: &str| s.parse::<SocketAddr>().ok();
+        self.passes(&Facts {
+            verdict: &e.verdict,
+            protocol: &e.protocol,
+            src: end(&e.src),
+            dst: end(&e.dst),
+            backend: e.backend.as_deref().and_then(end),
+        })
+    }
+
+    /// Whether a flow's event as the data plane sent it passes: the same
+    /// answer as [`EventFilter::matches`] on its [`EventView`], without
+    /// rendering it (a follower's filter runs on every event).
+    pub fn matches_flow(&self, e: &FlowEvent) -> bool {
+        let end = |p: &Endpoint<IpAddr>| SocketAddr::new(p.addr, p.port);
+        self.passes(&Facts {
+            verdict: e.kind.verdict(),
+            protocol: proto_str(e.protocol),
+            src: Some(end(&e.src)),
+            dst: Some(end(&e.dst)),
+            backend: (e.backend.addr != FlowEvent::NONE.addr).then(|| end(&e.backend)),
+        })
+    }
+
+    /// The one matcher both forms go through.
+    fn passes(&self, e: &Facts<'_>) -> bool {
+        let service = |s: &str| {
+            s.parse::<SocketAddr>()
+                .ok()
+                .is_some_and(|s| e.dst == Some(s))
+        };
         let named = self.verdict.as_deref().is_none_or(|v| {
             e.verdict.eq_ignore_ascii_case(v)
-                || (v.eq_ignore_ascii_case("FORWARDED")
-                    && matches!(e.verdict.as_str(), "NEW" | "CLOSED"))
-        }) && self.service.as_deref().is_none_or(|s| e.dst == s)
+                || (v.eq_ignore_ascii_case("FORWARDED") && matches!(e.verdict, "NEW" | "CLOSED"))
+        }) && self.service.as_deref().is_none_or(service)
             && self
                 .protocol
                 .as_deref()
                 .is_none_or(|p| e.protocol.eq_ignore_ascii_case(p));
-        let by_ends = [self.ip, self.from_ip, self.to_ip]
-            .iter()
-            .any(Option::is_some)
-            || [self.port, self.from_port, self.to_port]
-                .iter()
-                .any(Option::is_some);
-        if !named || !by_ends {
-            return named;
+        if !named {
+            return false;
         }
-        let end = |s: &str| s.parse::<SocketAddr>().ok();
-        let from = [end(&e.src)];
-        let to = [end(&e.dst), e.backend.as_deref().and_then(end)];
-        let all = [from[0], to[0], to[1]];
+        let from = [e.src];
+        let to = [e.dst, e.backend];
+        let all = [e.src, e.dst, e.backend];
         let ip = |want: Option<IpAddr>, ends: &[Option<SocketAddr>]| {
             want.is_none_or(|w| ends.iter().flatten().any(|a| a.ip() == w))
         };
@@ -255,13 +286,30 @@ impl EventFilter {
     }
 }
 
-fn proto_name(p: u8) -> String {
+/// What a filter looks at in an event (the client, the VIP, the backend).
+struct Facts<'a> {
+    verdict: &'a str,
+    protocol: &'a str,
+    src: Option<SocketAddr>,
+    dst: Option<SocketAddr>,
+    backend: Option<SocketAddr>,
+}
+
+/// An IP protocol's name as events show it (a number has none here: no
+/// `--protocol` names it).
+fn proto_str(p: u8) -> &'static str {
     match p {
-        6 => "TCP".into(),
-        17 => "UDP".into(),
-        1 => "ICMP".into(),
-        0 => "-".into(),
-        n => n.to_string(),
+        6 => "TCP",
+        17 => "UDP",
+        1 => "ICMP",
+        _ => "-",
+    }
+}
+
+fn proto_name(p: u8) -> String {
+    match proto_str(p) {
+        "-" if p != 0 => p.to_string(),
+        name => name.into(),
     }
 }
 
@@ -341,6 +389,13 @@ enum Kept {
 }
 
 impl Kept {
+    fn passes(&self, filter: &EventFilter) -> bool {
+        match self {
+            Kept::Flow(e, _) => filter.matches_flow(e),
+            Kept::Own(v) => filter.matches(v),
+        }
+    }
+
     fn view(&self) -> EventView {
         match self {
             Kept::Flow(e, time_ms) => EventView::of(e, *time_ms),
@@ -371,9 +426,9 @@ impl Collector {
         let mut v: Vec<EventView> = h
             .iter()
             .rev()
-            .map(Kept::view)
-            .filter(|e| filter.matches(e))
+            .filter(|k| k.passes(filter))
             .take(n)
+            .map(Kept::view)
             .collect();
         v.reverse();
         v
@@ -384,8 +439,8 @@ impl Collector {
         self.live.subscribe()
     }
 
-    /// Takes a drained batch into the history and to the followers (each
-    /// event rendered only if someone follows).
+    /// Takes a drained batch into the history and to the followers (a
+    /// copy each: rendered by whoever reads it).
     pub fn take(&self, batch: &[FlowEvent]) {
         let now = now_ms();
         // Only the last HISTORY of a longer batch would stay.
@@ -397,7 +452,7 @@ impl Collector {
         drop(h);
         if self.live.receiver_count() > 0 {
             for e in batch {
-                let _ = self.live.send(Live::Event(EventView::of(e, now)));
+                let _ = self.live.send(Live::Flow(*e, now));
             }
         }
     }
@@ -529,8 +584,68 @@ mod tests {
 
     fn event(l: Live) -> EventView {
         match l {
+            Live::Flow(e, time_ms) => EventView::of(&e, time_ms),
             Live::Event(e) => e,
             Live::Lost(l) => panic!("an event, not {l:?}"),
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(2048))]
+
+        /// A flow's event as sent and as rendered pass the same filters
+        /// (the raw one is what followers and `last` use; the rendered
+        /// one is what a reader sees).
+        #[test]
+        fn a_raw_event_passes_a_filter_as_its_rendered_view_does(
+            kind in 0usize..4,
+            protocol in proptest::sample::select(vec![6u8, 17, 1, 0, 132]),
+            ends in proptest::collection::vec((0usize..4, 0usize..3), 4),
+            no_backend in proptest::bool::ANY,
+            verdict in proptest::option::weighted(0.3, proptest::sample::select(VERDICTS.to_vec())),
+            service in proptest::option::weighted(0.2, (0usize..4, 0usize..3)),
+            proto in proptest::option::weighted(0.2, proptest::sample::select(vec!["tcp", "UDP", "Icmp"])),
+            ips in proptest::collection::vec(proptest::option::weighted(0.25, 0usize..4), 3),
+            ports in proptest::collection::vec(proptest::option::weighted(0.25, 0usize..3), 3),
+        ) {
+            let addrs: [IpAddr; 4] = [
+                "198.18.0.2".parse().unwrap(),
+                "198.19.0.1".parse().unwrap(),
+                "2001:2::2".parse().unwrap(),
+                "2001:2:ff::1".parse().unwrap(),
+            ];
+            let port_set = [0u16, 53, 80];
+            let at = |(a, p): (usize, usize)| Endpoint { addr: addrs[a], port: port_set[p] };
+            let e = FlowEvent {
+                time: 0,
+                worker: 0,
+                kind: [
+                    EventKind::New,
+                    EventKind::Close,
+                    EventKind::Drop(DropReason::NoService),
+                    EventKind::Drop(DropReason::TcpNoFlow),
+                ][kind],
+                protocol,
+                src: at(ends[0]),
+                dst: at(ends[1]),
+                backend: if no_backend { FlowEvent::NONE } else { at(ends[2]) },
+                snat: at(ends[3]),
+            };
+            let f = EventFilter {
+                verdict: verdict.map(Into::into),
+                service: service.map(|s| {
+                    let e = at(s);
+                    HostPort(e.addr, e.port).to_string()
+                }),
+                ip: ips[0].map(|i| addrs[i]),
+                from_ip: ips[1].map(|i| addrs[i]),
+                to_ip: ips[2].map(|i| addrs[i]),
+                port: ports[0].map(|p| port_set[p]),
+                from_port: ports[1].map(|p| port_set[p]),
+                to_port: ports[2].map(|p| port_set[p]),
+                protocol: proto.map(Into::into),
+            };
+            proptest::prop_assert_eq!(f.matches_flow(&e), f.matches(&EventView::of(&e, 0)));
         }
     }
 
@@ -569,7 +684,7 @@ mod tests {
             .iter()
             .filter_map(|l| match l {
                 Live::Lost(l) => Some(l),
-                Live::Event(_) => None,
+                Live::Flow(..) | Live::Event(_) => None,
             })
             .collect();
         let sent = xvs_dataplane::events::QUEUE + 1 + 1;
