@@ -114,7 +114,7 @@ bench: deps
 	$(MAKE) e2e-bench
 
 e2e-bench: deps
-	$(CARGO) build --release -p xvs-control -p xvs-benches --bins
+	$(CARGO) build --release -p xvs-control -p xvs-benches -p xvs-vm-tests --bins
 	$(RELEASE)/xvs-bench --chart $(TARGET_DIR)/xvs-bench.svg --json $(TARGET_DIR)/xvs-bench.json \
 	  --criterion $(TARGET_DIR)/criterion $(BENCH_ARGS)
 	$(RELEASE)/xvs-control-bench

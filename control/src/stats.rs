@@ -138,12 +138,16 @@ fn rates_of(avg: &[i64; 5]) -> Rates {
 
 impl Estimator {
     /// Takes one sample, `seconds` after the previous one.
+    ///
+    /// Linear in the backends: the ones no longer sampled are found by a
+    /// set, not by a search of the sample (which made each update
+    /// quadratic: 0.9 s of CPU every 2 s at 10,000 services x 3).
     pub fn update(&mut self, samples: &[ServiceSample], seconds: f64) {
-        let mut seen = Vec::new();
+        let mut seen = std::collections::HashSet::with_capacity(self.last.len());
         for s in samples {
             for b in &s.backends {
                 let k = (s.key, b.address, b.port);
-                seen.push(k);
+                seen.insert(k);
                 let t = b.totals;
                 let Some(prev) = self.last.insert(k, t) else {
                     continue;
@@ -392,5 +396,41 @@ mod tests {
         e.update(&sample_with(conns, pkts), SAMPLE_SECONDS);
         let r = listing(4096, &sample_with(conns, pkts), &e).services[0].backends[0].rates;
         assert_eq!(r.cps, 75);
+    }
+
+    /// A backend left out of a sample is forgotten: its rate is gone, and
+    /// when it comes back its counters are a new start, not a jump.
+    #[test]
+    fn a_backend_no_longer_sampled_is_forgotten() {
+        let two = |conns: u64, second: Option<u64>| {
+            let mut s = sample_with(conns, conns);
+            if let Some(c) = second {
+                let mut b = s[0].backends[0].clone();
+                b.address = Ipv4Addr::new(198, 18, 1, 11).into();
+                b.totals.conns = c;
+                s[0].backends.push(b);
+            }
+            s
+        };
+        let key = two(0, None)[0].key;
+        let b2: std::net::IpAddr = Ipv4Addr::new(198, 18, 1, 11).into();
+        let mut e = Estimator::default();
+        e.update(&two(0, Some(0)), SAMPLE_SECONDS);
+        e.update(&two(200, Some(200)), SAMPLE_SECONDS);
+        assert_eq!(e.rates(&key, b2, 80).cps, 100, "its first rate");
+        e.update(&two(400, None), SAMPLE_SECONDS);
+        assert_eq!(e.rates(&key, b2, 80), Rates::default(), "forgotten");
+        assert_eq!(
+            e.rates(&key, Ipv4Addr::new(198, 18, 1, 10).into(), 80).cps,
+            100
+        );
+        e.update(&two(600, Some(1_000_000)), SAMPLE_SECONDS);
+        assert_eq!(
+            e.rates(&key, b2, 80),
+            Rates::default(),
+            "back: its first sample is a start"
+        );
+        e.update(&two(800, Some(1_000_200)), SAMPLE_SECONDS);
+        assert_eq!(e.rates(&key, b2, 80).cps, 100, "measured from its return");
     }
 }

@@ -7,6 +7,11 @@
 //!   admin API, until every worker has applied it (the engine's own
 //!   measurement, returned with each edit) and as the client sees it.
 //!
+//! - the control plane's CPU (the daemon's threads other than its
+//!   workers) while the gateway is idle, and during a 4 s burst of drops
+//!   (each a flow event) to a port no service has, with nobody following
+//!   the events and with one follower whose filter passes none of them.
+//!
 //! Prints medians, p99 and max, and whether the targets (<= 1 s load,
 //! <= 5 ms p99 change) are met. Run as root after building the release
 //! binaries: `make e2e-bench` runs it.
@@ -15,7 +20,7 @@
 #![allow(clippy::print_stdout)]
 
 use std::path::PathBuf;
-use std::process::ExitCode;
+use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -142,6 +147,46 @@ fn bench(cli: Cli) -> Result<bool, String> {
             break;
         }
     }
+    // 4. The control plane's CPU while the gateway is idle, then during a
+    // burst of drops (UDP to a port no service has: every datagram a
+    // drop, every drop a flow event), with nobody following the events
+    // and with one follower whose filter passes none of them. Windows of
+    // 4 s: two of the rate estimator's 2 s samples each.
+    let testnet = sibling("xvs-testnet")?;
+    let mut windows = Vec::new();
+    if failure.is_none() {
+        for (what, burst, follow) in [
+            ("idle", false, false),
+            ("a burst of drops, nobody following", true, false),
+            ("a burst of drops, one follower passing none", true, true),
+        ] {
+            let curl = follow
+                .then(|| {
+                    Command::new("curl")
+                        .args(["-sN", "--unix-socket"])
+                        .arg(&socket)
+                        .arg("http://xvs/v1/events?last=0&follow=true&to_ip=198.18.9.9")
+                        .stdout(Stdio::null())
+                        .spawn()
+                })
+                .transpose()
+                .map_err(|e| format!("curl: {e}"))?;
+            std::thread::sleep(Duration::from_millis(300));
+            let before = thread_ticks(proc_.pid());
+            let traffic = if burst {
+                t.udp_blast(testnet.to_str().unwrap_or_default(), "198.19.0.1:99", 4)
+            } else {
+                std::thread::sleep(Duration::from_secs(4));
+                "no traffic".to_owned()
+            };
+            let after = thread_ticks(proc_.pid());
+            if let Some(mut c) = curl {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            windows.push((what, traffic, control_ticks(&before, &after)));
+        }
+    }
     let (_, printed) = proc_.stop(libc::SIGTERM, Duration::from_secs(10));
     let _ = std::fs::remove_dir_all(&dir);
     if let Some(f) = failure {
@@ -178,10 +223,67 @@ fn bench(cli: Cli) -> Result<bool, String> {
         if load_ok { "met" } else { "MISSED" },
         if change_ok { "met" } else { "MISSED" }
     );
+    for (what, traffic, ticks) in &windows {
+        println!(
+            "control plane, 4 s {what} ({traffic}): the daemon's threads other than \
+             its workers {:.1}% of a core",
+            *ticks as f64 / clock_ticks_per_second() / 4.0 * 100.0
+        );
+    }
     if let Some(l) = printed.lines().find(|l| l.starts_with("worker 1:")) {
         println!("xvs {l}");
     }
     Ok(load_ok && change_ok)
+}
+
+/// Each thread of process `pid`: its name and its CPU time (utime +
+/// stime, in clock ticks).
+fn thread_ticks(pid: u32) -> Vec<(String, u64)> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut v: Vec<(String, u64)> = tasks
+        .flatten()
+        .filter_map(|t| {
+            let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+            // `pid (comm) state ...`: utime and stime are fields 14 and 15.
+            let (head, rest) = stat.rsplit_once(')')?;
+            let comm = head.split_once('(')?.1.to_owned();
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+            Some((format!("{}:{comm}", t.file_name().to_string_lossy()), ticks))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The unit of /proc's CPU times.
+fn clock_ticks_per_second() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+/// Clock ticks the threads other than the workers (`xvs-q*`) spent
+/// between two readings (a thread that ended meanwhile is left out).
+fn control_ticks(before: &[(String, u64)], after: &[(String, u64)]) -> u64 {
+    after
+        .iter()
+        .filter(|(name, _)| {
+            !name
+                .split_once(':')
+                .is_some_and(|(_, c)| c.starts_with("xvs-q"))
+        })
+        .filter_map(|(name, t)| {
+            let (_, was) = before.iter().find(|(n, _)| n == name)?;
+            Some(t.saturating_sub(*was))
+        })
+        .sum()
 }
 
 fn main() -> ExitCode {
