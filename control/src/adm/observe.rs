@@ -23,7 +23,10 @@ struct Args {
     /// How many past events to show first.
     #[arg(long, default_value_t = 20)]
     last: usize,
-    /// Keep printing new events (until interrupted).
+    /// Keep printing new events (until interrupted). Events that could
+    /// not be delivered are counted in `EVENTS LOST:` lines, as hubble's:
+    /// WORKER_QUEUE (a worker's event queue was full) or FOLLOWER_QUEUE
+    /// (this reader fell behind).
     #[arg(short = 'f', long, action = ArgAction::SetTrue)]
     follow: bool,
     /// Print the events as JSON lines.
