@@ -6,6 +6,7 @@ pub mod drain;
 pub mod e2e;
 pub mod frames;
 pub mod pktgen;
+pub mod procstat;
 pub mod raw;
 pub mod report;
 pub mod rulesets;

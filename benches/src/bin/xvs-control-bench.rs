@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use hyper::Method;
 use xvs_benches::e2e::target_endpoints;
+use xvs_benches::procstat;
 use xvs_benches::rulesets::{services, xvs_services};
 use xvs_control::adm::client::{request, Endpoint};
 use xvs_control::engine::Applied;
@@ -172,19 +173,19 @@ fn bench(cli: Cli) -> Result<bool, String> {
                 .transpose()
                 .map_err(|e| format!("curl: {e}"))?;
             std::thread::sleep(Duration::from_millis(300));
-            let before = thread_ticks(proc_.pid());
+            let before = thread_cpu(proc_.pid());
             let traffic = if burst {
                 t.udp_blast(testnet.to_str().unwrap_or_default(), "198.19.0.1:99", 4)
             } else {
                 std::thread::sleep(Duration::from_secs(4));
                 "no traffic".to_owned()
             };
-            let after = thread_ticks(proc_.pid());
+            let after = thread_cpu(proc_.pid());
             if let Some(mut c) = curl {
                 let _ = c.kill();
                 let _ = c.wait();
             }
-            windows.push((what, traffic, control_ticks(&before, &after)));
+            windows.push((what, traffic, control_seconds(&before, &after)));
         }
     }
     let (_, printed) = proc_.stop(libc::SIGTERM, Duration::from_secs(10));
@@ -223,11 +224,11 @@ fn bench(cli: Cli) -> Result<bool, String> {
         if load_ok { "met" } else { "MISSED" },
         if change_ok { "met" } else { "MISSED" }
     );
-    for (what, traffic, ticks) in &windows {
+    for (what, traffic, secs) in &windows {
         println!(
             "control plane, 4 s {what} ({traffic}): the daemon's threads other than \
              its workers {:.1}% of a core",
-            *ticks as f64 / clock_ticks_per_second() / 4.0 * 100.0
+            secs / 4.0 * 100.0
         );
     }
     if let Some(l) = printed.lines().find(|l| l.starts_with("worker 1:")) {
@@ -236,42 +237,24 @@ fn bench(cli: Cli) -> Result<bool, String> {
     Ok(load_ok && change_ok)
 }
 
-/// Each thread of process `pid`: its name and its CPU time (utime +
-/// stime, in clock ticks).
-fn thread_ticks(pid: u32) -> Vec<(String, u64)> {
+/// Each thread of process `pid` (`TID:name`) and its CPU seconds.
+fn thread_cpu(pid: u32) -> Vec<(String, f64)> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
     };
-    let mut v: Vec<(String, u64)> = tasks
+    tasks
         .flatten()
         .filter_map(|t| {
-            let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
-            // `pid (comm) state ...`: utime and stime are fields 14 and 15.
-            let (head, rest) = stat.rsplit_once(')')?;
-            let comm = head.split_once('(')?.1.to_owned();
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-            Some((format!("{}:{comm}", t.file_name().to_string_lossy()), ticks))
+            let name = procstat::thread_name(&t.path())?;
+            let secs = procstat::cpu_seconds(&t.path().join("stat")).ok()?;
+            Some((format!("{}:{name}", t.file_name().to_string_lossy()), secs))
         })
-        .collect();
-    v.sort();
-    v
+        .collect()
 }
 
-/// The unit of /proc's CPU times.
-fn clock_ticks_per_second() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 {
-        t as f64
-    } else {
-        100.0
-    }
-}
-
-/// Clock ticks the threads other than the workers (`xvs-q*`) spent
+/// CPU seconds the threads other than the workers (`xvs-q*`) spent
 /// between two readings (a thread that ended meanwhile is left out).
-fn control_ticks(before: &[(String, u64)], after: &[(String, u64)]) -> u64 {
+fn control_seconds(before: &[(String, f64)], after: &[(String, f64)]) -> f64 {
     after
         .iter()
         .filter(|(name, _)| {
@@ -281,7 +264,7 @@ fn control_ticks(before: &[(String, u64)], after: &[(String, u64)]) -> u64 {
         })
         .filter_map(|(name, t)| {
             let (_, was) = before.iter().find(|(n, _)| n == name)?;
-            Some(t.saturating_sub(*was))
+            Some((t - was).max(0.0))
         })
         .sum()
 }

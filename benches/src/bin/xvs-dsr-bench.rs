@@ -59,19 +59,7 @@ impl Run {
 
 /// CPU seconds (user + system) process `pid` has used.
 fn cpu_seconds(pid: u32) -> Result<f64, String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| e.to_string())?;
-    // Fields after the command's closing parenthesis; utime and stime are
-    // the 14th and 15th of the line.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).ok_or("bad stat")?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        f.get(i)
-            .and_then(|v| v.parse::<u64>().ok())
-            .ok_or("bad stat")
-    };
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    Ok((ticks(11)? + ticks(12)?) as f64 / hz)
+    xvs_benches::procstat::cpu_seconds(std::path::Path::new(&format!("/proc/{pid}/stat")))
 }
 
 /// Frames xvs's workers received, from its `/metrics`.
