@@ -1499,6 +1499,43 @@ mod tests {
         assert!(samples.is_empty());
     }
 
+    /// The estimator's sample reads the compiled services alone, not the
+    /// configuration: it must see exactly the listing's backends, with
+    /// the same counters (a backend found down included; each backend's
+    /// traffic different, so a mix-up of ids shows).
+    #[test]
+    fn the_estimator_samples_the_listing_s_backends_and_counters() {
+        let f = File::new(&services(&[(80, 3), (81, 1), (82, 2)]));
+        let (mut e, _) = engine(&f);
+        let b = IpAddr::from(Ipv4Addr::new(198, 18, 1, 10));
+        assert!(e.set_health(key(81), b, 8080, false));
+        for (n, c) in e.dataplane().services().enumerate() {
+            c.for_each_backend(|_, _, id| {
+                for w in 0..=(n as u32 * 4 + id) {
+                    c.stats().conn(w as usize % 2, id);
+                }
+            });
+        }
+        let mut visited = Vec::new();
+        crate::stats::visit_totals(&e, &mut |k, t| visited.push((k, t.conns)));
+        let mut listed: Vec<_> = crate::stats::sample(&e)
+            .into_iter()
+            .flat_map(|s| {
+                s.backends
+                    .into_iter()
+                    .map(move |b| ((s.key, b.address, b.port), b.totals.conns))
+            })
+            .collect();
+        visited.sort();
+        listed.sort();
+        assert_eq!(visited.len(), 6, "{visited:?}");
+        assert_eq!(visited, listed);
+        let mut conns: Vec<u64> = visited.iter().map(|v| v.1).collect();
+        conns.sort_unstable();
+        conns.dedup();
+        assert_eq!(conns.len(), 6, "every backend counted apart: {visited:?}");
+    }
+
     #[test]
     fn the_stats_sample_reads_the_plane_s_compiled_services() {
         let f = File::new(&services(&[(80, 1), (81, 2)]));

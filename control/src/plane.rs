@@ -47,8 +47,9 @@ pub trait Plane {
     /// Waits until every worker applied what was sent (false after
     /// `timeout`).
     fn wait_applied(&self, timeout: Duration) -> bool;
-    /// The services as compiled for the workers, with their counts.
-    fn services(&self) -> Vec<AnyService>;
+    /// The services as compiled for the workers, with their counts (by
+    /// reference: the estimator reads every one every 2 seconds).
+    fn services(&self) -> Box<dyn Iterator<Item = &AnyService> + '_>;
     /// The addresses the steering program hands over, read back (with
     /// whether each is shared with the host).
     fn steered(&self) -> Result<Vec<(IpAddr, bool)>, PlaneError>;
@@ -153,8 +154,8 @@ impl Plane for Dataplane {
     fn wait_applied(&self, timeout: Duration) -> bool {
         self.handle().wait_applied(timeout)
     }
-    fn services(&self) -> Vec<AnyService> {
-        Dataplane::services(self).cloned().collect()
+    fn services(&self) -> Box<dyn Iterator<Item = &AnyService> + '_> {
+        Box::new(Dataplane::services(self))
     }
     fn steered(&self) -> Result<Vec<(IpAddr, bool)>, PlaneError> {
         Ok(Dataplane::steered(self)?)
@@ -265,8 +266,8 @@ impl Plane for Recorder {
     fn wait_applied(&self, _: Duration) -> bool {
         true
     }
-    fn services(&self) -> Vec<AnyService> {
-        self.compiled.values().cloned().collect()
+    fn services(&self) -> Box<dyn Iterator<Item = &AnyService> + '_> {
+        Box::new(self.compiled.values())
     }
     fn steered(&self) -> Result<Vec<(IpAddr, bool)>, PlaneError> {
         let mut v: Vec<(IpAddr, bool)> = self.compiled.keys().map(|k| (k.vip, false)).collect();

@@ -24,7 +24,7 @@ use xvs_dataplane::worker::Snapshot;
 
 use crate::api::{router, with_token, Shared};
 use crate::engine::{Engine, EngineHandle};
-use crate::stats::{sample, Estimator, SAMPLE_SECONDS};
+use crate::stats::{visit_totals, Estimator, SAMPLE_SECONDS};
 
 /// Exit status for an invalid configuration.
 pub const EXIT_CONFIG: u8 = 2;
@@ -324,16 +324,21 @@ pub fn run(config: &Path) -> u8 {
                 let mut tick = tokio::time::interval(Duration::from_secs_f64(SAMPLE_SECONDS));
                 loop {
                     tick.tick().await;
-                    let Ok((s, counters)) = shared
+                    // Sampled on the engine's thread, straight into the
+                    // estimator: no copy of 300,000 backends' totals.
+                    let sh = shared.clone();
+                    let Ok(counters) = shared
                         .engine
-                        .call(|e| (sample(e), e.dataplane().counters()))
+                        .call(move |e| {
+                            if let Ok(mut est) = sh.estimator.lock() {
+                                est.update_from(SAMPLE_SECONDS, |observe| visit_totals(e, observe));
+                            }
+                            e.dataplane().counters()
+                        })
                         .await
                     else {
                         break;
                     };
-                    if let Ok(mut e) = shared.estimator.lock() {
-                        e.update(&s, SAMPLE_SECONDS);
-                    }
                     if let Ok(mut h) = shared.history.lock() {
                         h.push(shared.started.elapsed().as_secs_f64(), counters);
                     }

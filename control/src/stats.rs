@@ -56,12 +56,7 @@ pub struct ServiceSample {
 
 /// Reads every service's counts and counters (on the engine thread).
 pub fn sample(e: &Engine) -> Vec<ServiceSample> {
-    let compiled: HashMap<ServiceKey, _> = e
-        .dataplane()
-        .services()
-        .into_iter()
-        .map(|c| (c.key(), c))
-        .collect();
+    let compiled: HashMap<ServiceKey, _> = e.dataplane().services().map(|c| (c.key(), c)).collect();
     let checked: std::collections::BTreeSet<(ServiceKey, std::net::IpAddr, u16)> = e
         .config()
         .checks
@@ -113,19 +108,36 @@ pub fn sample(e: &Engine) -> Vec<ServiceSample> {
         .collect()
 }
 
-type RateKey = (ServiceKey, std::net::IpAddr, u16);
+/// A backend as the estimator tracks it: its service, address and port.
+pub type RateKey = (ServiceKey, std::net::IpAddr, u16);
+
+/// Calls `f` with every backend's counters, read from the services as
+/// the workers have them: what the estimator samples every 2 seconds.
+/// The same backends and totals as [`sample`]'s, without the rest of a
+/// listing (names, weights, health, counts) or a lookup per service: at
+/// 100,000 services x 3 the estimator's sample was most of an idle
+/// daemon's control-plane CPU (`xvs-control-bench --services 100000`).
+pub fn visit_totals(e: &Engine, f: &mut dyn FnMut(RateKey, TrafficTotals)) {
+    for c in e.dataplane().services() {
+        let (key, stats) = (c.key(), c.stats());
+        c.for_each_backend(|addr, port, id| f((key, addr, port), stats.backend(id)));
+    }
+}
 
 /// Smoothed rates per backend, in the estimator's fixed point (values
 /// scaled by 2^10 as IPVS keeps them, so small rates do not round to 0).
 ///
 /// Invariant: a backend is tracked exactly while the last sample had it
-/// (its `round` is the estimator's); one map, one lookup per backend a
-/// sample, and one pass to forget the rest: linear in the backends.
+/// (its `round` is the estimator's), and a service exactly while it has a
+/// backend tracked; one pass to forget the rest: linear in the backends.
+/// Grouped by service, as a sample visits them: a service's backends
+/// are one lookup in the large map (a cache miss at 100,000 services)
+/// and then lookups in a small one whose lines that first one fetched.
 #[derive(Debug, Default)]
 pub struct Estimator {
-    /// By backend (a fast hash: the keys come from the configuration,
-    /// not from packets).
-    tracked: hashbrown::HashMap<RateKey, Tracked>,
+    /// By service, then by backend address and port (a fast hash: the
+    /// keys come from the configuration, not from packets).
+    tracked: hashbrown::HashMap<ServiceKey, hashbrown::HashMap<(std::net::IpAddr, u16), Tracked>>,
     round: u32,
 }
 
@@ -158,47 +170,64 @@ impl Estimator {
     /// made each update quadratic: 0.9 s of CPU every 2 s at 10,000
     /// services x 3).
     pub fn update(&mut self, samples: &[ServiceSample], seconds: f64) {
+        self.update_from(seconds, |observe| {
+            for s in samples {
+                for b in &s.backends {
+                    observe((s.key, b.address, b.port), b.totals);
+                }
+            }
+        });
+    }
+
+    /// [`Estimator::update`] from whatever `visit` hands the observer it
+    /// is given: every backend of the sample, once ([`visit_totals`]).
+    pub fn update_from(
+        &mut self,
+        seconds: f64,
+        visit: impl FnOnce(&mut dyn FnMut(RateKey, TrafficTotals)),
+    ) {
         self.round = self.round.wrapping_add(1);
         let round = self.round;
         let per_sec = |now: u64, then: u64| {
             (now.saturating_sub(then) as f64 / seconds.max(1e-3) * SCALE as f64) as i64
         };
-        for s in samples {
-            for b in &s.backends {
-                let t = b.totals;
-                let tracked = self.tracked.entry((s.key, b.address, b.port));
-                let hashbrown::hash_map::Entry::Occupied(mut o) = tracked else {
-                    tracked.insert(Tracked {
-                        last: t,
-                        avg: None,
-                        round,
-                    });
-                    continue;
-                };
-                let k = o.get_mut();
-                let prev = std::mem::replace(&mut k.last, t);
-                k.round = round;
-                let rate = [
-                    per_sec(t.conns, prev.conns),
-                    per_sec(t.pkts[0], prev.pkts[0]),
-                    per_sec(t.pkts[1], prev.pkts[1]),
-                    per_sec(t.bytes[0], prev.bytes[0]),
-                    per_sec(t.bytes[1], prev.bytes[1]),
-                ];
-                let avg = k.avg.get_or_insert(rate);
-                for (a, r) in avg.iter_mut().zip(rate) {
-                    *a += (r - *a) >> 2;
-                }
+        let tracked = &mut self.tracked;
+        visit(&mut |(service, addr, port), t| {
+            let entry = tracked.entry(service).or_default().entry((addr, port));
+            let hashbrown::hash_map::Entry::Occupied(mut o) = entry else {
+                entry.insert(Tracked {
+                    last: t,
+                    avg: None,
+                    round,
+                });
+                return;
+            };
+            let k = o.get_mut();
+            let prev = std::mem::replace(&mut k.last, t);
+            k.round = round;
+            let rate = [
+                per_sec(t.conns, prev.conns),
+                per_sec(t.pkts[0], prev.pkts[0]),
+                per_sec(t.pkts[1], prev.pkts[1]),
+                per_sec(t.bytes[0], prev.bytes[0]),
+                per_sec(t.bytes[1], prev.bytes[1]),
+            ];
+            let avg = k.avg.get_or_insert(rate);
+            for (a, r) in avg.iter_mut().zip(rate) {
+                *a += (r - *a) >> 2;
             }
-        }
-        self.tracked.retain(|_, k| k.round == round);
+        });
+        self.tracked.retain(|_, backends| {
+            backends.retain(|_, k| k.round == round);
+            !backends.is_empty()
+        });
     }
 
     /// The rates of one backend.
     pub fn rates(&self, key: &ServiceKey, addr: std::net::IpAddr, port: u16) -> Rates {
         self.tracked
-            .get(&(*key, addr, port))
-            .and_then(|k| k.avg.as_ref())
+            .get(key)
+            .and_then(|backends| backends.get(&(addr, port))?.avg.as_ref())
             .map(rates_of)
             .unwrap_or_default()
     }
@@ -207,9 +236,15 @@ impl Estimator {
     /// from 0, as IPVS's `ip_vs_zero_estimator` does; the next sample
     /// measures from the current counters.
     pub fn zero(&mut self, key: Option<&ServiceKey>) {
-        for (k, t) in self.tracked.iter_mut() {
-            if let (Some(avg), true) = (&mut t.avg, key.is_none_or(|key| k.0 == *key)) {
-                *avg = [0; 5];
+        for (_, backends) in self
+            .tracked
+            .iter_mut()
+            .filter(|(k, _)| key.is_none_or(|key| *k == key))
+        {
+            for t in backends.values_mut() {
+                if let Some(avg) = &mut t.avg {
+                    *avg = [0; 5];
+                }
             }
         }
     }
@@ -419,6 +454,44 @@ mod tests {
         e.update(&sample_with(conns, pkts), SAMPLE_SECONDS);
         let r = listing(4096, &sample_with(conns, pkts), &e).services[0].backends[0].rates;
         assert_eq!(r.cps, 75);
+    }
+
+    /// `-Z` on one service restarts its rates only; on every service, all
+    /// of them; a service none of whose backends was sampled is
+    /// forgotten with them.
+    #[test]
+    fn zero_restarts_one_service_s_rates_or_all_and_an_empty_service_is_forgotten() {
+        let both = |conns: u64, with_81: bool| {
+            let mut s = sample_with(conns, conns);
+            if with_81 {
+                let mut t = s[0].clone();
+                t.key.port = 81;
+                s.push(t);
+            }
+            s
+        };
+        let (k80, mut k81) = (both(0, false)[0].key, both(0, false)[0].key);
+        k81.port = 81;
+        let b: std::net::IpAddr = Ipv4Addr::new(198, 18, 1, 10).into();
+        let mut e = Estimator::default();
+        e.update(&both(0, true), SAMPLE_SECONDS);
+        e.update(&both(200, true), SAMPLE_SECONDS);
+        assert_eq!(
+            (e.rates(&k80, b, 80).cps, e.rates(&k81, b, 80).cps),
+            (100, 100)
+        );
+        e.zero(Some(&k81));
+        assert_eq!(
+            (e.rates(&k80, b, 80).cps, e.rates(&k81, b, 80).cps),
+            (100, 0)
+        );
+        e.zero(None);
+        assert_eq!(e.rates(&k80, b, 80), Rates::default());
+        e.update(&both(400, true), SAMPLE_SECONDS);
+        assert_eq!(e.rates(&k81, b, 80).cps, 25, "from 0, a quarter of 100");
+        e.update(&both(600, false), SAMPLE_SECONDS);
+        assert!(!e.tracked.contains_key(&k81), "forgotten with its backend");
+        assert!(e.tracked.contains_key(&k80));
     }
 
     /// A backend left out of a sample is forgotten: its rate is gone, and

@@ -385,6 +385,20 @@ impl AnyService {
         }
     }
 
+    /// Calls `f` with each of its backends' address, port and stable id,
+    /// in the service's order.
+    pub fn for_each_backend(&self, mut f: impl FnMut(IpAddr, u16, u32)) {
+        fn each<A: Address>(s: &CompiledService<A>, f: &mut impl FnMut(IpAddr, u16, u32)) {
+            for b in s.backends.iter() {
+                f(b.endpoint.addr.ip(), b.endpoint.port, b.id);
+            }
+        }
+        match self {
+            AnyService::V4(s) => each(s, &mut f),
+            AnyService::V6(s) => each(s, &mut f),
+        }
+    }
+
     /// Its backends' connection counts.
     pub fn counts(&self) -> &ConnCounts {
         match self {
