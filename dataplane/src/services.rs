@@ -399,6 +399,34 @@ impl AnyService {
         }
     }
 
+    /// Fetches the compiled service's own lines (the first step of
+    /// [`AnyService::prefetch_backends`]'s, a pass ahead of it).
+    pub fn prefetch(&self) {
+        match self {
+            AnyService::V4(s) => xvs_conntrack::prefetch_lines(Arc::as_ptr(s)),
+            AnyService::V6(s) => xvs_conntrack::prefetch_lines(Arc::as_ptr(s)),
+        }
+    }
+
+    /// Fetches what [`AnyService::for_each_backend`] and its first
+    /// backend's counters read (the service's lines, fetched by
+    /// [`AnyService::prefetch`] a pass before, give the addresses).
+    pub fn prefetch_backends(&self) {
+        fn fetch<A: Address>(s: &CompiledService<A>) {
+            xvs_conntrack::prefetch_bytes(
+                s.backends.as_ptr().cast(),
+                std::mem::size_of_val(&*s.backends).min(256),
+            );
+            if let Some(b) = s.backends.first() {
+                s.stats.prefetch_backend(b.id);
+            }
+        }
+        match self {
+            AnyService::V4(s) => fetch(s),
+            AnyService::V6(s) => fetch(s),
+        }
+    }
+
     /// Its backends' connection counts.
     pub fn counts(&self) -> &ConnCounts {
         match self {
