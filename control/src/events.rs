@@ -298,8 +298,6 @@ struct Facts<'a> {
     backend: Option<SocketAddr>,
 }
 
-/// An IP protocol's name as events show it (a number has none here: no
-/// `--protocol` names it).
 /// Room for one flow's line: IPv6 at every endpoint fits.
 const LINE_CAPACITY: usize = 320;
 
@@ -313,12 +311,11 @@ const LINE_CAPACITY: usize = 320;
 /// the serializer's output.
 fn flow_json(e: &FlowEvent, time_ms: u64, out: &mut String) {
     use std::fmt::Write;
-    let quoted = |out: &mut String, ep: &Endpoint<IpAddr>| {
-        if ep.addr == FlowEvent::NONE.addr {
-            out.push_str("null");
-        } else {
-            let _ = write!(out, "\"{}\"", HostPort(ep.addr, ep.port));
+    let quoted = |out: &mut String, ep: &Endpoint<IpAddr>| match shown(ep) {
+        Some(hp) => {
+            let _ = write!(out, "\"{hp}\"");
         }
+        None => out.push_str("null"),
     };
     let _ = write!(
         out,
@@ -332,14 +329,7 @@ fn flow_json(e: &FlowEvent, time_ms: u64, out: &mut String) {
         }
         _ => out.push_str("null"),
     }
-    match proto_str(e.protocol) {
-        "-" if e.protocol != 0 => {
-            let _ = write!(out, ",\"protocol\":\"{}\"", e.protocol);
-        }
-        name => {
-            let _ = write!(out, ",\"protocol\":\"{name}\"");
-        }
-    }
+    let _ = write!(out, ",\"protocol\":\"{}\"", ProtoName(e.protocol));
     let _ = write!(out, ",\"src\":\"{}\"", HostPort(e.src.addr, e.src.port));
     let _ = write!(out, ",\"dst\":\"{}\"", HostPort(e.dst.addr, e.dst.port));
     out.push_str(",\"backend\":");
@@ -349,6 +339,8 @@ fn flow_json(e: &FlowEvent, time_ms: u64, out: &mut String) {
     out.push('}');
 }
 
+/// An IP protocol's name as events show it (a number has none here: no
+/// `--protocol` names it).
 fn proto_str(p: u8) -> &'static str {
     match p {
         6 => "TCP",
@@ -358,11 +350,22 @@ fn proto_str(p: u8) -> &'static str {
     }
 }
 
-fn proto_name(p: u8) -> String {
-    match proto_str(p) {
-        "-" if p != 0 => p.to_string(),
-        name => name.into(),
+/// How events show a protocol: its name, else its number (0: `-`).
+struct ProtoName(u8);
+
+impl std::fmt::Display for ProtoName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match proto_str(self.0) {
+            "-" if self.0 != 0 => write!(f, "{}", self.0),
+            name => f.write_str(name),
+        }
     }
+}
+
+/// A flow event's endpoint as shown, or none if the event has none there
+/// (an unset backend or SNAT address).
+fn shown(ep: &Endpoint<IpAddr>) -> Option<HostPort<IpAddr>> {
+    (ep.addr != FlowEvent::NONE.addr).then_some(HostPort(ep.addr, ep.port))
 }
 
 impl EventView {
@@ -375,13 +378,11 @@ impl EventView {
                 EventKind::Drop(r) => Some(r.name().into()),
                 _ => None,
             },
-            protocol: proto_name(e.protocol),
+            protocol: ProtoName(e.protocol).to_string(),
             src: HostPort(e.src.addr, e.src.port).to_string(),
             dst: HostPort(e.dst.addr, e.dst.port).to_string(),
-            backend: (e.backend.addr != FlowEvent::NONE.addr)
-                .then(|| HostPort(e.backend.addr, e.backend.port).to_string()),
-            snat: (e.snat.addr != FlowEvent::NONE.addr)
-                .then(|| HostPort(e.snat.addr, e.snat.port).to_string()),
+            backend: shown(&e.backend).map(|hp| hp.to_string()),
+            snat: shown(&e.snat).map(|hp| hp.to_string()),
         }
     }
 

@@ -178,10 +178,9 @@ fn rates_of(avg: &[i64; 5]) -> Rates {
 }
 
 impl Estimator {
-    /// Takes one sample, `seconds` after the previous one. Linear in the
-    /// backends (dropping the ones no longer sampled by searching a list
-    /// made each update quadratic: 0.9 s of CPU every 2 s at 10,000
-    /// services x 3).
+    /// [`Estimator::update_from`] over a listing's samples (the tests'
+    /// way; the daemon visits the compiled services, [`visit_totals`]).
+    #[cfg(test)]
     pub fn update(&mut self, samples: &[ServiceSample], seconds: f64) {
         self.update_from(seconds, |observe| {
             for s in samples {
@@ -192,8 +191,11 @@ impl Estimator {
         });
     }
 
-    /// [`Estimator::update`] from whatever `visit` hands the observer it
-    /// is given: every backend of the sample, once ([`visit_totals`]).
+    /// Takes one sample, `seconds` after the previous one: every backend
+    /// `visit` hands the observer it is given, once ([`visit_totals`]).
+    /// Linear in the backends (dropping the ones no longer sampled by
+    /// searching a list made each update quadratic: 0.9 s of CPU every
+    /// 2 s at 10,000 services x 3).
     pub fn update_from(
         &mut self,
         seconds: f64,
