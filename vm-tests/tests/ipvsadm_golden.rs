@@ -540,8 +540,15 @@ fn zero_counters_and_conntrack_with_real_flows() {
     let load = t.tcp_load(TESTNET, "198.19.0.1:80", 5, 5000);
     assert!(load.starts_with("ok=5 failed=0"), "{load}");
     assert_eq!(conns(80), 5);
-    // Rates: after a sample with traffic, -Z sets them to 0 at once.
+    // Rates: a sample after the traffic shows it (the daemon's estimator,
+    // every 2 s); -Z sets them to 0 at once.
     std::thread::sleep(Duration::from_millis(2500));
+    let rates = gw.adm_ok(&["-Ln", "--rate", "--exact", "-t", "198.19.0.1:80"]);
+    let service = rates.lines().find(|l| l.starts_with("TCP  198.19.0.1:80"));
+    assert!(
+        service.is_some_and(|l| l.split_whitespace().skip(2).any(|v| v != "0")),
+        "{rates}"
+    );
     gw.adm_ok(&["-Z"]);
     assert_eq!((conns(80), conns(81)), (0, 0));
     let rates = gw.adm_ok(&["-Ln", "--rate", "--exact"]);
