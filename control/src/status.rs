@@ -79,6 +79,8 @@ pub struct WorkerView {
     pub core: usize,
     /// AF_XDP zero-copy (else copy mode).
     pub zero_copy: bool,
+    /// Its UMEM on 2 MiB pages (else 4 KiB).
+    pub huge_pages: bool,
     /// Frames received per second (recent).
     pub rx_pps: f64,
     /// Frames transmitted per second (recent).
@@ -250,6 +252,7 @@ pub fn overview(i: Inputs<'_>, history: &History) -> Overview {
                 // position).
                 core: cfg.interfaces.cores.get(w).copied().unwrap_or_default(),
                 zero_copy: place.zero_copy,
+                huge_pages: place.huge_pages,
                 rx_pps,
                 tx_pps,
                 busy,
@@ -486,9 +489,14 @@ pub fn render(o: &Overview) -> String {
     for w in &o.workers {
         let _ = writeln!(
             out,
-            "  {:<17}{:<10} rx {:>10}  tx {:>10}  busy {:>3.0}%  flows {}",
+            "  {:<17}{:<10} {:<11} rx {:>10}  tx {:>10}  busy {:>3.0}%  flows {}",
             format!("q{} @ cpu{}", w.queue, w.core),
             if w.zero_copy { "zero-copy" } else { "copy" },
+            if w.huge_pages {
+                "2 MiB pages"
+            } else {
+                "4 KiB pages"
+            },
             pps(w.rx_pps),
             pps(w.tx_pps),
             w.busy * 100.0,

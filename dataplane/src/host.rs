@@ -103,19 +103,30 @@ fn interface_nets() -> std::io::Result<Vec<ipnet::IpNet>> {
     Ok(out)
 }
 
-/// Bytes of memory the host can give (`MemAvailable` of
-/// `/proc/meminfo`), if the kernel says.
-pub fn available_memory() -> Option<u64> {
+/// A field of `/proc/meminfo` (its number, without the unit), if the
+/// kernel says.
+fn meminfo(field: &str) -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+    text.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?
         .trim()
         .trim_end_matches("kB")
         .trim()
         .parse()
-        .ok()?;
-    Some(kib * 1024)
+        .ok()
+}
+
+/// Bytes of memory the host can give (`MemAvailable` of
+/// `/proc/meminfo`), if the kernel says.
+pub fn available_memory() -> Option<u64> {
+    Some(meminfo("MemAvailable")? * 1024)
+}
+
+/// The huge pages the kernel keeps reserved (`HugePages_Total`:
+/// `vm.nr_hugepages`); a port's UMEM takes 8 of 2 MiB when enough are
+/// free.
+pub fn huge_pages_reserved() -> Option<u64> {
+    meminfo("HugePages_Total")
 }
 
 /// Bytes the data plane allocates for `capacity` flows over `workers`
@@ -324,6 +335,27 @@ mod tests {
         assert_eq!(got, [(Some(a), 2222), (None, 22)]);
         let got: Vec<_> = sockets(tcp6, "0A").collect();
         assert_eq!(got, [(None, 80), (Some(a), 8443)]);
+    }
+
+    #[test]
+    fn meminfo_fields_are_read_by_their_whole_name() {
+        // `HugePages_Total` is what `vm.nr_hugepages` set (nothing else
+        // in this test binary changes it), not `HugePages_Free` or
+        // `Hugepagesize` that share its start.
+        let nr: u64 = std::fs::read_to_string("/proc/sys/vm/nr_hugepages")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(huge_pages_reserved(), Some(nr));
+        assert_eq!(meminfo("Hugepagesize"), Some(2048));
+        assert_eq!(meminfo("Huge"), None);
+        let total = meminfo("MemTotal").unwrap() * 1024;
+        let available = available_memory().unwrap();
+        assert!(
+            available > 0 && available <= total,
+            "{available} of {total}"
+        );
     }
 
     #[test]

@@ -99,6 +99,8 @@ struct WorkerHandle {
     queue: u32,
     /// Whether its AF_XDP sockets got zero-copy mode.
     zero_copy: bool,
+    /// Whether its UMEM got 2 MiB pages.
+    huge_pages: bool,
 }
 
 /// Where the data plane runs, as the kernel gave it: each interface's XDP
@@ -119,6 +121,10 @@ pub struct WorkerPlace {
     pub queue: u32,
     /// Whether its AF_XDP sockets are in zero-copy mode (else copy).
     pub zero_copy: bool,
+    /// Whether its UMEM is on 2 MiB pages (else 4 KiB: no huge pages
+    /// were reserved, `vm.nr_hugepages`).
+    #[serde(default)]
+    pub huge_pages: bool,
 }
 
 /// Sends updates to every worker and reads their snapshots.
@@ -408,6 +414,7 @@ impl Dataplane {
                 .map(|w| WorkerPlace {
                     queue: w.queue,
                     zero_copy: w.zero_copy,
+                    huge_pages: w.huge_pages,
                 })
                 .collect(),
         }
@@ -619,6 +626,14 @@ impl Dataplane {
             let port = XskPort::open(&ifnames, queue, zero_copy)?;
             let fds = port.fds();
             let zero_copy = port.is_zero_copy();
+            let huge_pages = port.has_huge_pages();
+            if !huge_pages {
+                tracing::info!(
+                    queue,
+                    "the UMEM is on 4 KiB pages: no 2 MiB pages were free (vm.nr_hugepages; \
+                     8 per worker)"
+                );
+            }
             let mut liveness = crate::steer::Liveness::default();
             for (k, st) in steerings.iter().enumerate() {
                 if !defer {
@@ -679,6 +694,7 @@ impl Dataplane {
                 fds,
                 queue,
                 zero_copy,
+                huge_pages,
             });
         }
         let sync = match &cfg.cluster.sync {

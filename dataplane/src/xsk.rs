@@ -184,6 +184,7 @@ pub struct XskPort {
     free: Vec<FrameDesc>,
     scratch: Vec<FrameDesc>,
     zero_copy: bool,
+    huge_pages: bool,
 }
 
 impl std::fmt::Debug for XskPort {
@@ -249,7 +250,20 @@ impl XskPort {
         let ring = QueueSize::new(RING).map_err(|e| plain(e.to_string()))?;
         let umem_cfg = umem_config().map_err(plain)?;
         let frames = NonZeroU32::new(FRAMES).ok_or_else(|| plain("no frames".into()))?;
-        let (umem, descs) = Umem::new(umem_cfg, frames, false).map_err(|e| plain(e.to_string()))?;
+        // On 2 MiB pages when the kernel has that many reserved
+        // (`vm.nr_hugepages`), as DPDK and VPP map their packet memory:
+        // every frame is a page of its own on 4 KiB pages, so the 2,000 or
+        // so frames a busy port cycles through miss the TLB at nearly
+        // every header read (in a VM, a two-level page walk each). Without
+        // them, on 4 KiB pages (`xvs status` says which).
+        let (umem, descs, huge_pages) = match Umem::new(umem_cfg, frames, true) {
+            Ok((umem, descs)) => (umem, descs, true),
+            Err(_) => {
+                let (umem, descs) =
+                    Umem::new(umem_cfg, frames, false).map_err(|e| plain(e.to_string()))?;
+                (umem, descs, false)
+            }
+        };
         let first = descs.first().ok_or_else(|| plain("no frames".into()))?;
         // SAFETY: `first` is a frame of this UMEM, which nothing else
         // references yet; only the view's address is kept.
@@ -310,6 +324,7 @@ impl XskPort {
             free: descs,
             scratch: Vec::with_capacity(RING as usize),
             zero_copy,
+            huge_pages,
         };
         port.refill();
         Ok(port)
@@ -323,6 +338,16 @@ impl XskPort {
     /// Whether the socket runs in zero-copy mode.
     pub fn is_zero_copy(&self) -> bool {
         self.zero_copy
+    }
+
+    /// Whether the UMEM is on 2 MiB pages (else 4 KiB ones).
+    pub fn has_huge_pages(&self) -> bool {
+        self.huge_pages
+    }
+
+    /// The address of the UMEM's first byte (to find its mapping).
+    pub fn umem_addr(&self) -> usize {
+        self.base
     }
 
     /// Socket `i`'s file descriptor (for the XSKMAP and poll).

@@ -945,6 +945,8 @@ fn xvs_status_shows_the_gateway_as_it_is() {
     );
     // zero_copy = "off" in the config.
     assert_eq!(workers[0]["zero_copy"], false);
+    // The UMEM's pages: 2 MiB if the machine reserves some, else 4 KiB.
+    let huge = workers[0]["huge_pages"].as_bool().unwrap();
     assert_eq!(json["capacity"], 4096);
     let services = &json["services"];
     assert_eq!(
@@ -984,7 +986,10 @@ fn xvs_status_shows_the_gateway_as_it_is() {
             lab.t.gateway_client_if
         ),
         "Workers:           1".to_owned(),
-        "  q0 @ cpu0        copy".to_owned(),
+        format!(
+            "  q0 @ cpu0        copy       {} pages",
+            if huge { "2 MiB" } else { "4 KiB" }
+        ),
         " / 4,096 (".to_owned(),
         "Services:          1 (0 from Kubernetes), 3 backends: 2 healthy, 0 down, 1 quiesced"
             .to_owned(),

@@ -362,3 +362,129 @@ fn an_attach_whose_look_goes_stale_looks_again() {
     // The third handle dropped with the thread: it detached its program.
     assert_eq!(attached_id(&t), None, "the last program is gone");
 }
+
+/// `vm.nr_hugepages`, put back as it was when dropped (the test raises
+/// it for its own port).
+struct Reserved(u64);
+
+const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
+
+impl Reserved {
+    /// Raises the reservation by `more` 2 MiB pages.
+    fn raise(more: u64) -> Reserved {
+        let was: u64 = std::fs::read_to_string(NR_HUGEPAGES)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        std::fs::write(NR_HUGEPAGES, (was + more).to_string()).unwrap();
+        Reserved(was)
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        let _ = std::fs::write(NR_HUGEPAGES, self.0.to_string());
+    }
+}
+
+/// The page size of the mapping that holds `addr`, in KiB, from this
+/// process's `smaps`.
+fn page_kib(addr: usize) -> Option<u64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut inside = false;
+    for line in smaps.lines() {
+        let range = line.split_whitespace().next().unwrap_or("");
+        if let Some((lo, hi)) = range.split_once('-') {
+            if let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+            {
+                inside = (lo..hi).contains(&addr);
+                continue;
+            }
+        }
+        if inside {
+            if let Some(kib) = line.strip_prefix("KernelPageSize:") {
+                return kib.trim().trim_end_matches("kB").trim().parse().ok();
+            }
+        }
+    }
+    None
+}
+
+/// With 2 MiB pages reserved (`vm.nr_hugepages`), a port's UMEM is on
+/// them, as the kernel's own account of the mapping says, and a packet
+/// to an owned address arrives in one of its frames, where
+/// `FrameLayout::of_ports` says. Without them (the other tests here, on
+/// a machine that reserves none) the port falls back to 4 KiB pages.
+#[test]
+fn a_port_s_umem_is_on_huge_pages_when_some_are_reserved() {
+    if !privileged("a_port_s_umem_is_on_huge_pages_when_some_are_reserved") {
+        return;
+    }
+    // Eight pages a port; room for the other tests' ports that open
+    // meanwhile and take them too.
+    let _reserved = Reserved::raise(64);
+    let (t, gw) = two_arm();
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let receiver = std::thread::spawn(move || -> Result<(Option<u64>, u32), String> {
+        xvs_vm_tests::netns::Netns::existing(&gw)
+            .enter_current_thread()
+            .map_err(|e| e.to_string())?;
+        let steering = Steering::attach("gc", XdpAttachMode::Native).map_err(|e| e.to_string())?;
+        steering.add_address(VIP).map_err(|e| e.to_string())?;
+        let mut port = XskPort::open(&["gc"], 0, Some(false)).map_err(|e| e.to_string())?;
+        steering
+            .register_socket(0, port.fd(0))
+            .map_err(|e| e.to_string())?;
+        if !port.has_huge_pages() {
+            return Err("the port's UMEM is on 4 KiB pages".into());
+        }
+        let kib = page_kib(port.umem_addr());
+        ready_tx.send(()).map_err(|e| e.to_string())?;
+        let layout = FrameLayout::of_ports();
+        let mut rx = vec![xsk_rs::FrameDesc::default(); 64];
+        let mut to_vip = 0;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while to_vip == 0 && Instant::now() < deadline {
+            port.refill();
+            let n = port.receive(0, &mut rx);
+            for d in &mut rx[..n] {
+                if d.addr() % layout.stride != layout.offset {
+                    return Err(format!("a frame at {}", d.addr()));
+                }
+                // SAFETY: a frame just received on this port, referenced
+                // nowhere else.
+                let ours = unsafe {
+                    port.with_frame(d, |f, len| {
+                        len >= 34 && f[12..14] == [8, 0] && f[30..34] == VIP.octets()
+                    })
+                };
+                to_vip += u32::from(ours);
+            }
+            port.release(&rx[..n]);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(steering);
+        Ok((kib, to_vip))
+    });
+    if ready_rx.recv_timeout(Duration::from_secs(10)).is_err() {
+        panic!("the port did not open: {:?}", receiver.join());
+    }
+    for _ in 0..5 {
+        let _ = t.client.ns.exec(
+            TESTNET,
+            &[
+                "udp",
+                "--connect",
+                "198.19.0.1:53",
+                "--requests",
+                "1",
+                "--timeout-ms",
+                "100",
+            ],
+        );
+    }
+    let (kib, to_vip) = receiver.join().unwrap().unwrap();
+    assert_eq!(kib, Some(2048), "the UMEM's mapping");
+    assert!(to_vip > 0, "no packet to the VIP reached the port");
+}

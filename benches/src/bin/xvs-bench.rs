@@ -889,8 +889,10 @@ fn bench(cli: Cli) -> Result<(), String> {
         targets,
     };
     println!(
-        "xvs-bench: UDP, 18-byte payloads, {} s per run, generator on CPU 0, forwarding on CPU {FWD_CPU}; pps = delivered to the sink",
-        cli.seconds
+        "xvs-bench: UDP, 18-byte payloads, {} s per run, generator on CPU 0, forwarding on CPU {FWD_CPU}; pps = delivered to the sink; \
+         {} huge pages reserved (each port's UMEM on 2 MiB pages if 8 are free, else 4 KiB)",
+        cli.seconds,
+        xvs_dataplane::host::huge_pages_reserved().unwrap_or(0)
     );
     print!("{}", table(&report));
     write_json(&report, &cli.json)?;
@@ -905,7 +907,10 @@ fn bench(cli: Cli) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    match bench(Cli::parse()) {
+    let cli = Cli::parse();
+    // xvs runs in this process: with the heap the daemon's unit gives it.
+    xvs_benches::exec_with_huge_page_heap();
+    match bench(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("xvs-bench: {e}");

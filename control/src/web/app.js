@@ -103,7 +103,7 @@ async function overview() {
   ];
   replace(document.querySelector("#status tbody"), rows.map((r) => row(r)));
   replace(document.querySelector("#workers tbody"), o.workers.map((w) =>
-    row([String(w.worker), String(w.queue), String(w.core), w.zero_copy ? "zero-copy" : "copy",
+    row([String(w.worker), String(w.queue), String(w.core), (w.zero_copy ? "zero-copy" : "copy") + (w.huge_pages ? ", 2 MiB pages" : ", 4 KiB pages"),
       fmt(w.rx_pps) + " pps", fmt(w.tx_pps) + " pps", (100 * w.busy).toFixed(0) + "%", w.flows])));
   recordDrops(o.drops_total);
 }
