@@ -41,6 +41,24 @@ fn two_arm() -> (Topology, String) {
     (t, gw)
 }
 
+/// Sends `requests` UDP datagrams from the client to the VIP, port 53
+/// (nobody answers them here: each waits 100 ms, a bounded failure).
+fn udp_to_vip(t: &Topology, requests: u32) {
+    let n = requests.to_string();
+    let _ = t.client.ns.exec(
+        TESTNET,
+        &[
+            "udp",
+            "--connect",
+            "198.19.0.1:53",
+            "--requests",
+            &n,
+            "--timeout-ms",
+            "100",
+        ],
+    );
+}
+
 /// What the socket saw: IPv4 packets to the VIP, ARP about the VIP, the
 /// same for the IPv6 VIP (neighbour solicitations whose target is it), and
 /// anything else.
@@ -160,19 +178,8 @@ fn only_owned_traffic_reaches_the_socket() {
         String::from_utf8_lossy(&out.stdout).trim(),
         "ok=20 failed=0 by=gw:20"
     );
-    // UDP to the VIP goes to the socket (nobody answers it here: bounded failures).
-    let _ = t.client.ns.exec(
-        TESTNET,
-        &[
-            "udp",
-            "--connect",
-            "198.19.0.1:53",
-            "--requests",
-            "5",
-            "--timeout-ms",
-            "100",
-        ],
-    );
+    // UDP to the VIP goes to the socket.
+    udp_to_vip(&t, 5);
     // ARP for the VIP, from the client's interface.
     let _ = t
         .client
@@ -470,20 +477,7 @@ fn a_port_s_umem_is_on_huge_pages_when_some_are_reserved() {
     if ready_rx.recv_timeout(Duration::from_secs(10)).is_err() {
         panic!("the port did not open: {:?}", receiver.join());
     }
-    for _ in 0..5 {
-        let _ = t.client.ns.exec(
-            TESTNET,
-            &[
-                "udp",
-                "--connect",
-                "198.19.0.1:53",
-                "--requests",
-                "1",
-                "--timeout-ms",
-                "100",
-            ],
-        );
-    }
+    udp_to_vip(&t, 5);
     let (kib, to_vip) = receiver.join().unwrap().unwrap();
     assert_eq!(kib, Some(2048), "the UMEM's mapping");
     assert!(to_vip > 0, "no packet to the VIP reached the port");
