@@ -74,6 +74,42 @@ impl FrameLayout {
 /// one before it must fit.
 pub const FRAME_AHEAD: usize = 4;
 
+/// The longest [`XskPort::open`] waits for reserved 2 MiB pages that
+/// are all taken: a port closed just before (a restarted daemon's
+/// predecessor, killed or stopped) frees its UMEM's pages in the same
+/// deferred work that frees its queue, tens of milliseconds later.
+const HUGE_WAIT: Duration = Duration::from_millis(250);
+
+/// Maps a UMEM of `frames` frames: on 2 MiB pages when the host has
+/// some reserved (`vm.nr_hugepages`), as DPDK and VPP map their packet
+/// memory (every frame is a page of its own on 4 KiB pages, so the 2,000
+/// or so frames a busy port cycles through miss the TLB at nearly every
+/// header read; in a VM, a two-level page walk each). While pages are
+/// reserved but none is free, it tries again every [`BUSY_RETRY`] out of
+/// `wait` (what it waited is taken from it); then, or with none reserved,
+/// on 4 KiB pages. Whether it got 2 MiB pages is the third value
+/// (`xvs status` shows it).
+fn map_umem(
+    cfg: UmemConfig,
+    frames: NonZeroU32,
+    wait: &mut Duration,
+) -> Result<(Umem, Vec<FrameDesc>, bool), String> {
+    let reserved = crate::host::huge_pages_reserved().unwrap_or(0) > 0;
+    loop {
+        if let Ok((umem, descs)) = Umem::new(cfg, frames, true) {
+            return Ok((umem, descs, true));
+        }
+        if !reserved || wait.is_zero() {
+            break;
+        }
+        let step = BUSY_RETRY.min(*wait);
+        std::thread::sleep(step);
+        *wait -= step;
+    }
+    let (umem, descs) = Umem::new(cfg, frames, false).map_err(|e| e.to_string())?;
+    Ok((umem, descs, false))
+}
+
 /// Frames the kernel sends per `sendto` wakeup in copy mode
 /// (`TX_BATCH_SIZE` in `net/xdp/xsk.c`).
 const KERNEL_TX_BATCH: usize = 32;
@@ -219,11 +255,12 @@ impl XskPort {
             None => &[true, false],
         };
         let mut waited = Duration::ZERO;
+        let mut huge_wait = HUGE_WAIT;
         loop {
             let mut last = String::new();
             let mut busy = false;
             for &zc in attempts {
-                match Self::open_mode(ifnames, queue, zc) {
+                match Self::open_mode(ifnames, queue, zc, &mut huge_wait) {
                     Ok(p) => return Ok(p),
                     Err((e, errno)) => {
                         busy |= errno == Some(libc::EBUSY);
@@ -239,31 +276,20 @@ impl XskPort {
         }
     }
 
-    /// [`XskPort::open`] in one mode, once; an error with its errno, if
-    /// the kernel gave one.
+    /// [`XskPort::open`] in one mode, once (waiting for huge pages out of
+    /// `huge_wait`, see [`map_umem`]); an error with its errno, if the
+    /// kernel gave one.
     fn open_mode(
         ifnames: &[&str],
         queue: u32,
         zero_copy: bool,
+        huge_wait: &mut Duration,
     ) -> Result<XskPort, (String, Option<i32>)> {
         let plain = |e: String| (e, None);
         let ring = QueueSize::new(RING).map_err(|e| plain(e.to_string()))?;
         let umem_cfg = umem_config().map_err(plain)?;
         let frames = NonZeroU32::new(FRAMES).ok_or_else(|| plain("no frames".into()))?;
-        // On 2 MiB pages when the kernel has that many reserved
-        // (`vm.nr_hugepages`), as DPDK and VPP map their packet memory:
-        // every frame is a page of its own on 4 KiB pages, so the 2,000 or
-        // so frames a busy port cycles through miss the TLB at nearly
-        // every header read (in a VM, a two-level page walk each). Without
-        // them, on 4 KiB pages (`xvs status` says which).
-        let (umem, descs, huge_pages) = match Umem::new(umem_cfg, frames, true) {
-            Ok((umem, descs)) => (umem, descs, true),
-            Err(_) => {
-                let (umem, descs) =
-                    Umem::new(umem_cfg, frames, false).map_err(|e| plain(e.to_string()))?;
-                (umem, descs, false)
-            }
-        };
+        let (umem, descs, huge_pages) = map_umem(umem_cfg, frames, huge_wait).map_err(plain)?;
         let first = descs.first().ok_or_else(|| plain("no frames".into()))?;
         // SAFETY: `first` is a frame of this UMEM, which nothing else
         // references yet; only the view's address is kept.

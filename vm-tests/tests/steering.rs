@@ -257,6 +257,7 @@ fn a_queue_is_bound_again_right_after_its_socket_closes() {
     if !privileged("a_queue_is_bound_again_right_after_its_socket_closes") {
         return;
     }
+    let _ports = PORTS.lock().unwrap_or_else(|e| e.into_inner());
     let (_t, gw) = two_arm(); // the topology lives until the test ends
     let binds = std::thread::spawn(move || -> Result<u32, String> {
         xvs_vm_tests::netns::Netns::existing(&gw)
@@ -370,22 +371,39 @@ fn an_attach_whose_look_goes_stale_looks_again() {
     assert_eq!(attached_id(&t), None, "the last program is gone");
 }
 
-/// `vm.nr_hugepages`, put back as it was when dropped (the test raises
-/// it for its own port).
+/// Held by the tests here that open [`XskPort`]s: each tries for huge
+/// pages, and the huge-page test counts them exactly.
+static PORTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// `vm.nr_hugepages`, put back as it was when dropped (the test sets it
+/// for its own ports).
 struct Reserved(u64);
 
 const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
 
+/// A number of `/proc/meminfo`.
+fn meminfo(field: &str) -> u64 {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .unwrap();
+    line.trim().trim_end_matches("kB").trim().parse().unwrap()
+}
+
 impl Reserved {
-    /// Raises the reservation by `more` 2 MiB pages.
-    fn raise(more: u64) -> Reserved {
+    /// Reserves pages so that exactly `free` 2 MiB pages are free.
+    fn exactly_free(free: u64) -> Reserved {
         let was: u64 = std::fs::read_to_string(NR_HUGEPAGES)
             .unwrap()
             .trim()
             .parse()
             .unwrap();
-        std::fs::write(NR_HUGEPAGES, (was + more).to_string()).unwrap();
-        Reserved(was)
+        let in_use = meminfo("HugePages_Total") - meminfo("HugePages_Free");
+        std::fs::write(NR_HUGEPAGES, (in_use + free).to_string()).unwrap();
+        let r = Reserved(was);
+        assert_eq!(meminfo("HugePages_Free"), free, "the kernel's huge pages");
+        r
     }
 }
 
@@ -421,32 +439,51 @@ fn page_kib(addr: usize) -> Option<u64> {
 /// With 2 MiB pages reserved (`vm.nr_hugepages`), a port's UMEM is on
 /// them, as the kernel's own account of the mapping says, and a packet
 /// to an owned address arrives in one of its frames, where
-/// `FrameLayout::of_ports` says. Without them (the other tests here, on
-/// a machine that reserves none) the port falls back to 4 KiB pages.
+/// `FrameLayout::of_ports` says. With exactly one port's pages free:
+/// a port opened right after the one holding them closes (a restarted
+/// daemon's worker) waits for the kernel to free them and gets them
+/// (it used to fall back to 4 KiB pages for its whole life); another
+/// port, with none left, falls back to 4 KiB pages.
 #[test]
 fn a_port_s_umem_is_on_huge_pages_when_some_are_reserved() {
     if !privileged("a_port_s_umem_is_on_huge_pages_when_some_are_reserved") {
         return;
     }
-    // Eight pages a port; room for the other tests' ports that open
-    // meanwhile and take them too.
-    let _reserved = Reserved::raise(64);
+    let _ports = PORTS.lock().unwrap_or_else(|e| e.into_inner());
+    // Eight 2 MiB pages a port (16 MiB of frames).
+    let _reserved = Reserved::exactly_free(8);
     let (t, gw) = two_arm();
     let (ready_tx, ready_rx) = mpsc::channel();
-    let receiver = std::thread::spawn(move || -> Result<(Option<u64>, u32), String> {
+    type Pages = (Option<u64>, Option<u64>, Option<u64>);
+    let receiver = std::thread::spawn(move || -> Result<(Pages, u32), String> {
         xvs_vm_tests::netns::Netns::existing(&gw)
             .enter_current_thread()
             .map_err(|e| e.to_string())?;
+        let open = |ifname: &str| {
+            let port = XskPort::open(&[ifname], 0, Some(false)).map_err(|e| e.to_string())?;
+            let kib = page_kib(port.umem_addr());
+            if port.has_huge_pages() != (kib == Some(2048)) {
+                return Err(format!(
+                    "{ifname}: huge pages {}, {kib:?} KiB",
+                    port.has_huge_pages()
+                ));
+            }
+            Ok((port, kib))
+        };
+        // The pages of a port just closed are freed in the kernel's
+        // deferred work, after its queue: a port on another queue (here,
+        // of the other interface) is not held back by the queue and must
+        // wait for the pages themselves.
+        let (first, first_kib) = open("gb")?;
+        drop(first);
+        let (mut port, kib) = open("gc")?;
+        // None left.
+        let (_other, other_kib) = open("gb")?;
         let steering = Steering::attach("gc", XdpAttachMode::Native).map_err(|e| e.to_string())?;
         steering.add_address(VIP).map_err(|e| e.to_string())?;
-        let mut port = XskPort::open(&["gc"], 0, Some(false)).map_err(|e| e.to_string())?;
         steering
             .register_socket(0, port.fd(0))
             .map_err(|e| e.to_string())?;
-        if !port.has_huge_pages() {
-            return Err("the port's UMEM is on 4 KiB pages".into());
-        }
-        let kib = page_kib(port.umem_addr());
         ready_tx.send(()).map_err(|e| e.to_string())?;
         let layout = FrameLayout::of_ports();
         let mut rx = vec![xsk_rs::FrameDesc::default(); 64];
@@ -472,13 +509,17 @@ fn a_port_s_umem_is_on_huge_pages_when_some_are_reserved() {
             std::thread::sleep(Duration::from_millis(10));
         }
         drop(steering);
-        Ok((kib, to_vip))
+        Ok(((first_kib, kib, other_kib), to_vip))
     });
     if ready_rx.recv_timeout(Duration::from_secs(10)).is_err() {
-        panic!("the port did not open: {:?}", receiver.join());
+        panic!("the ports did not open: {:?}", receiver.join());
     }
     udp_to_vip(&t, 5);
-    let (kib, to_vip) = receiver.join().unwrap().unwrap();
-    assert_eq!(kib, Some(2048), "the UMEM's mapping");
+    let (pages, to_vip) = receiver.join().unwrap().unwrap();
+    assert_eq!(
+        pages,
+        (Some(2048), Some(2048), Some(4)),
+        "KiB pages: the first port, the one opened right after it closed, the one with none left"
+    );
     assert!(to_vip > 0, "no packet to the VIP reached the port");
 }
