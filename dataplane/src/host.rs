@@ -105,7 +105,7 @@ fn interface_nets() -> std::io::Result<Vec<ipnet::IpNet>> {
 
 /// A field of `/proc/meminfo` (its number, without the unit), if the
 /// kernel says.
-fn meminfo(field: &str) -> Option<u64> {
+pub fn meminfo(field: &str) -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     text.lines()
         .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?

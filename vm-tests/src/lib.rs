@@ -12,6 +12,7 @@ pub mod daemon;
 pub mod fakekube;
 pub mod netns;
 pub mod nginx;
+pub mod pages;
 pub mod procs;
 pub mod prom;
 pub mod topology;

@@ -945,8 +945,11 @@ fn xvs_status_shows_the_gateway_as_it_is() {
     );
     // zero_copy = "off" in the config.
     assert_eq!(workers[0]["zero_copy"], false);
-    // The UMEM's pages: 2 MiB if the machine reserves some, else 4 KiB.
+    // The UMEM's pages: 2 MiB if the machine reserves some, else 4 KiB,
+    // as the kernel's account of the daemon's mappings says.
     let huge = workers[0]["huge_pages"].as_bool().unwrap();
+    let pid = json["pid"].as_u64().unwrap() as u32;
+    assert_eq!(huge, xvs_vm_tests::pages::has_huge_mapping(pid), "{json}");
     assert_eq!(json["capacity"], 4096);
     let services = &json["services"];
     assert_eq!(

@@ -19,8 +19,10 @@ use std::time::{Duration, Instant};
 use xsk_rs::config::{BindFlags, LibxdpFlags, SocketConfig};
 use xsk_rs::{Socket, Umem};
 use xvs_config::XdpAttachMode;
+use xvs_dataplane::host::meminfo;
 use xvs_dataplane::steer::Steering;
 use xvs_dataplane::xsk::{umem_config, FrameLayout, XskPort};
+use xvs_vm_tests::pages::page_kib;
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::topology::{Arms, Spec, Topology};
 
@@ -381,16 +383,6 @@ struct Reserved(u64);
 
 const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
 
-/// A number of `/proc/meminfo`.
-fn meminfo(field: &str) -> u64 {
-    let text = std::fs::read_to_string("/proc/meminfo").unwrap();
-    let line = text
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .unwrap();
-    line.trim().trim_end_matches("kB").trim().parse().unwrap()
-}
-
 impl Reserved {
     /// Reserves pages so that exactly `free` 2 MiB pages are free.
     fn exactly_free(free: u64) -> Reserved {
@@ -399,10 +391,14 @@ impl Reserved {
             .trim()
             .parse()
             .unwrap();
-        let in_use = meminfo("HugePages_Total") - meminfo("HugePages_Free");
+        let in_use = meminfo("HugePages_Total").unwrap() - meminfo("HugePages_Free").unwrap();
         std::fs::write(NR_HUGEPAGES, (in_use + free).to_string()).unwrap();
         let r = Reserved(was);
-        assert_eq!(meminfo("HugePages_Free"), free, "the kernel's huge pages");
+        assert_eq!(
+            meminfo("HugePages_Free"),
+            Some(free),
+            "the kernel's huge pages"
+        );
         r
     }
 }
@@ -411,29 +407,6 @@ impl Drop for Reserved {
     fn drop(&mut self) {
         let _ = std::fs::write(NR_HUGEPAGES, self.0.to_string());
     }
-}
-
-/// The page size of the mapping that holds `addr`, in KiB, from this
-/// process's `smaps`.
-fn page_kib(addr: usize) -> Option<u64> {
-    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
-    let mut inside = false;
-    for line in smaps.lines() {
-        let range = line.split_whitespace().next().unwrap_or("");
-        if let Some((lo, hi)) = range.split_once('-') {
-            if let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
-            {
-                inside = (lo..hi).contains(&addr);
-                continue;
-            }
-        }
-        if inside {
-            if let Some(kib) = line.strip_prefix("KernelPageSize:") {
-                return kib.trim().trim_end_matches("kB").trim().parse().ok();
-            }
-        }
-    }
-    None
 }
 
 /// With 2 MiB pages reserved (`vm.nr_hugepages`), a port's UMEM is on
