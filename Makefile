@@ -65,12 +65,14 @@ layout-upgrade-test: deps
 	  git worktree remove --force $(LAYOUT_DIR)/src; exit $$rc
 
 # Nothing a test created may outlive the suite: namespaces are named xvst-*,
-# flow state mounts xvs-flows (those of the tests' daemons live under /tmp).
+# flow state mounts xvs-flows, and the tests' folders (daemons' configs,
+# sockets and state) are /tmp/xvs-*.
 # What was there before the suite began (a run killed before its cleanup,
 # say) is recorded by leak-baseline, named, and not held against this run.
 LEAK_BASELINE := $(TARGET_DIR)/leak-baseline
 LEAK_LIST := { ip netns list 2>/dev/null | awk '/^xvst-/ {print "netns " $$1}'; \
-  awk '$$5 ~ "^/tmp/" && / - tmpfs xvs-flows / {print "mount " $$5}' /proc/self/mountinfo; }
+  awk '$$5 ~ "^/tmp/" && / - tmpfs xvs-flows / {print "mount " $$5}' /proc/self/mountinfo; \
+  find /tmp -maxdepth 1 -name 'xvs-*' -printf 'folder %p\n' 2>/dev/null; }
 leak-baseline:
 	@mkdir -p $(TARGET_DIR) && $(LEAK_LIST) > $(LEAK_BASELINE)
 	@if [ -s $(LEAK_BASELINE) ]; then echo "there before the tests began (not theirs):" $$(cat $(LEAK_BASELINE)) >&2; fi

@@ -33,8 +33,39 @@ impl ScratchDir {
 impl Drop for ScratchDir {
     fn drop(&mut self) {
         unmount_under(&self.0);
-        let _ = std::fs::remove_dir_all(&self.0);
+        remove_folder(&self.0);
     }
+}
+
+/// Removes `dir` and everything in it. A stopped daemon's guard may
+/// still create its lock file in a state directory there (at the end of
+/// its hold window), between the removal's listing of that directory and
+/// its `rmdir`, which then fails: the removal is tried again, a little
+/// later, a few times (each try sees the guard's file; once the folder is
+/// gone, the guard's next open fails and it creates nothing more).
+pub fn remove_folder(dir: &Path) {
+    for _ in 0..20 {
+        let _ = std::fs::remove_dir_all(dir);
+        if !dir.exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Whether the guard of the instance with process id `pid` (`xvs guard
+/// --pid PID ...`, see `xvs_control::restart`) still runs.
+pub fn guard_runs(pid: u32) -> bool {
+    let pid = pid.to_string();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    procs.flatten().any(|e| {
+        let args = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let args: Vec<&[u8]> = args.split(|&b| b == 0).collect();
+        args.windows(3)
+            .any(|w| w[0] == b"guard" && w[1] == b"--pid" && w[2] == pid.as_bytes())
+    })
 }
 
 /// Detaches every mount under `dir` (the flow state tmpfs `xvs run`
@@ -86,6 +117,12 @@ pub struct Daemon {
     pub socket: PathBuf,
     /// The config file.
     pub cfg: PathBuf,
+    /// Whether its state directory is in its folder ([`complete`] put it
+    /// there, with the tests' short hold window).
+    state_inside: bool,
+    /// Its process id once stopped by a SIGTERM (by [`Daemon::stop`] or
+    /// when dropped), for the wait for its guard.
+    stopped: Option<u32>,
 }
 
 /// The folder of the earlier release's `xvs` that an upgrade test starts
@@ -236,6 +273,8 @@ impl Daemon {
             dir,
             socket,
             cfg,
+            state_inside: !config.contains("[restart]"),
+            stopped: None,
         };
         let (xvs, ready) =
             Spawned::start(cmd, "xvs", Duration::from_secs(20)).map_err(|e| e.to_string())?;
@@ -321,7 +360,10 @@ impl Daemon {
     /// after the ready line (the workers' counter lines).
     pub fn stop(mut self) -> (Option<ExitStatus>, String) {
         match self.xvs.take() {
-            Some(x) => x.stop(libc::SIGTERM, Duration::from_secs(10)),
+            Some(x) => {
+                self.stopped = Some(x.pid());
+                x.stop(libc::SIGTERM, Duration::from_secs(10))
+            }
             None => (None, String::new()),
         }
     }
@@ -368,10 +410,25 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         if let Some(x) = self.xvs.take() {
+            self.stopped = Some(x.pid());
             x.stop(libc::SIGTERM, Duration::from_secs(10));
         }
+        // With its state in this folder (the tests' short hold window),
+        // its guard releases at the end of the window and exits: the
+        // folder goes after it, so that nothing creates files in it while
+        // it is removed. A test with a window of its own keeps its state
+        // elsewhere and is not waited for.
+        if let (Some(pid), true) = (self.stopped, self.state_inside) {
+            // At most 3 s.
+            for _ in 0..150 {
+                if !guard_runs(pid) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         unmount_under(&self.dir);
-        let _ = std::fs::remove_dir_all(&self.dir);
+        remove_folder(&self.dir);
     }
 }
 

@@ -675,7 +675,7 @@ fn ipv6_flows_survive_kill_9_and_a_restart() {
     impl Drop for State {
         fn drop(&mut self) {
             xvs_vm_tests::daemon::unmount_under(&self.0);
-            let _ = std::fs::remove_dir_all(&self.0);
+            xvs_vm_tests::daemon::remove_folder(&self.0);
         }
     }
     let state = State(std::env::temp_dir().join(format!(

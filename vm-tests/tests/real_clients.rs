@@ -854,7 +854,7 @@ fn wrk_across_a_restart(first: &Path, signal: i32) {
     impl Drop for StateDir {
         fn drop(&mut self) {
             xvs_vm_tests::daemon::unmount_under(&self.0);
-            let _ = std::fs::remove_dir_all(&self.0);
+            xvs_vm_tests::daemon::remove_folder(&self.0);
         }
     }
     let state =

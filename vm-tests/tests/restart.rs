@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use xvs_vm_tests::capture::Capture;
-use xvs_vm_tests::daemon::{Daemon, ScratchDir};
+use xvs_vm_tests::daemon::{guard_runs, Daemon, ScratchDir};
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::procs::{Spawned, STREAMS_READY};
 use xvs_vm_tests::topology::{backend_addr, one_arm_head, Arms, Spec, Topology};
@@ -880,18 +880,6 @@ fn a_guard_leaves_a_successors_program_alone() {
         xvs_vm_tests::daemon::detached(&t.gateway, &t.gateway_client_if),
         "the second guard left its program"
     );
-}
-
-/// Whether the guard of the instance with process id `pid` (`xvs guard
-/// --pid PID ...`) still runs.
-fn guard_runs(pid: u32) -> bool {
-    let pid = pid.to_string();
-    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-        let args = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-        let args: Vec<&[u8]> = args.split(|&b| b == 0).collect();
-        args.windows(3)
-            .any(|w| w[0] == b"guard" && w[1] == b"--pid" && w[2] == pid.as_bytes())
-    })
 }
 
 /// Killed twice in a row, as a crash-looping unit or an impatient
