@@ -1,6 +1,7 @@
 //! A process's mappings and their page sizes, as the kernel accounts
 //! them (`/proc/PID/smaps`): `KernelPageSize` is 2048 kB only for a
-//! hugetlb mapping (transparent huge pages keep 4 kB there).
+//! hugetlb mapping (transparent huge pages keep 4 kB there). And the
+//! host's reserve of 2 MiB pages, set for a test and put back after it.
 
 use std::ops::Range;
 
@@ -41,4 +42,44 @@ pub fn has_huge_mapping(pid: u32) -> bool {
     mappings(&pid.to_string())
         .iter()
         .any(|(_, kib)| *kib == 2048)
+}
+
+/// `vm.nr_hugepages`, set by [`Reserved::exactly_free`] and put back as
+/// it was when dropped (also on a panic).
+#[derive(Debug)]
+pub struct Reserved(u64);
+
+const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
+
+/// `HugePages_Free` of `/proc/meminfo`.
+pub fn free_huge_pages() -> Option<u64> {
+    xvs_dataplane::host::meminfo("HugePages_Free")
+}
+
+impl Reserved {
+    /// Reserves 2 MiB pages so that exactly `free` of them are free (the
+    /// ones in use stay); panics if the kernel cannot.
+    pub fn exactly_free(free: u64) -> Reserved {
+        let read = |p: &str| -> u64 {
+            std::fs::read_to_string(p)
+                .unwrap_or_else(|e| panic!("{p}: {e}"))
+                .trim()
+                .parse()
+                .unwrap_or_else(|e| panic!("{p}: {e}"))
+        };
+        let was = read(NR_HUGEPAGES);
+        let total = xvs_dataplane::host::meminfo("HugePages_Total").unwrap_or(0);
+        let in_use = total - free_huge_pages().unwrap_or(0);
+        let r = Reserved(was);
+        std::fs::write(NR_HUGEPAGES, (in_use + free).to_string())
+            .unwrap_or_else(|e| panic!("{NR_HUGEPAGES}: {e}"));
+        assert_eq!(free_huge_pages(), Some(free), "the kernel's huge pages");
+        r
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        let _ = std::fs::write(NR_HUGEPAGES, self.0.to_string());
+    }
 }

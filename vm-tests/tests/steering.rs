@@ -19,10 +19,9 @@ use std::time::{Duration, Instant};
 use xsk_rs::config::{BindFlags, LibxdpFlags, SocketConfig};
 use xsk_rs::{Socket, Umem};
 use xvs_config::XdpAttachMode;
-use xvs_dataplane::host::meminfo;
 use xvs_dataplane::steer::Steering;
 use xvs_dataplane::xsk::{umem_config, FrameLayout, XskPort};
-use xvs_vm_tests::pages::page_kib;
+use xvs_vm_tests::pages::{page_kib, Reserved};
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::topology::{Arms, Spec, Topology};
 
@@ -376,38 +375,6 @@ fn an_attach_whose_look_goes_stale_looks_again() {
 /// Held by the tests here that open [`XskPort`]s: each tries for huge
 /// pages, and the huge-page test counts them exactly.
 static PORTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// `vm.nr_hugepages`, put back as it was when dropped (the test sets it
-/// for its own ports).
-struct Reserved(u64);
-
-const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
-
-impl Reserved {
-    /// Reserves pages so that exactly `free` 2 MiB pages are free.
-    fn exactly_free(free: u64) -> Reserved {
-        let was: u64 = std::fs::read_to_string(NR_HUGEPAGES)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        let in_use = meminfo("HugePages_Total").unwrap() - meminfo("HugePages_Free").unwrap();
-        std::fs::write(NR_HUGEPAGES, (in_use + free).to_string()).unwrap();
-        let r = Reserved(was);
-        assert_eq!(
-            meminfo("HugePages_Free"),
-            Some(free),
-            "the kernel's huge pages"
-        );
-        r
-    }
-}
-
-impl Drop for Reserved {
-    fn drop(&mut self) {
-        let _ = std::fs::write(NR_HUGEPAGES, self.0.to_string());
-    }
-}
 
 /// With 2 MiB pages reserved (`vm.nr_hugepages`), a port's UMEM is on
 /// them, as the kernel's own account of the mapping says, and a packet
