@@ -322,6 +322,24 @@ impl Daemon {
         self.adm_input(args, "")
     }
 
+    /// `xvs status --socket SOCKET ARGS` against it: what it printed, or
+    /// a panic with its error.
+    pub fn status(&self, args: &[&str]) -> String {
+        let out = Command::new(self.bins.join("xvs"))
+            .arg("status")
+            .arg("--socket")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("xvs status: {e}"));
+        assert!(
+            out.status.success(),
+            "xvs status {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// [`Daemon::adm`] with `input` on its standard input (`-R`).
     pub fn adm_input(&self, args: &[&str], input: &str) -> (i32, String, String) {
         use std::io::Write;

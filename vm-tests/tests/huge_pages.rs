@@ -17,7 +17,6 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use xvs_vm_tests::daemon::{Daemon, ScratchDir};
 use xvs_vm_tests::pages::{free_huge_pages, has_huge_mapping, Reserved};
@@ -36,17 +35,7 @@ fn bins() -> PathBuf {
 /// What `xvs status --json` says of worker 0's pages, and whether the
 /// daemon has a hugetlb mapping by the kernel's account.
 fn pages(gw: &Daemon) -> (bool, bool) {
-    let out = Command::new(bins().join("xvs"))
-        .args(["status", "--json", "--socket"])
-        .arg(&gw.socket)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&gw.status(&["--json"])).unwrap();
     let huge = json["workers"][0]["huge_pages"].as_bool().unwrap();
     let pid = json["pid"].as_u64().unwrap() as u32;
     assert_eq!(pid, gw.pid(), "{json}");

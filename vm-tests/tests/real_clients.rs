@@ -8,7 +8,6 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use xvs_vm_tests::daemon::{drops, field, Daemon};
@@ -913,21 +912,7 @@ fn xvs_status_shows_the_gateway_as_it_is() {
         .adm_ok(&["-e", "-t", VIP, "-r", &backend(2), "-m", "-w", "0"]);
     // The daemon samples its counters every 2 seconds.
     std::thread::sleep(Duration::from_millis(2500));
-    let status = |args: &[&str]| {
-        let out = Command::new(bins().join("xvs"))
-            .arg("status")
-            .arg("--socket")
-            .arg(&lab.gw.socket)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let status = |args: &[&str]| lab.gw.status(args);
     let json: serde_json::Value = serde_json::from_str(&status(&["--json"])).unwrap();
     let ifs = json["interfaces"].as_array().unwrap();
     assert_eq!(ifs.len(), 1, "{json}");
