@@ -208,18 +208,24 @@ pub fn dir_of(t: &Topology, kind: &str) -> PathBuf {
 /// tests' namespaces) and a short hold window ([`TEST_HOLD`]), so that the
 /// guard has released everything soon after a stop.
 fn complete(config: &str, socket: &Path, dir: &Path) -> String {
+    complete_with(config, socket, dir).0
+}
+
+/// [`complete`], and whether it put the state directory in `dir`.
+fn complete_with(config: &str, socket: &Path, dir: &Path) -> (String, bool) {
     let mut text = if config.contains("[admin]") {
         config.to_owned()
     } else {
         format!("{config}\n[admin]\nsocket = \"{}\"\n", socket.display())
     };
-    if !text.contains("[restart]") {
+    let state_inside = !text.contains("[restart]");
+    if state_inside {
         text.push_str(&format!(
             "\n[restart]\nhold = \"{TEST_HOLD}\"\nstate_dir = \"{}\"\n",
             dir.join("state").display()
         ));
     }
-    text
+    (text, state_inside)
 }
 
 impl Daemon {
@@ -259,7 +265,7 @@ impl Daemon {
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let socket = dir.join("xvs.sock");
         let cfg = dir.join("xvs.toml");
-        let text = complete(config, &socket, &dir);
+        let (text, state_inside) = complete_with(config, &socket, &dir);
         std::fs::write(&cfg, text).map_err(|e| e.to_string())?;
         let mut cmd = ns.command(&bins.join("xvs").display().to_string());
         cmd.args(["run", "--config"]).arg(&cfg);
@@ -273,7 +279,7 @@ impl Daemon {
             dir,
             socket,
             cfg,
-            state_inside: !config.contains("[restart]"),
+            state_inside,
             stopped: None,
         };
         let (xvs, ready) =

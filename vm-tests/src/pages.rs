@@ -60,15 +60,11 @@ impl Reserved {
     /// Reserves 2 MiB pages so that exactly `free` of them are free (the
     /// ones in use stay); panics if the kernel cannot.
     pub fn exactly_free(free: u64) -> Reserved {
-        let read = |p: &str| -> u64 {
-            std::fs::read_to_string(p)
-                .unwrap_or_else(|e| panic!("{p}: {e}"))
-                .trim()
-                .parse()
-                .unwrap_or_else(|e| panic!("{p}: {e}"))
-        };
-        let was = read(NR_HUGEPAGES);
-        let total = xvs_dataplane::host::meminfo("HugePages_Total").unwrap_or(0);
+        let was = std::fs::read_to_string(NR_HUGEPAGES)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{NR_HUGEPAGES} unreadable"));
+        let total = xvs_dataplane::host::huge_pages_reserved().unwrap_or(0);
         let in_use = total - free_huge_pages().unwrap_or(0);
         let r = Reserved(was);
         std::fs::write(NR_HUGEPAGES, (in_use + free).to_string())

@@ -136,6 +136,12 @@ fn the_web_view_shows_services_and_flow_events_in_a_real_browser() {
     );
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["services"]["backends"], 3, "{json}");
+    // The workers table says which pages the UMEM got, as status does.
+    let pages = if json["workers"][0]["huge_pages"].as_bool().unwrap() {
+        "copy, 2 MiB pages"
+    } else {
+        "copy, 4 KiB pages"
+    };
     let wrong = dir.join("wrong-token");
     std::fs::write(&wrong, "not-the-token").unwrap();
     let out = status(&wrong);
@@ -159,6 +165,7 @@ fn the_web_view_shows_services_and_flow_events_in_a_real_browser() {
         "class=\"verdict-DROPPED\">DROPPED<",
         ">no_service<",
         &format!("{} (client+backend): XDP", t.gateway_client_if),
+        pages,
     ] {
         assert!(dom.contains(wanted), "{wanted:?} not in the page:\n{dom}");
     }
