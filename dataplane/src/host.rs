@@ -129,20 +129,41 @@ pub fn huge_pages_reserved() -> Option<u64> {
     meminfo("HugePages_Total")
 }
 
-/// Bytes the data plane allocates for `capacity` flows over `workers`
-/// workers: each worker's flow table ([`xvs_conntrack::FlowTable::footprint`]
-/// of its share), its IPv6 table too when `ipv6` (IPv6 SNAT addresses
-/// are configured), and its UMEM.
-pub fn needed_memory(capacity: u32, workers: usize, ipv6: bool) -> u64 {
+/// Bytes of one port's UMEM (a worker has one port: its interfaces'
+/// sockets share it).
+pub const UMEM_BYTES: u64 = crate::xsk::FRAMES as u64 * 4096;
+
+/// 2 MiB pages one port's UMEM takes when the host has them reserved.
+pub const UMEM_HUGE_PAGES: u64 = UMEM_BYTES / (2 << 20);
+
+/// The free 2 MiB pages of the host's reserved pool (`HugePages_Free`,
+/// when `Hugepagesize` is 2 MiB; none otherwise): what UMEMs can be
+/// mapped on instead of `MemAvailable`.
+pub fn huge_pages_free() -> u64 {
+    match meminfo("Hugepagesize") {
+        Some(2048) => meminfo("HugePages_Free").unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Bytes of `MemAvailable` the data plane allocates for `capacity` flows
+/// over `workers` workers: each worker's flow table
+/// ([`xvs_conntrack::FlowTable::footprint`] of its share), its IPv6 table
+/// too when `ipv6` (IPv6 SNAT addresses are configured), and its UMEM,
+/// unless that comes from the `huge_free` reserved 2 MiB pages (the
+/// kernel keeps the pool out of `MemAvailable`: one port maps its UMEM
+/// there when [`UMEM_HUGE_PAGES`] are free).
+pub fn needed_memory(capacity: u32, workers: usize, ipv6: bool, huge_free: u64) -> u64 {
     let workers = workers.max(1) as u64;
     let share = (u64::from(capacity) / workers).max(1) as u32;
-    let umem = u64::from(crate::xsk::FRAMES) * 4096;
     let table6 = if ipv6 {
         xvs_conntrack::FlowTable::<Ipv6Addr>::footprint(share)
     } else {
         0
     };
-    workers * (<xvs_conntrack::FlowTable>::footprint(share) + table6 + umem)
+    let on_pool = workers.min(huge_free / UMEM_HUGE_PAGES);
+    workers * (<xvs_conntrack::FlowTable>::footprint(share) + table6)
+        + (workers - on_pool) * UMEM_BYTES
 }
 
 /// The kernel's ephemeral port range.
@@ -360,12 +381,24 @@ mod tests {
 
     #[test]
     fn an_ipv6_table_is_counted_with_its_larger_entries() {
-        let v4 = needed_memory(1_000_000, 2, false);
-        let both = needed_memory(1_000_000, 2, true);
+        let v4 = needed_memory(1_000_000, 2, false, 0);
+        let both = needed_memory(1_000_000, 2, true, 0);
         let table6 = both - v4;
         // About 170 bytes per flow all-in (128-byte entries, their 24-byte
         // cold parts and the index).
         assert!((160..=180).contains(&(table6 / 1_000_000)), "{table6}");
+    }
+
+    #[test]
+    fn a_umem_on_reserved_pages_is_not_counted_against_available_memory() {
+        let all = needed_memory(100_000, 2, false, 0);
+        // Each worker's port takes its UMEM from the pool when a whole
+        // UMEM's pages are free there, else from MemAvailable.
+        for (free, on_pool) in [(7, 0), (8, 1), (15, 1), (16, 2), (64, 2)] {
+            let n = needed_memory(100_000, 2, false, free);
+            assert_eq!(all - n, on_pool * UMEM_BYTES, "{free} pages free");
+        }
+        assert_eq!(UMEM_HUGE_PAGES * (2 << 20), UMEM_BYTES);
     }
 
     #[test]

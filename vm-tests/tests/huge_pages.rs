@@ -18,6 +18,7 @@
 
 use std::path::PathBuf;
 
+use xvs_dataplane::host::UMEM_HUGE_PAGES;
 use xvs_vm_tests::daemon::{Daemon, ScratchDir};
 use xvs_vm_tests::pages::{free_huge_pages, has_huge_mapping, Reserved};
 use xvs_vm_tests::privileged;
@@ -25,8 +26,6 @@ use xvs_vm_tests::topology::{backend_addr, one_arm_head, Spec, Topology};
 
 const TESTNET: &str = env!("CARGO_BIN_EXE_xvs-testnet");
 const VIP: &str = "198.19.0.1";
-/// A worker's UMEM: 16 MiB of frames.
-const PAGES_PER_WORKER: u64 = 8;
 
 fn bins() -> PathBuf {
     xvs_vm_tests::daemon::bins(TESTNET)
@@ -47,7 +46,7 @@ fn a_daemon_killed_and_started_again_gets_its_huge_pages_back() {
     if !privileged("a_daemon_killed_and_started_again_gets_its_huge_pages_back") {
         return;
     }
-    let _reserved = Reserved::exactly_free(PAGES_PER_WORKER);
+    let _reserved = Reserved::exactly_free(UMEM_HUGE_PAGES);
     let t = Topology::build(Spec::one_arm(2)).unwrap();
     let _servers = t.echo_servers(TESTNET, "b", 8080, None).unwrap();
     let state = ScratchDir::new(&t, "hp-state").unwrap();

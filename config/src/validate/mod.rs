@@ -80,9 +80,11 @@ pub struct Host<'a> {
 pub struct Memory<'a> {
     /// Bytes available (`MemAvailable`).
     pub available: u64,
-    /// Bytes the data plane needs for `capacity` flows over `workers`
-    /// workers (the caller's formula: the flow tables' footprint).
-    pub needed: &'a dyn Fn(u32, usize, bool) -> u64,
+    /// Bytes of `available` the data plane needs for `capacity` flows
+    /// over `workers` workers, with an IPv6 table or not (the caller's
+    /// formula: the flow tables' footprint, and the packet buffers not
+    /// on reserved huge pages).
+    pub needed: Box<dyn Fn(u32, usize, bool) -> u64 + 'a>,
 }
 
 impl std::fmt::Debug for Host<'_> {
