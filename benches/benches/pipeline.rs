@@ -393,7 +393,7 @@ fn core_clock() -> f64 {
     #[cfg(target_arch = "x86_64")]
     {
         const ADDS: u64 = 100_000_000;
-        let mut runs: Vec<f64> = (0..5)
+        let runs: Vec<f64> = (0..5)
             .map(|_| {
                 let mut x = 0u64;
                 let start = Instant::now();
@@ -406,11 +406,17 @@ fn core_clock() -> f64 {
                 ADDS as f64 / start.elapsed().as_nanos() as f64
             })
             .collect();
-        runs.sort_by(f64::total_cmp);
-        runs[2]
+        median(runs)
     }
     #[cfg(not(target_arch = "x86_64"))]
     0.0
+}
+
+/// The median of an odd number of timings (the upper middle of an even
+/// one).
+fn median(mut runs: Vec<f64>) -> f64 {
+    runs.sort_by(f64::total_cmp);
+    runs[runs.len() / 2]
 }
 
 fn memory_baseline() -> Baseline {
@@ -428,7 +434,7 @@ fn memory_baseline() -> Baseline {
     }
     let reads = 2_000_000u32;
     let time = |dependent: bool| {
-        let mut runs: Vec<f64> = (0..5)
+        let runs: Vec<f64> = (0..5)
             .map(|r| {
                 let (mut i, mut acc) = (u64::from(r as u32) * 7919, 0u64);
                 let start = Instant::now();
@@ -444,8 +450,7 @@ fn memory_baseline() -> Baseline {
                 start.elapsed().as_nanos() as f64 / f64::from(reads)
             })
             .collect();
-        runs.sort_by(f64::total_cmp);
-        runs[2]
+        median(runs)
     };
     Baseline {
         independent: time(false),
@@ -632,10 +637,6 @@ fn measure<F: Fam>(c: &mut Criterion, group: &str, mut p: Pipeline, load: Load) 
     g.finish();
     // The same two, timed here for the report beside the memory floor
     // (medians of 5 runs).
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     // Established with the express lane on and off, alternately, so
     // the two meet the same noise.
     let mut lanes = [Vec::new(), Vec::new()];

@@ -5,6 +5,8 @@
 
 use std::ops::Range;
 
+use xvs_dataplane::host::huge_pages_free;
+
 /// Each mapping of process `pid` (`"self"` for this one): its address
 /// range and its `KernelPageSize` in KiB.
 pub fn mappings(pid: &str) -> Vec<(Range<usize>, u64)> {
@@ -51,11 +53,6 @@ pub struct Reserved(u64);
 
 const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
 
-/// `HugePages_Free` of `/proc/meminfo`.
-pub fn free_huge_pages() -> Option<u64> {
-    xvs_dataplane::host::meminfo("HugePages_Free")
-}
-
 impl Reserved {
     /// Reserves 2 MiB pages so that exactly `free` of them are free (the
     /// ones in use stay); panics if the kernel cannot.
@@ -65,11 +62,11 @@ impl Reserved {
             .and_then(|t| t.trim().parse().ok())
             .unwrap_or_else(|| panic!("{NR_HUGEPAGES} unreadable"));
         let total = xvs_dataplane::host::huge_pages_reserved().unwrap_or(0);
-        let in_use = total - free_huge_pages().unwrap_or(0);
+        let in_use = total - huge_pages_free();
         let r = Reserved(was);
         std::fs::write(NR_HUGEPAGES, (in_use + free).to_string())
             .unwrap_or_else(|e| panic!("{NR_HUGEPAGES}: {e}"));
-        assert_eq!(free_huge_pages(), Some(free), "the kernel's huge pages");
+        assert_eq!(huge_pages_free(), free, "the kernel's huge pages");
         r
     }
 }

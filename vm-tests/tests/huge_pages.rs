@@ -18,9 +18,9 @@
 
 use std::path::PathBuf;
 
-use xvs_dataplane::host::UMEM_HUGE_PAGES;
+use xvs_dataplane::host::{huge_pages_free, UMEM_HUGE_PAGES};
 use xvs_vm_tests::daemon::{Daemon, ScratchDir};
-use xvs_vm_tests::pages::{free_huge_pages, has_huge_mapping, Reserved};
+use xvs_vm_tests::pages::{has_huge_mapping, Reserved};
 use xvs_vm_tests::privileged;
 use xvs_vm_tests::topology::{backend_addr, one_arm_head, Spec, Topology};
 
@@ -62,7 +62,7 @@ fn a_daemon_killed_and_started_again_gets_its_huge_pages_back() {
     );
     let (gw, _) = Daemon::start(&t, "hp", &bins(), &cfg, &[]).unwrap();
     assert_eq!(pages(&gw), (true, true), "the first instance's pages");
-    assert_eq!(free_huge_pages(), Some(0), "its UMEM took all eight");
+    assert_eq!(huge_pages_free(), 0, "its UMEM took all eight");
     let load = t.tcp_load(TESTNET, &format!("{VIP}:80"), 20, 5000);
     assert!(load.starts_with("ok=20 failed=0"), "{load}");
     let (status, _) = gw.kill(libc::SIGKILL);
@@ -74,7 +74,7 @@ fn a_daemon_killed_and_started_again_gets_its_huge_pages_back() {
         (true, true),
         "the instance started after the kill fell back to 4 KiB pages"
     );
-    assert_eq!(free_huge_pages(), Some(0));
+    assert_eq!(huge_pages_free(), 0);
     let load = t.tcp_load(TESTNET, &format!("{VIP}:80"), 20, 5000);
     assert!(load.starts_with("ok=20 failed=0"), "{load}");
 }
