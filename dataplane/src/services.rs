@@ -709,7 +709,7 @@ impl<A: Address> ServiceTable<A> {
     #[inline]
     pub fn prefetch_handles(&self, id: u32) {
         if let Some(t) = self.hot.get(id as usize) {
-            // Every line: an entry may straddle two.
+            // `Hot` is one aligned line: this is one fetch.
             xvs_conntrack::prefetch_lines(t as *const Option<Hot>);
         }
     }
