@@ -26,7 +26,7 @@ use prometheus_client::metrics::histogram::Histogram;
 
 use crate::metrics::{self, Histograms};
 use crate::stats::{listing, sample, Estimator};
-use crate::view::{ConnView, Listing, TimeoutView};
+use crate::view::{ConnView, TimeoutView};
 
 /// Shared by every handler.
 pub struct Shared {
@@ -201,7 +201,7 @@ async fn edit(st: &Shared, e: Edit) -> Result<Json<Applied>, ApiError> {
     Ok(Json(r?))
 }
 
-async fn list_services(State(st): State<Arc<Shared>>) -> Result<Json<Listing>, ApiError> {
+async fn list_services(State(st): State<Arc<Shared>>) -> Result<Response, ApiError> {
     let (size, samples) = st
         .engine
         .call(|e| {
@@ -211,8 +211,15 @@ async fn list_services(State(st): State<Arc<Shared>>) -> Result<Json<Listing>, A
         })
         .await
         .map_err(internal)?;
-    let est = st.estimator.lock().map_err(|e| internal(e.to_string()))?;
-    Ok(Json(listing(size, &samples, &est)))
+    // Built and written on the blocking pool, as `/metrics` is: at
+    // 100,000 services the JSON is tens of MB.
+    let body = tokio::task::spawn_blocking(move || {
+        let est = st.estimator.lock().map_err(|e| internal(e.to_string()))?;
+        serde_json::to_vec(&listing(size, &samples, &est)).map_err(|e| internal(e.to_string()))
+    })
+    .await
+    .map_err(|e| internal(e.to_string()))??;
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 async fn add_service(
@@ -761,20 +768,27 @@ async fn prometheus(State(st): State<Arc<Shared>>) -> Result<Response, ApiError>
         .call(|e| e.dataplane().sync_state())
         .await
         .map_err(internal)?;
-    let listing = {
-        let est = st.estimator.lock().map_err(|e| internal(e.to_string()))?;
-        listing(size, &samples, &est)
-    };
-    let scrape = metrics::Scrape {
-        listing,
-        workers: counters,
-        overflow,
-        kube: st.kube.as_deref().map(KubeStatus::reading),
-        sync,
-        admin_refused: (st.refused_unix.get(), st.refused_tcp.get()),
-        snat_addresses,
-    };
-    let text = metrics::render(scrape, &st.histograms);
+    // The listing and the text are built on the blocking pool: at 100,000
+    // services they take seconds (300 MB of text), which on the control
+    // plane's one async thread would hold every edit, watch and probe.
+    let text = tokio::task::spawn_blocking(move || {
+        let listing = {
+            let est = st.estimator.lock().map_err(|e| internal(e.to_string()))?;
+            listing(size, &samples, &est)
+        };
+        let scrape = metrics::Scrape {
+            listing,
+            workers: counters,
+            overflow,
+            kube: st.kube.as_deref().map(KubeStatus::reading),
+            sync,
+            admin_refused: (st.refused_unix.get(), st.refused_tcp.get()),
+            snat_addresses,
+        };
+        Ok::<_, ApiError>(metrics::render(scrape, &st.histograms))
+    })
+    .await
+    .map_err(|e| internal(e.to_string()))??;
     Ok((
         [(
             header::CONTENT_TYPE,

@@ -1520,7 +1520,8 @@ mod tests {
             });
         }
         let mut visited = Vec::new();
-        crate::stats::visit_totals(&e, &mut |k, t| visited.push((k, t.conns)));
+        let services = crate::stats::compiled_services(&e);
+        crate::stats::visit_totals(&services, &mut |k, t| visited.push((k, t.conns)));
         let mut listed: Vec<_> = crate::stats::sample(&e)
             .into_iter()
             .flat_map(|s| {

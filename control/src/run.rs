@@ -24,7 +24,7 @@ use xvs_dataplane::worker::Snapshot;
 
 use crate::api::{router, with_token, Shared};
 use crate::engine::{Engine, EngineHandle};
-use crate::stats::{visit_totals, Estimator, SAMPLE_SECONDS};
+use crate::stats::{compiled_services, visit_totals, Estimator, SAMPLE_SECONDS};
 
 /// Exit status for an invalid configuration.
 pub const EXIT_CONFIG: u8 = 2;
@@ -324,21 +324,28 @@ pub fn run(config: &Path) -> u8 {
                 let mut tick = tokio::time::interval(Duration::from_secs_f64(SAMPLE_SECONDS));
                 loop {
                     tick.tick().await;
-                    // Sampled on the engine's thread, straight into the
-                    // estimator: no copy of 300,000 backends' totals.
-                    let sh = shared.clone();
-                    let Ok(counters) = shared
+                    // The services' handles taken on the engine's thread,
+                    // their counters read on the blocking pool straight
+                    // into the estimator (no copy of 300,000 backends'
+                    // totals; the engine free for edits meanwhile).
+                    let Ok((services, counters)) = shared
                         .engine
-                        .call(move |e| {
-                            if let Ok(mut est) = sh.estimator.lock() {
-                                est.update_from(SAMPLE_SECONDS, |observe| visit_totals(e, observe));
-                            }
-                            e.dataplane().counters()
-                        })
+                        .call(|e| (compiled_services(e), e.dataplane().counters()))
                         .await
                     else {
                         break;
                     };
+                    let sh = shared.clone();
+                    let visit = tokio::task::spawn_blocking(move || {
+                        if let Ok(mut est) = sh.estimator.lock() {
+                            est.update_from(SAMPLE_SECONDS, |observe| {
+                                visit_totals(&services, observe)
+                            });
+                        }
+                    });
+                    if visit.await.is_err() {
+                        break;
+                    }
                     if let Ok(mut h) = shared.history.lock() {
                         h.push(shared.started.elapsed().as_secs_f64(), counters);
                     }

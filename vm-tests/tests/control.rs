@@ -815,8 +815,18 @@ fn a_follower_that_falls_behind_is_told_how_many_events_it_lost() {
     // event (drops are never sampled out); nothing is read meanwhile.
     let blast = t.udp_blast(TESTNET, "198.19.0.1:99", 2);
     let sent = xvs_vm_tests::daemon::field_of(&blast, "sent");
-    std::thread::sleep(Duration::from_millis(500));
-    let after = drops(&gw);
+    // Settled: the worker may still be taking the burst's last frames
+    // off its ring when the sender is done (each a drop and an event
+    // after a count read too early).
+    let mut after = drops(&gw);
+    for _ in 0..25 {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = drops(&gw);
+        if now == after {
+            break;
+        }
+        after = now;
+    }
     let mut text = Vec::new();
     follow
         .set_read_timeout(Some(Duration::from_secs(2)))

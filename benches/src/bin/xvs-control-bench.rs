@@ -12,6 +12,10 @@
 //!   (each a flow event) to a port no service has, with nobody following
 //!   the events and with one follower whose filter passes none of them.
 //!
+//! - one Prometheus scrape of `/metrics` at that many services: its time
+//!   (median of 3), size and series, and how long backend changes made
+//!   meanwhile take.
+//!
 //! Prints medians, p99 and max, and whether the targets (<= 1 s load,
 //! <= 5 ms p99 change) are met. Run as root after building the release
 //! binaries: `make e2e-bench` runs it.
@@ -188,6 +192,53 @@ fn bench(cli: Cli) -> Result<bool, String> {
             windows.push((what, traffic, control_seconds(&before, &after)));
         }
     }
+    // 5. What a Prometheus scrape of that gateway costs: /metrics over
+    // the admin socket, three times (every service and backend is in
+    // it), while the same backend change as above is made again and
+    // again: how long a change waits behind a scrape.
+    let mut scrapes = Vec::new();
+    let mut during = Vec::new();
+    if failure.is_none() {
+        let scraping = std::sync::atomic::AtomicBool::new(true);
+        let scraped = std::thread::scope(|s| {
+            let scraper = s.spawn(|| {
+                let mut out = Vec::new();
+                for _ in 0..3 {
+                    let start = Instant::now();
+                    let r = request(&to, Method::GET, "/metrics", None).and_then(|a| a.ok());
+                    match r {
+                        Ok(text) => out.push((start.elapsed().as_secs_f64(), text)),
+                        Err(e) => {
+                            scraping.store(false, std::sync::atomic::Ordering::Relaxed);
+                            return Err(format!("/metrics: {e}"));
+                        }
+                    }
+                }
+                scraping.store(false, std::sync::atomic::Ordering::Relaxed);
+                Ok(out)
+            });
+            let mut i = 0;
+            while scraping.load(std::sync::atomic::Ordering::Relaxed) && i < 10_000 {
+                let body = format!("{{\"weight\": {}}}", 2 - i % 2);
+                let start = Instant::now();
+                if request(&to, Method::PUT, &path, Some(body))
+                    .and_then(|a| a.ok())
+                    .is_ok()
+                {
+                    during.push(start.elapsed().as_secs_f64());
+                }
+                i += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            scraper
+                .join()
+                .unwrap_or_else(|_| Err("the scraper panicked".into()))
+        });
+        match scraped {
+            Ok(v) => scrapes = v,
+            Err(e) => failure = Some(e),
+        }
+    }
     let (_, printed) = proc_.stop(libc::SIGTERM, Duration::from_secs(10));
     let _ = std::fs::remove_dir_all(&dir);
     if let Some(f) = failure {
@@ -217,18 +268,43 @@ fn bench(cli: Cli) -> Result<bool, String> {
         ms(percentile(&round_trip, 0.5)),
         ms(percentile(&round_trip, 0.99))
     );
-    let load_ok = to_ready <= 1.0;
+    // The load target is set at 10,000 services; at another count the
+    // load time is printed, not judged.
+    let load_judged = cli.services == 10_000;
+    let load_ok = !load_judged || to_ready <= 1.0;
     let change_ok = percentile(&engine, 0.99) <= 0.005;
+    let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
+    let load = if load_judged {
+        verdict(load_ok).to_owned()
+    } else {
+        format!("not judged at {} services", cli.services)
+    };
     println!(
-        "targets: [{}] load 10,000 x 3 from a file <= 1 s; [{}] one change reaches every worker <= 5 ms p99",
-        if load_ok { "met" } else { "MISSED" },
-        if change_ok { "met" } else { "MISSED" }
+        "targets: [{load}] load 10,000 x 3 from a file <= 1 s; [{}] one change reaches every worker <= 5 ms p99",
+        verdict(change_ok)
     );
     for (what, traffic, secs) in &windows {
         println!(
             "control plane, 4 s {what} ({traffic}): the daemon's threads other than \
              its workers {:.1}% of a core",
             secs / 4.0 * 100.0
+        );
+    }
+    if let Some((_, text)) = scrapes.last() {
+        let mut took: Vec<f64> = scrapes.iter().map(|(t, _)| *t).collect();
+        took.sort_by(f64::total_cmp);
+        let series = text.lines().filter(|l| !l.starts_with('#')).count();
+        println!(
+            "one /metrics scrape: median {:.1} ms of 3 ({:.1} MB, {series} series)",
+            ms(percentile(&took, 0.5)),
+            text.len() as f64 / 1e6
+        );
+        during.sort_by(f64::total_cmp);
+        println!(
+            "backend changes made during those scrapes, as the API client sees them: {} changes, median {:.3} ms, max {:.3} ms",
+            during.len(),
+            ms(percentile(&during, 0.5)),
+            ms(percentile(&during, 1.0))
         );
     }
     if let Some(l) = printed.lines().find(|l| l.starts_with("worker 1:")) {
