@@ -201,6 +201,17 @@ async fn edit(st: &Shared, e: Edit) -> Result<Json<Applied>, ApiError> {
     Ok(Json(r?))
 }
 
+/// Held while a large text (a scrape, a listing) is built on the blocking
+/// pool: one at a time, as they were on the async thread, so concurrent
+/// clients queue there instead of each building at once (seconds of CPU
+/// and 300 MB a scrape at 100,000 services).
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static BUILDING: Mutex<()> = Mutex::new(());
+    BUILDING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 async fn list_services(State(st): State<Arc<Shared>>) -> Result<Response, ApiError> {
     let (size, samples) = st
         .engine
@@ -214,6 +225,7 @@ async fn list_services(State(st): State<Arc<Shared>>) -> Result<Response, ApiErr
     // Built and written on the blocking pool, as `/metrics` is: at
     // 100,000 services the JSON is tens of MB.
     let body = tokio::task::spawn_blocking(move || {
+        let _one = one_at_a_time();
         let est = st.estimator.lock().map_err(|e| internal(e.to_string()))?;
         serde_json::to_vec(&listing(size, &samples, &est)).map_err(|e| internal(e.to_string()))
     })
@@ -772,6 +784,7 @@ async fn prometheus(State(st): State<Arc<Shared>>) -> Result<Response, ApiError>
     // services they take seconds (300 MB of text), which on the control
     // plane's one async thread would hold every edit, watch and probe.
     let text = tokio::task::spawn_blocking(move || {
+        let _one = one_at_a_time();
         let listing = {
             let est = st.estimator.lock().map_err(|e| internal(e.to_string()))?;
             listing(size, &samples, &est)
