@@ -463,11 +463,6 @@ async fn overview(
     let o = st
         .engine
         .call(move |e| {
-            let samples = sample(e);
-            let listing = {
-                let est = shared.estimator.lock().map_err(|e| e.to_string())?;
-                listing(e.config().conntrack.capacity, &samples, &est)
-            };
             let history = shared.history.lock().map_err(|e| e.to_string())?;
             let inputs = crate::status::Inputs {
                 config: e.config(),
@@ -479,8 +474,7 @@ async fn overview(
                 layout: e.dataplane().layout(),
                 now: e.dataplane().counters(),
                 uptime: shared.started.elapsed().as_secs_f64(),
-                listing: &listing,
-                kube_services: e.kube_services().len(),
+                services: crate::stats::tally(e),
                 kubernetes: shared.kube.as_deref().map(KubeStatus::reading),
                 restart: restart_view(e),
             };

@@ -1499,6 +1499,36 @@ mod tests {
         assert!(samples.is_empty());
     }
 
+    /// `xvs status`'s counts are the listing's: a backend found down by
+    /// its check is down (not quiesced, though its listed weight is 0), a
+    /// configured weight 0 is quiesced, the rest healthy.
+    #[test]
+    fn the_status_tally_counts_backends_as_the_listing_shows_them() {
+        // Port 80's first backend is checked, and found down; port 81's
+        // first has weight 0; port 82's first is found down unchecked
+        // (listed with no health, at weight 0: quiesced).
+        let checked = "[[services]]\nvip = \"198.19.0.1\"\nport = 80\nscheduler = \"rr\"\n\
+            backends = [{ address = \"198.18.1.10\", port = 8080, weight = 3, check = { kind = \"tcp\" } }, \
+            { address = \"198.18.1.11\", port = 8080 }]\n\n";
+        let f = File::new(&format!("{checked}{}", services(&[(81, 0), (82, 1)])));
+        let (mut e, _) = engine(&f);
+        let b = IpAddr::from(Ipv4Addr::new(198, 18, 1, 10));
+        assert!(e.set_health(key(80), b, 8080, false));
+        assert!(e.set_health(key(82), b, 8080, false));
+        let t = crate::stats::tally(&e);
+        let samples = crate::stats::sample(&e);
+        let listed: Vec<_> = samples.iter().flat_map(|s| &s.backends).collect();
+        let down = listed.iter().filter(|b| b.up == Some(false)).count();
+        let quiesced = listed
+            .iter()
+            .filter(|b| b.up != Some(false) && b.weight == 0)
+            .count();
+        assert_eq!((t.services, t.backends), (samples.len(), listed.len()));
+        assert_eq!((t.down, t.quiesced), (down, quiesced));
+        assert_eq!(t.healthy, listed.len() - down - quiesced);
+        assert!(t.down > 0 && t.quiesced > 0 && t.healthy > 0, "{t:?}");
+    }
+
     /// The estimator's sample reads the compiled services alone, not the
     /// configuration: it must see exactly the listing's backends, with
     /// the same counters (a backend found down included; each backend's

@@ -21,7 +21,6 @@ use xvs_dataplane::wire::DropReason;
 
 use crate::api::RestartView;
 use crate::kube::source::KubeReading;
-use crate::view::Listing;
 
 /// How far back [`History`] keeps readings (seconds).
 pub const WINDOW_SECONDS: f64 = 60.0;
@@ -181,10 +180,9 @@ pub struct Inputs<'a> {
     pub now: Vec<CountersReading>,
     /// Seconds since start.
     pub uptime: f64,
-    /// Services with their backends.
-    pub listing: &'a Listing,
-    /// Services from Kubernetes.
-    pub kube_services: usize,
+    /// The services in force and their backends, counted
+    /// ([`crate::stats::tally`]; `from_kubernetes` is set there too).
+    pub services: ServicesView,
     /// The Kubernetes source.
     pub kubernetes: Option<KubeReading>,
     /// The restart information.
@@ -290,19 +288,6 @@ pub fn overview(i: Inputs<'_>, history: &History) -> Overview {
         .saturating_sub(start.conntrack.reclaim);
     let addresses = snat_addresses(cfg);
     let flows_through = per_address(&now_total, addresses.len());
-    let mut services = ServicesView {
-        services: i.listing.services.len(),
-        from_kubernetes: i.kube_services,
-        ..ServicesView::default()
-    };
-    for b in i.listing.services.iter().flat_map(|s| &s.backends) {
-        services.backends += 1;
-        match (b.health.as_deref(), b.weight) {
-            (Some("down"), _) => services.down += 1,
-            (_, 0) => services.quiesced += 1,
-            _ => services.healthy += 1,
-        }
-    }
     Overview {
         version: crate::cli::VERSION.to_owned(),
         pid: std::process::id(),
@@ -327,7 +312,7 @@ pub fn overview(i: Inputs<'_>, history: &History) -> Overview {
             exhausted_last_minute: exhausted,
             reclaimed_last_minute: reclaimed,
         },
-        services,
+        services: i.services,
         kubernetes: i.kubernetes,
         restart: i.restart,
         drops_last_minute: drops,

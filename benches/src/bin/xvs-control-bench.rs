@@ -12,9 +12,9 @@
 //!   (each a flow event) to a port no service has, with nobody following
 //!   the events and with one follower whose filter passes none of them.
 //!
-//! - one Prometheus scrape of `/metrics` at that many services: its time
-//!   (median of 3), size and series, and how long backend changes made
-//!   meanwhile take.
+//! - one Prometheus scrape of `/metrics` and one `xvs status`
+//!   (`/v1/overview`) at that many services: their time (median of 3) and
+//!   size, and how long backend changes made meanwhile take.
 //!
 //! Prints medians, p99 and max, and whether the targets (<= 1 s load,
 //! <= 5 ms p99 change) are met. Run as root after building the release
@@ -192,51 +192,21 @@ fn bench(cli: Cli) -> Result<bool, String> {
             windows.push((what, traffic, control_seconds(&before, &after)));
         }
     }
-    // 5. What a Prometheus scrape of that gateway costs: /metrics over
-    // the admin socket, three times (every service and backend is in
-    // it), while the same backend change as above is made again and
-    // again: how long a change waits behind a scrape.
-    let mut scrapes = Vec::new();
-    let mut during = Vec::new();
+    // 5. What a Prometheus scrape of that gateway costs (`/metrics`: every
+    // service and backend is in it), and `xvs status` (`/v1/overview`),
+    // each read three times over the admin socket while the same
+    // backend change as above is made again and again: how long a
+    // change waits behind them.
+    let mut reads = Vec::new();
     if failure.is_none() {
-        let scraping = std::sync::atomic::AtomicBool::new(true);
-        let scraped = std::thread::scope(|s| {
-            let scraper = s.spawn(|| {
-                let mut out = Vec::new();
-                for _ in 0..3 {
-                    let start = Instant::now();
-                    let r = request(&to, Method::GET, "/metrics", None).and_then(|a| a.ok());
-                    match r {
-                        Ok(text) => out.push((start.elapsed().as_secs_f64(), text)),
-                        Err(e) => {
-                            scraping.store(false, std::sync::atomic::Ordering::Relaxed);
-                            return Err(format!("/metrics: {e}"));
-                        }
-                    }
+        for read in ["/metrics", "/v1/overview"] {
+            match while_reading(&to, read, &path) {
+                Ok(r) => reads.push((read, r)),
+                Err(e) => {
+                    failure = Some(e);
+                    break;
                 }
-                scraping.store(false, std::sync::atomic::Ordering::Relaxed);
-                Ok(out)
-            });
-            let mut i = 0;
-            while scraping.load(std::sync::atomic::Ordering::Relaxed) && i < 10_000 {
-                let body = format!("{{\"weight\": {}}}", 2 - i % 2);
-                let start = Instant::now();
-                if request(&to, Method::PUT, &path, Some(body))
-                    .and_then(|a| a.ok())
-                    .is_ok()
-                {
-                    during.push(start.elapsed().as_secs_f64());
-                }
-                i += 1;
-                std::thread::sleep(Duration::from_millis(20));
             }
-            scraper
-                .join()
-                .unwrap_or_else(|_| Err("the scraper panicked".into()))
-        });
-        match scraped {
-            Ok(v) => scrapes = v,
-            Err(e) => failure = Some(e),
         }
     }
     let (_, printed) = proc_.stop(libc::SIGTERM, Duration::from_secs(10));
@@ -290,18 +260,27 @@ fn bench(cli: Cli) -> Result<bool, String> {
             secs / 4.0 * 100.0
         );
     }
-    if let Some((_, text)) = scrapes.last() {
-        let mut took: Vec<f64> = scrapes.iter().map(|(t, _)| *t).collect();
-        took.sort_by(f64::total_cmp);
-        let series = text.lines().filter(|l| !l.starts_with('#')).count();
-        println!(
-            "one /metrics scrape: median {:.1} ms of 3 ({:.1} MB, {series} series)",
-            ms(percentile(&took, 0.5)),
-            text.len() as f64 / 1e6
-        );
+    for (
+        read,
+        Reads {
+            took,
+            text,
+            mut during,
+        },
+    ) in reads
+    {
+        let series = if read == "/metrics" {
+            let n = text.lines().filter(|l| !l.starts_with('#')).count();
+            format!(", {n} series")
+        } else {
+            String::new()
+        };
         during.sort_by(f64::total_cmp);
         println!(
-            "backend changes made during those scrapes, as the API client sees them: {} changes, median {:.3} ms, max {:.3} ms",
+            "one {read}: median {:.1} ms of 3 ({:.1} MB{series}); backend changes made meanwhile, \
+             as the API client sees them: {} changes, median {:.3} ms, max {:.3} ms",
+            ms(took),
+            text.len() as f64 / 1e6,
             during.len(),
             ms(percentile(&during, 0.5)),
             ms(percentile(&during, 1.0))
@@ -311,6 +290,67 @@ fn bench(cli: Cli) -> Result<bool, String> {
         println!("xvs {l}");
     }
     Ok(load_ok && change_ok)
+}
+
+/// Three reads of one large answer, and the changes made meanwhile.
+struct Reads {
+    /// The reads' median time, in seconds.
+    took: f64,
+    /// The last answer.
+    text: String,
+    /// Round trips of the changes made while the reads ran, in seconds.
+    during: Vec<f64>,
+}
+
+/// Reads `read` three times from `to`, while a thread of its own is not
+/// done, changing the weight of the backend at `change` (1 <-> 2) every
+/// 20 ms.
+fn while_reading(to: &Endpoint, read: &str, change: &str) -> Result<Reads, String> {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    let reading = AtomicBool::new(true);
+    let mut during = Vec::new();
+    let answers = std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let out = (0..3)
+                .map(|_| {
+                    let start = Instant::now();
+                    let text = request(to, Method::GET, read, None).and_then(|a| a.ok());
+                    text.map(|t| (start.elapsed().as_secs_f64(), t))
+                        .map_err(|e| format!("{read}: {e}"))
+                })
+                .collect::<Result<Vec<_>, String>>();
+            reading.store(false, Relaxed);
+            out
+        });
+        let mut i = 0;
+        while reading.load(Relaxed) && i < 10_000 {
+            let body = format!("{{\"weight\": {}}}", 2 - i % 2);
+            let start = Instant::now();
+            if request(to, Method::PUT, change, Some(body))
+                .and_then(|a| a.ok())
+                .is_ok()
+            {
+                during.push(start.elapsed().as_secs_f64());
+            }
+            i += 1;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        reader
+            .join()
+            .unwrap_or_else(|_| Err("the reader panicked".into()))
+    })?;
+    let mut took: Vec<f64> = answers.iter().map(|(t, _)| *t).collect();
+    took.sort_by(f64::total_cmp);
+    let text = answers
+        .into_iter()
+        .last()
+        .map(|(_, t)| t)
+        .unwrap_or_default();
+    Ok(Reads {
+        took: percentile(&took, 0.5),
+        text,
+        during,
+    })
 }
 
 /// Each thread of process `pid` (`TID:name`) and its CPU seconds.
