@@ -25,8 +25,8 @@ use crate::kube::source::KubeStatus;
 use prometheus_client::metrics::histogram::Histogram;
 
 use crate::metrics::{self, Histograms};
-use crate::stats::{listing, sample, Estimator};
-use crate::view::{ConnView, TimeoutView};
+use crate::stats::{listing, sample, Estimator, ServiceSample};
+use crate::view::{ConnView, Listing, TimeoutView};
 
 /// Shared by every handler.
 pub struct Shared {
@@ -201,15 +201,30 @@ async fn edit(st: &Shared, e: Edit) -> Result<Json<Applied>, ApiError> {
     Ok(Json(r?))
 }
 
-/// Held while a large text (a scrape, a listing) is built on the blocking
-/// pool: one at a time, as they were on the async thread, so concurrent
-/// clients queue there instead of each building at once (seconds of CPU
-/// and 300 MB a scrape at 100,000 services).
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+/// Runs `build` on the blocking pool, one build at a time: a large text
+/// (a scrape, a listing; at 100,000 services seconds of CPU and 300 MB)
+/// built there instead of on the control plane's one async thread, where
+/// every edit, watch and probe waited for it. One at a time, as they
+/// were there, so concurrent clients queue instead of each building at
+/// once.
+async fn build_large<T: Send + 'static>(
+    build: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
     static BUILDING: Mutex<()> = Mutex::new(());
-    BUILDING
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    tokio::task::spawn_blocking(move || {
+        let _one = BUILDING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        build()
+    })
+    .await
+    .map_err(|e| internal(e.to_string()))?
+}
+
+/// The listing of `samples` with the estimator's rates.
+fn rated(st: &Shared, size: u32, samples: &[ServiceSample]) -> Result<Listing, ApiError> {
+    let est = st.estimator.lock().map_err(|e| internal(e.to_string()))?;
+    Ok(listing(size, samples, &est))
 }
 
 async fn list_services(State(st): State<Arc<Shared>>) -> Result<Response, ApiError> {
@@ -222,15 +237,11 @@ async fn list_services(State(st): State<Arc<Shared>>) -> Result<Response, ApiErr
         })
         .await
         .map_err(internal)?;
-    // Built and written on the blocking pool, as `/metrics` is: at
-    // 100,000 services the JSON is tens of MB.
-    let body = tokio::task::spawn_blocking(move || {
-        let _one = one_at_a_time();
-        let est = st.estimator.lock().map_err(|e| internal(e.to_string()))?;
-        serde_json::to_vec(&listing(size, &samples, &est)).map_err(|e| internal(e.to_string()))
+    // Tens of MB of JSON at 100,000 services.
+    let body = build_large(move || {
+        serde_json::to_vec(&rated(&st, size, &samples)?).map_err(|e| internal(e.to_string()))
     })
-    .await
-    .map_err(|e| internal(e.to_string()))??;
+    .await?;
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
@@ -774,17 +785,9 @@ async fn prometheus(State(st): State<Arc<Shared>>) -> Result<Response, ApiError>
         .call(|e| e.dataplane().sync_state())
         .await
         .map_err(internal)?;
-    // The listing and the text are built on the blocking pool: at 100,000
-    // services they take seconds (300 MB of text), which on the control
-    // plane's one async thread would hold every edit, watch and probe.
-    let text = tokio::task::spawn_blocking(move || {
-        let _one = one_at_a_time();
-        let listing = {
-            let est = st.estimator.lock().map_err(|e| internal(e.to_string()))?;
-            listing(size, &samples, &est)
-        };
+    let text = build_large(move || {
         let scrape = metrics::Scrape {
-            listing,
+            listing: rated(&st, size, &samples)?,
             workers: counters,
             overflow,
             kube: st.kube.as_deref().map(KubeStatus::reading),
@@ -792,10 +795,9 @@ async fn prometheus(State(st): State<Arc<Shared>>) -> Result<Response, ApiError>
             admin_refused: (st.refused_unix.get(), st.refused_tcp.get()),
             snat_addresses,
         };
-        Ok::<_, ApiError>(metrics::render(scrape, &st.histograms))
+        Ok(metrics::render(scrape, &st.histograms))
     })
-    .await
-    .map_err(|e| internal(e.to_string()))??;
+    .await?;
     Ok((
         [(
             header::CONTENT_TYPE,

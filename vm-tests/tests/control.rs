@@ -121,6 +121,31 @@ fn xvsadm_changes_a_weight_under_traffic_and_lists_like_ipvsadm() {
     assert!(listing.contains(&want), "{listing}");
     assert!(listing.starts_with("IP Virtual Server version 1.2.1 (size="));
     assert!(listing.contains("TCP  198.19.0.1:80 rr\n"), "{listing}");
+    // The same listing as curl gets it: JSON, said so in its header, with
+    // the quiesced backend's weight.
+    let out = Command::new("curl")
+        .args(["-s", "-i", "--unix-socket"])
+        .arg(&gw.socket)
+        .arg("http://xvs/v1/services")
+        .output()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&out.stdout);
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or_default();
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/json"),
+        "{head}"
+    );
+    let json: serde_json::Value = serde_json::from_str(body).unwrap();
+    let weights: Vec<_> = json["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["port"] == 80)
+        .flat_map(|s| s["backends"].as_array().unwrap())
+        .map(|b| b["weight"].as_u64())
+        .collect();
+    assert_eq!(weights, [Some(1), Some(1), Some(0)], "{body}");
 
     let after = load(&t, 80, 60);
     assert_eq!(

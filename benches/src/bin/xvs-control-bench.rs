@@ -135,7 +135,7 @@ fn bench(cli: Cli) -> Result<bool, String> {
     let (mut engine, mut round_trip) = (Vec::new(), Vec::new());
     let mut failure = None;
     for i in 0..cli.changes {
-        let body = format!("{{\"weight\": {}}}", 2 - i % 2);
+        let body = weight_body(i);
         let start = Instant::now();
         match request(&to, Method::PUT, &path, Some(body)).and_then(|a| a.ok()) {
             Ok(text) => {
@@ -292,6 +292,12 @@ fn bench(cli: Cli) -> Result<bool, String> {
     Ok(load_ok && change_ok)
 }
 
+/// The `i`th backend change's body: weight 2, 1, 2, ... (every one a
+/// change).
+fn weight_body(i: usize) -> String {
+    format!("{{\"weight\": {}}}", 2 - i % 2)
+}
+
 /// Three reads of one large answer, and the changes made meanwhile.
 struct Reads {
     /// The reads' median time, in seconds.
@@ -324,7 +330,7 @@ fn while_reading(to: &Endpoint, read: &str, change: &str) -> Result<Reads, Strin
         });
         let mut i = 0;
         while reading.load(Relaxed) && i < 10_000 {
-            let body = format!("{{\"weight\": {}}}", 2 - i % 2);
+            let body = weight_body(i);
             let start = Instant::now();
             if request(to, Method::PUT, change, Some(body))
                 .and_then(|a| a.ok())
