@@ -46,10 +46,25 @@ impl<A: Address> FlowTable<A> {
         out: &mut [Option<(FlowId, Direction)>],
         hashes: &mut [u64],
     ) -> u32 {
+        self.lookup_batch_with(keys, out, hashes, |_| {})
+    }
+
+    /// [`FlowTable::lookup_batch`], calling `on_hit` with the service of
+    /// each hit's entry as the hit is found (its entry then in cache): a
+    /// caller's next stage, started while the rest of the batch is
+    /// compared.
+    #[inline]
+    pub fn lookup_batch_with(
+        &mut self,
+        keys: &[FlowKey<A>],
+        out: &mut [Option<(FlowId, Direction)>],
+        hashes: &mut [u64],
+        mut on_hit: impl FnMut(u32),
+    ) -> u32 {
         let mark = self.fresh.mark();
         let chunks = keys.chunks(BATCH).zip(out.chunks_mut(BATCH));
         for ((keys, out), hashes) in chunks.zip(hashes.chunks_mut(BATCH)) {
-            self.lookup_chunk(keys, out, hashes);
+            self.lookup_chunk(keys, out, hashes, &mut on_hit);
         }
         mark
     }
@@ -84,6 +99,7 @@ impl<A: Address> FlowTable<A> {
         keys: &[FlowKey<A>],
         out: &mut [Option<(FlowId, Direction)>],
         hashes: &mut [u64],
+        on_hit: &mut impl FnMut(u32),
     ) {
         let n = keys.len().min(out.len()).min(hashes.len());
         let (keys, out, hashes) = (&keys[..n], &mut out[..n], &mut hashes[..n]);
@@ -116,10 +132,8 @@ impl<A: Address> FlowTable<A> {
             });
             *c = first;
             more |= u64::from(many) << i;
-        }
-        if fetch {
-            for &v in &cand[..n] {
-                if let Some(e) = self.slab.entries.get(slot_of(v) as usize) {
+            if fetch {
+                if let Some(e) = self.slab.entries.get(slot_of(first) as usize) {
                     // Every line of the entry, not only the key's: a hit's
                     // packet next writes its counters and clock (one line
                     // for IPv4, two for IPv6).
@@ -138,6 +152,7 @@ impl<A: Address> FlowTable<A> {
                 let e = &self.slab.entries[slot_of(v) as usize];
                 if !e.is_template() && e.key(dir_of(v)) == *key {
                     self.stats.found += 1;
+                    on_hit(e.service);
                     Some((FlowId(slot_of(v)), dir_of(v)))
                 } else {
                     self.stats.miss += 1;

@@ -12,6 +12,7 @@ pub mod family;
 pub mod forward;
 pub mod host;
 pub mod io;
+pub mod line;
 pub mod neighbours;
 pub mod pipeline;
 pub mod runtime;

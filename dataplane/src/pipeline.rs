@@ -803,9 +803,13 @@ impl<A: Family> Half<A> {
                 if n == 0 {
                     continue;
                 }
-                let mark = self
-                    .table
-                    .lookup_batch(&keys[..n], &mut hits[..n], &mut hashes[..n]);
+                let services = &self.services;
+                let mark = self.table.lookup_batch_with(
+                    &keys[..n],
+                    &mut hits[..n],
+                    &mut hashes[..n],
+                    |service| services.prefetch_handles(service),
+                );
                 // The hits' entries are in cache now. The next stages
                 // fetch what the packets will touch after them, each a
                 // pass ahead of the one that reads it: the service's
@@ -814,8 +818,6 @@ impl<A: Family> Half<A> {
                 // next hop from it).
                 for (j, hit) in hits[..n].iter().enumerate() {
                     if let Some((id, dir)) = *hit {
-                        self.services
-                            .prefetch_handles(self.table.flow(id).service());
                         out[at[j]] = Lookup::Hit(id, dir, epoch);
                     } else {
                         miss[misses] = StagedMiss::of(&self.services, j, &keys[j]);

@@ -31,8 +31,7 @@
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
 
-use crossbeam_utils::CachePadded;
-
+use crate::line::Line64;
 use crate::sched::SchedBackend;
 
 /// What a worker's service version says of a backend id.
@@ -95,7 +94,7 @@ impl TrafficTotals {
 /// and one write to the cell. Cloning shares the counters.
 #[derive(Debug, Clone)]
 pub struct TrafficStats {
-    cells: Arc<[CachePadded<Cell>]>,
+    cells: Arc<[Line64<Cell>]>,
     backends: u32,
 }
 
@@ -104,7 +103,7 @@ impl TrafficStats {
     /// id [`DestState::Removed`] until a worker sets its row's states.
     pub fn new(workers: usize, backends: usize) -> TrafficStats {
         let cells = (0..workers.max(1) * backends)
-            .map(|_| CachePadded::default())
+            .map(|_| Line64::default())
             .collect();
         TrafficStats {
             cells,
@@ -334,7 +333,7 @@ mod tests {
         );
         assert_eq!(s.backend(0), TrafficTotals::default());
         assert_eq!(s.backends(), 3);
-        assert!(std::mem::align_of::<CachePadded<Cell>>() >= 64);
+        assert_eq!(std::mem::size_of::<Line64<Cell>>(), 64, "one line a cell");
         // A prefetch address is the cell's, for every worker and id.
         for (w, id) in [(0, 0), (0, 2), (1, 0), (1, 2)] {
             let cell: *const Cell = s.cell(w, id).unwrap();

@@ -20,7 +20,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-use crossbeam_utils::CachePadded;
+use crate::line::Line64;
 
 /// Active (high half) and inactive (low half) counts of one backend on
 /// one worker, each an `i32`.
@@ -49,7 +49,7 @@ const CHUNK: usize = 8;
 #[derive(Debug, Clone)]
 pub struct ConnCounts {
     /// `[worker][chunk]`: `chunks` cache-line chunks per worker.
-    cells: Arc<[CachePadded<[Cell; CHUNK]>]>,
+    cells: Arc<[Line64<[Cell; CHUNK]>]>,
     chunks: u32,
     workers: u32,
     backends: u32,
@@ -59,9 +59,7 @@ impl ConnCounts {
     /// Counts for backend ids `0..backends` on `workers` workers.
     pub fn new(workers: usize, backends: usize) -> ConnCounts {
         let (chunks, workers) = (backends.div_ceil(CHUNK), workers.max(1));
-        let cells = (0..workers * chunks)
-            .map(|_| CachePadded::new(Default::default()))
-            .collect();
+        let cells = (0..workers * chunks).map(|_| Line64::default()).collect();
         ConnCounts {
             cells,
             chunks: chunks as u32,
@@ -227,8 +225,8 @@ mod tests {
         }
         // Worker 1's first cell is on the line after worker 0's last one.
         let (last0, first1) = (c.cell(0, 10).unwrap(), c.cell(1, 0).unwrap());
-        let gap = first1 as *const Cell as usize - last0 as *const Cell as usize;
-        assert!(gap >= 64 - std::mem::size_of::<Cell>(), "{gap}");
+        let line = |c: &Cell| c as *const Cell as usize / 64;
+        assert_eq!(line(first1), line(last0) + 1);
         assert!(c.cell(2, 0).is_none() && c.cell(0, 11).is_none());
         // A prefetch address is the cell's, for every worker and id.
         for (w, id) in [(0, 0), (0, 7), (0, 8), (0, 10), (1, 0), (1, 9)] {
