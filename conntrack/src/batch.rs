@@ -113,9 +113,9 @@ impl<A: Address> FlowTable<A> {
                 self.index.prefetch(*h);
             }
         }
-        // Stage 2: each key's first candidate; a key whose probe matched
-        // more than one tag (rare) gets its bit in `more` (a chunk is at
-        // most 64 keys).
+        // Stage 2: each key's first candidate, its entry fetched as soon
+        // as it is known; a key whose probe matched more than one tag
+        // (rare) gets its bit in `more` (a chunk is at most 64 keys).
         let mut cand = [NIL; BATCH];
         let mut more = 0u64;
         for (i, (c, &hash)) in cand.iter_mut().zip(hashes.iter()).enumerate() {
@@ -141,13 +141,20 @@ impl<A: Address> FlowTable<A> {
                 }
             }
         }
+        // Stage 3: each candidate compared (its entry arrived), and each
+        // hit handed to `on_hit` (the caller's next fetch starts while
+        // the rest are compared).
         let looked = keys.iter().zip(&cand).zip(out.iter_mut()).enumerate();
         for (i, ((key, &v), slot)) in looked {
             *slot = if v == NIL {
                 self.stats.miss += 1;
                 None
             } else if more & (1 << i) != 0 {
-                self.lookup(key)
+                let found = self.lookup(key);
+                if let Some((id, _)) = found {
+                    on_hit(self.flow(id).service());
+                }
+                found
             } else {
                 let e = &self.slab.entries[slot_of(v) as usize];
                 if !e.is_template() && e.key(dir_of(v)) == *key {

@@ -102,8 +102,12 @@ fn batched_lookups_equal_single_ones_below_and_above_the_cache_resident_size() {
     for flows in [100, xvs_conntrack::CACHE_RESIDENT_FLOWS + 1000] {
         let mut t = FlowTable::new(flows + 16, Timeouts::default(), 0);
         for n in 0..flows {
-            t.insert(&new_flow(n, L4Proto::Tcp), syn(), 0, &mut ())
-                .unwrap();
+            // A service per flow: `on_hit` must name each hit's own.
+            let f = NewFlow {
+                service: n,
+                ..new_flow(n, L4Proto::Tcp)
+            };
+            t.insert(&f, syn(), 0, &mut ()).unwrap();
         }
         assert_eq!(
             t.is_cache_resident(),
@@ -124,9 +128,18 @@ fn batched_lookups_equal_single_ones_below_and_above_the_cache_resident_size() {
         let single = t.stats();
         let mut got = vec![None; keys.len()];
         let mut hashes = vec![0; keys.len()];
-        t.lookup_batch(&keys, &mut got, &mut hashes);
+        let mut named = Vec::new();
+        t.lookup_batch_with(&keys, &mut got, &mut hashes, |s| named.push(s));
         let batched = t.stats();
         assert_eq!(got, want, "{flows} flows");
+        // `on_hit` named every hit's service, in order, and nothing else.
+        let services: Vec<u32> = got
+            .iter()
+            .flatten()
+            .map(|&(id, _)| t.flow(id).service())
+            .collect();
+        assert_eq!(named, services, "{flows} flows");
+        assert_eq!(named.len() as u32, 2 * flows);
         let hashed: Vec<u64> = keys.iter().map(|k| t.key_hash(k)).collect();
         assert_eq!(hashes, hashed, "{flows} flows");
         assert_eq!(

@@ -810,12 +810,13 @@ impl<A: Family> Half<A> {
                     &mut hashes[..n],
                     |service| services.prefetch_handles(service),
                 );
-                // The hits' entries are in cache now. The next stages
-                // fetch what the packets will touch after them, each a
-                // pass ahead of the one that reads it: the service's
-                // counter handle, then the backend's counter line (the
-                // packet updates it and reads the backend's state and
-                // next hop from it).
+                // The hits' entries are in cache now and their services'
+                // handle lines on the way (fetched as each hit was
+                // found). A pass files the hits and starts the misses'
+                // service lookups; the next, reading the handle lines,
+                // fetches each hit's backend counter line (the packet
+                // updates it and reads the backend's state and next hop
+                // from it).
                 for (j, hit) in hits[..n].iter().enumerate() {
                     if let Some((id, dir)) = *hit {
                         out[at[j]] = Lookup::Hit(id, dir, epoch);
