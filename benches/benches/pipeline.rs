@@ -33,7 +33,7 @@ use xvs_config::{
 };
 use xvs_conntrack::{Filter, L4Proto};
 use xvs_dataplane::events::FlowEvents;
-use xvs_dataplane::pipeline::{Pipeline, PipelineConfig, Prepared, Side, Verdict};
+use xvs_dataplane::pipeline::{lookup_chunks, Pipeline, PipelineConfig, Prepared, Side, Verdict};
 use xvs_dataplane::services::CompiledService;
 use xvs_dataplane::xsk::FrameLayout;
 
@@ -767,15 +767,16 @@ impl Batch {
         for (prep, packet) in self.preps.iter_mut().zip(self.frames.packets().take(n)) {
             prep.classify(&packet[..len]);
         }
-        p.lookup_prepared(&self.preps[..n], &mut self.looked[..n]);
-        let items = self
-            .frames
-            .packets()
-            .zip(&self.preps[..n])
-            .zip(&self.looked);
-        for (j, ((packet, prep), look)) in items.enumerate() {
-            p.prefetch_ahead(&self.preps[..n], &self.looked[..n], j);
-            black_box(p.process_prepared(Side::Client, packet, now, prep, *look));
+        // A chunk at a time, as the worker does.
+        let mut packets = self.frames.packets();
+        for chunk in lookup_chunks(n) {
+            let (preps, looked) = (&self.preps[chunk.clone()], &mut self.looked[chunk]);
+            p.lookup_prepared(preps, looked);
+            // The chunk's frames first: `packets` stops at the chunk's end.
+            for (j, (prep, packet)) in preps.iter().zip(packets.by_ref()).enumerate() {
+                p.prefetch_ahead(preps, looked, j);
+                black_box(p.process_prepared(Side::Client, packet, now, prep, looked[j]));
+            }
         }
         start.elapsed()
     }

@@ -177,6 +177,29 @@ fn new_flows_among<'a>(services: impl IntoIterator<Item = &'a u32>, service: u32
 /// enough that the guess it rests on still holds.
 pub const PREFETCH_AHEAD: usize = 8;
 
+/// How many frames of a received batch are looked up together
+/// ([`Pipeline::lookup_prepared`]) and then processed, before the next
+/// ones are looked up ([`lookup_chunks`]). Measured on the 1M-flow
+/// pipeline bench (100,000 services, frames of 64 at once, count-only
+/// runs): established packets cost 118, 97, 80, 88, 91, 95 and 96 ns
+/// with chunks of 8, 12, 16, 20, 24, 32 and 64 frames; new flows 271 ns
+/// with 16 against 311 with 64; IPv6 111-124 against 125-139 ns
+/// established, 345-359 against 418-446 new. A chunk's lookup fetches
+/// some 4 lines a frame for a hit and 10 for a new flow: 16 frames'
+/// lines are still in the first-level cache when the frames are
+/// processed, where 64 frames' would fill it (and its frames' headers,
+/// one UMEM stride apart, share its sets); with fewer than 16, too few
+/// of a stage's misses overlap.
+pub const LOOKUP_CHUNK: usize = 16;
+
+/// The chunks a batch of `n` frames is looked up and processed in, in
+/// order ([`LOOKUP_CHUNK`] frames each, the last one shorter).
+pub fn lookup_chunks(n: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    (0..n)
+        .step_by(LOOKUP_CHUNK)
+        .map(move |lo| lo..(lo + LOOKUP_CHUNK).min(n))
+}
+
 // Every frame between the one processed and the one fetched for may be a
 // new flow of the latter's service (one busy service: all of them): the
 // scheduler's guess must reach that far, or a single hot service's new
@@ -2161,5 +2184,33 @@ fn endpoints_of(p: &Prepared) -> (u8, Endpoint<IpAddr>, Endpoint<IpAddr>) {
         Ok(Frame::Ipv4(ip)) => of(ip),
         Ok(Frame::Ipv6(ip)) => of(ip),
         _ => (0, FlowEvent::NONE, FlowEvent::NONE),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The chunks cover a batch's frames once each, in order, none empty
+    /// and none longer than [`LOOKUP_CHUNK`].
+    #[test]
+    fn lookup_chunks_cover_a_batch_in_order() {
+        for n in [
+            0,
+            1,
+            LOOKUP_CHUNK - 1,
+            LOOKUP_CHUNK,
+            LOOKUP_CHUNK + 1,
+            64,
+            65,
+        ] {
+            let chunks: Vec<_> = lookup_chunks(n).collect();
+            let frames: Vec<usize> = chunks.iter().cloned().flatten().collect();
+            assert_eq!(frames, (0..n).collect::<Vec<_>>(), "{n} frames");
+            assert!(chunks
+                .iter()
+                .all(|c| !c.is_empty() && c.len() <= LOOKUP_CHUNK));
+            assert_eq!(chunks.len(), n.div_ceil(LOOKUP_CHUNK));
+        }
     }
 }

@@ -587,32 +587,41 @@ impl<P: PacketIo> Worker<P> {
         }
         let n = self.keep.len();
         let preps = &all[..n];
-        self.looked.clear();
-        self.looked.resize(n, Lookup::NotYet);
-        self.pipeline.lookup_prepared(preps, &mut self.looked);
-        for j in 0..n {
-            self.pipeline.prefetch_ahead(preps, &self.looked, j);
-            let desc = &mut descs[self.keep[j]];
-            let (prep, looked) = (&preps[j], self.looked[j]);
-            let pipeline = &mut self.pipeline;
-            // SAFETY: as above.
-            let verdict = unsafe {
-                self.port.with_frame(desc, |buf, _| {
-                    pipeline.process_prepared(ingress, buf, now, prep, looked)
-                })
-            };
-            // The classification is copied only for a frame held (most
-            // are sent or dropped: no copy of it per packet).
-            if !self.place(*desc, ingress, verdict, outs, drop) {
-                let held = Held {
-                    desc: *desc,
-                    prep: preps[j],
-                    side: ingress,
-                    since: now,
+        // Taken out for the loop as the classifications are.
+        let mut looked_all = std::mem::take(&mut self.looked);
+        looked_all.clear();
+        looked_all.resize(n, Lookup::NotYet);
+        // Looked up and processed a chunk at a time: what a chunk's
+        // lookup fetched is still in cache when its frames are processed.
+        for chunk in crate::pipeline::lookup_chunks(n) {
+            let lo = chunk.start;
+            let (preps, looked) = (&preps[chunk.clone()], &mut looked_all[chunk]);
+            self.pipeline.lookup_prepared(preps, looked);
+            for (i, prep) in preps.iter().enumerate() {
+                self.pipeline.prefetch_ahead(preps, looked, i);
+                let desc = &mut descs[self.keep[lo + i]];
+                let pipeline = &mut self.pipeline;
+                let look = looked[i];
+                // SAFETY: as above.
+                let verdict = unsafe {
+                    self.port.with_frame(desc, |buf, _| {
+                        pipeline.process_prepared(ingress, buf, now, prep, look)
+                    })
                 };
-                self.hold(held, true, drop);
+                // The classification is copied only for a frame held
+                // (most are sent or dropped: no copy of it per packet).
+                if !self.place(*desc, ingress, verdict, outs, drop) {
+                    let held = Held {
+                        desc: *desc,
+                        prep: *prep,
+                        side: ingress,
+                        since: now,
+                    };
+                    self.hold(held, true, drop);
+                }
             }
         }
+        self.looked = looked_all;
         self.preps = all;
     }
 

@@ -35,7 +35,7 @@ const PSH: u8 = 0x08;
 use xvs_conntrack::{Filter, CACHE_RESIDENT_FLOWS};
 use xvs_dataplane::events::FlowEvents;
 use xvs_dataplane::pipeline::{
-    Counters, Lookup, Pipeline, PipelineConfig, Prepared, Side, Verdict,
+    lookup_chunks, Counters, Lookup, Pipeline, PipelineConfig, Prepared, Side, Verdict,
 };
 use xvs_dataplane::services::CompiledService;
 use xvs_dataplane::sync::SyncQueue;
@@ -232,6 +232,18 @@ impl Gw {
                     .map(|j| process(&mut self.p, j, looked[j]))
                     .collect()
             }
+            Mode::Chunks => {
+                let mut out = Vec::new();
+                for chunk in lookup_chunks(frames.len()) {
+                    let (preps, looked) = (&prepared[chunk.clone()], &mut looked[chunk.clone()]);
+                    self.p.lookup_prepared(preps, looked);
+                    for (i, j) in chunk.enumerate() {
+                        self.p.prefetch_ahead(preps, looked, i);
+                        out.push(process(&mut self.p, j, looked[i]));
+                    }
+                }
+                out
+            }
         };
         self.p.flush_sync();
         out
@@ -302,9 +314,11 @@ struct Packet {
 enum Mode {
     /// One at a time ([`Pipeline::process`]).
     Single,
-    /// Looked up together, then processed, the worker's way
-    /// ([`Pipeline::lookup_prepared`]).
+    /// Looked up together, then processed ([`Pipeline::lookup_prepared`]).
     Batch,
+    /// The worker's way: looked up and processed a chunk at a time
+    /// ([`lookup_chunks`]), each frame's reply key fetched ahead.
+    Chunks,
 }
 
 #[derive(Debug, Clone)]
@@ -362,7 +376,9 @@ fn weight() -> impl Strategy<Value = u32> {
 
 /// A step's packets: a few, one at a time or looked up together, or a
 /// long batch (up to 48 frames: many of one flow, a flow opened, used
-/// and closed within one batch, looked up before any of it ran).
+/// and closed within one batch, looked up before any of it ran), whole
+/// or the worker's way, in chunks (a flow opened in one chunk and used
+/// in the next).
 fn packets() -> impl Strategy<Value = Step> {
     let few = prop::collection::vec(packet(), 1..6);
     let many = prop::collection::vec(packet(), 1..48);
@@ -371,7 +387,10 @@ fn packets() -> impl Strategy<Value = Step> {
             packets,
             mode: if batch { Mode::Batch } else { Mode::Single },
         }),
-        1 => many.prop_map(|packets| Step::Packets { packets, mode: Mode::Batch }),
+        1 => (many, any::<bool>()).prop_map(|(packets, chunks)| Step::Packets {
+            packets,
+            mode: if chunks { Mode::Chunks } else { Mode::Batch },
+        }),
     ]
 }
 
