@@ -184,12 +184,16 @@ pub const PREFETCH_AHEAD: usize = 8;
 /// runs): established packets cost 118, 97, 80, 88, 91, 95 and 96 ns
 /// with chunks of 8, 12, 16, 20, 24, 32 and 64 frames; new flows 271 ns
 /// with 16 against 311 with 64; IPv6 111-124 against 125-139 ns
-/// established, 345-359 against 418-446 new. A chunk's lookup fetches
-/// some 4 lines a frame for a hit and 10 for a new flow: 16 frames'
-/// lines are still in the first-level cache when the frames are
-/// processed, where 64 frames' would fill it (and its frames' headers,
-/// one UMEM stride apart, share its sets); with fewer than 16, too few
-/// of a stage's misses overlap.
+/// established, 345-359 against 418-446 new. The time saved is the
+/// processing's, not the lookup's (its share of a batch hardly moved):
+/// a chunk's frames find what its lookup fetched (some 4 lines a frame
+/// for a hit, 10 for a new flow) still in the first-level cache, where
+/// 64 frames' lines fill it (and the frames' headers, one UMEM stride
+/// apart, all fall in the same sets of it). Why 32 gains nothing is not
+/// understood: 16 is the measured best, not a derived one; below it too
+/// few of a stage's misses overlap. A cache-resident table's frames
+/// gain and lose nothing measurable (new flows 127 against 128 ns,
+/// medians of five runs alternately).
 pub const LOOKUP_CHUNK: usize = 16;
 
 /// The chunks a batch of `n` frames is looked up and processed in, in
@@ -1799,7 +1803,9 @@ impl Pipeline {
     /// Looks up the flows of a batch of prepared frames at once
     /// ([`FlowTable::lookup_batch`]: the flow-table reads of the batch
     /// overlap); `out[i]` is a hit or a miss for every frame with a flow
-    /// key, [`Lookup::NotYet`] for the others.
+    /// key, [`Lookup::NotYet`] for the others. Any number of frames; the
+    /// worker passes a chunk of a received batch at a time
+    /// ([`lookup_chunks`]) and processes it before the next.
     pub fn lookup_prepared(&mut self, prepared: &[Prepared], out: &mut [Lookup]) {
         out.fill(Lookup::NotYet);
         let worker = self.core.cfg.worker;
