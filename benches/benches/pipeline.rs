@@ -772,7 +772,8 @@ impl Batch {
         for chunk in lookup_chunks(n) {
             let (preps, looked) = (&self.preps[chunk.clone()], &mut self.looked[chunk]);
             p.lookup_prepared(preps, looked);
-            // The chunk's frames first: `packets` stops at the chunk's end.
+            // The chunk's classifications lead the zip, so it takes no
+            // packet past the chunk's end.
             for (j, (prep, packet)) in preps.iter().zip(packets.by_ref()).enumerate() {
                 p.prefetch_ahead(preps, looked, j);
                 black_box(p.process_prepared(Side::Client, packet, now, prep, looked[j]));

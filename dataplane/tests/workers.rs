@@ -23,7 +23,7 @@ use xvs_config::{
 use xvs_dataplane::counters::LiveCounters;
 use xvs_dataplane::eventfd::EventFd;
 use xvs_dataplane::io::loopback::{Loopback, Wire};
-use xvs_dataplane::pipeline::{Pipeline, PipelineConfig};
+use xvs_dataplane::pipeline::{Pipeline, PipelineConfig, LOOKUP_CHUNK};
 use xvs_dataplane::services::CompiledService;
 use xvs_dataplane::wire::DropReason;
 use xvs_dataplane::worker::{
@@ -293,6 +293,39 @@ fn learn_backend(g: &mut Gateway) {
         let (mac, _, _, dst, dport) = tcp_of(&sent[0]);
         assert_eq!((mac, dst, dport), (BACKEND_MAC, BACKEND, 8080));
     }
+}
+
+/// A batch longer than a lookup chunk (the worker looks up and
+/// processes [`LOOKUP_CHUNK`] frames at a time): every frame is
+/// forwarded once, each as its own new flow.
+#[test]
+fn a_batch_of_several_lookup_chunks_forwards_each_frame_once() {
+    let mut g = Gateway::new(1024);
+    learn_backend(&mut g);
+    let n = 2 * LOOKUP_CHUNK + 5;
+    for p in 0..n as u16 {
+        g.wires[0].deliver(0, &syn(44000 + p));
+    }
+    g.step(0);
+    assert_eq!(g.wires[0].pending(0), 0, "one step took the whole batch");
+    let sent = g.wires[0].take_sent(0);
+    assert_eq!(sent.len(), n);
+    let ends: Vec<_> = sent.iter().map(|f| tcp_of(f)).collect();
+    assert!(ends
+        .iter()
+        .all(|&(mac, src, _, dst, dport)| (mac, src, dst, dport)
+            == (BACKEND_MAC, SNAT, BACKEND, 8080)));
+    let mut ports: Vec<u16> = ends.iter().map(|e| e.2).collect();
+    ports.sort_unstable();
+    ports.dedup();
+    assert_eq!(
+        ports.len(),
+        n,
+        "each frame its own flow's SNAT port: {ports:?}"
+    );
+    let s = g.snap(0);
+    assert_eq!(s.counters.new_flows, 1 + n as u64, "{s:?}");
+    g.assert_accounted();
 }
 
 #[test]
